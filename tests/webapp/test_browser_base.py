@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+
+def test_alice_logs_in_and_sees_her_teams_dashboard(personas: Any, login: Any, live_server: Any) -> None:
+    page = login("alice")
+    assert page.url == f"{live_server.url}/t/{personas['acme'].slug}/"
+    assert page.locator("h1").inner_text() == "Acme dashboard"
+    nav = page.locator("nav.mainnav a").all_inner_texts()
+    assert nav == ["Dashboard", "Datasets", "Tools", "Experiments", "Compare"]
+    # htmx is served from static/ and loaded; CSRF travels in hx-headers.
+    assert page.evaluate("typeof window.htmx") == "object"
+    assert "X-CSRFToken" in (page.locator("body").get_attribute("hx-headers") or "")
+
+
+def test_charlie_gets_a_404_on_alices_dashboard(personas: Any, login: Any, live_server: Any) -> None:
+    page = login("charlie")
+    response = page.goto(f"{live_server.url}/t/{personas['acme'].slug}/")
+    assert response.status == 404
+
+
+def test_the_team_switcher_moves_between_teams(personas: Any, login: Any, live_server: Any) -> None:
+    personas["other"].add_member(personas["alice"], "viewer")
+    page = login("alice")
+    page.select_option("#team-switcher", personas["other"].slug)
+    page.wait_for_url(f"{live_server.url}/t/{personas['other'].slug}/")
+    assert page.locator("h1").inner_text() == "Other dashboard"

@@ -1,0 +1,54 @@
+"""No Docker engine runs here, so docker-compose.yml is checked against the settings and the README."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+import webapp.settings  # noqa: F401 - importing it records every variable it reads
+from webapp.env import KNOWN_VARS
+
+ROOT = Path(__file__).resolve().parents[2]
+OUR_SERVICES = {"web", "worker", "beat"}  # built from our Dockerfile and configured by our settings
+
+
+def compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(f"## {title}")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else None]
+
+
+def test_every_variable_our_services_set_is_one_the_settings_read() -> None:
+    services = compose()["services"]
+    for name in OUR_SERVICES:
+        unknown = set(services[name]["environment"]) - set(KNOWN_VARS)
+        assert not unknown, f"{name} sets variables no setting reads: {sorted(unknown)}"
+
+
+def test_every_service_the_readme_names_exists() -> None:
+    named = set(re.findall(r"^\| `([a-z-]+)` \|", readme_section("Production with docker-compose"), re.M))
+    assert {"postgres", "redis", "web", "worker", "beat", "ray-head", "ray-worker"} <= named
+    assert named <= set(compose()["services"])
+
+
+def test_the_gpu_worker_reserves_gpus() -> None:
+    devices = compose()["services"]["ray-worker"]["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["capabilities"] == ["gpu"]
+
+
+def test_the_readme_documents_exactly_the_variables_the_settings_read() -> None:
+    documented = set(re.findall(r"^\| `([A-Z_]+)` \|", readme_section("Environment variables"), re.M))
+    assert documented == set(KNOWN_VARS)
+
+
+def test_published_ports_are_on_loopback() -> None:
+    for name, service in compose()["services"].items():
+        for port in service.get("ports", []):
+            assert port.startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from webapp import env
+
+
+def test_integers_are_parsed_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STUDIO_T_INT", "42")
+    assert env.integer("STUDIO_T_INT", 1) == 42
+    monkeypatch.setenv("STUDIO_T_INT", "0")
+    with pytest.raises(ImproperlyConfigured, match="STUDIO_T_INT must be at least 1, got 0"):
+        env.integer("STUDIO_T_INT", 1, minimum=1)
+
+
+@pytest.mark.parametrize("raw, expected", [("1", True), ("yes", True), ("off", False), ("", False)])
+def test_booleans_accept_the_usual_spellings(
+    monkeypatch: pytest.MonkeyPatch, raw: str, expected: bool
+) -> None:
+    monkeypatch.setenv("STUDIO_T_BOOL", raw)
+    assert env.boolean("STUDIO_T_BOOL", not expected) is expected
+
+
+def test_a_bad_boolean_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STUDIO_T_BOOL", "maybe")
+    with pytest.raises(ImproperlyConfigured, match="STUDIO_T_BOOL must be one of"):
+        env.boolean("STUDIO_T_BOOL", False)
+
+
+def test_a_bad_choice_lists_the_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STUDIO_T_CHOICE", "LOUD")
+    with pytest.raises(ImproperlyConfigured, match="STUDIO_T_CHOICE must be one of DEBUG, INFO; got 'LOUD'"):
+        env.choice("STUDIO_T_CHOICE", ("DEBUG", "INFO"), "INFO")
+
+
+def test_urls_must_have_an_allowed_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STUDIO_T_URL", "http://example.com")
+    with pytest.raises(ImproperlyConfigured, match="STUDIO_T_URL must be a URL starting with redis://"):
+        env.url("STUDIO_T_URL", ("redis",))

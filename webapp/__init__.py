@@ -1,0 +1,7 @@
+"""Agent-R1 Studio web application (Django project)."""
+
+from __future__ import annotations
+
+from webapp.celery import app as celery_app
+
+__all__ = ["celery_app"]

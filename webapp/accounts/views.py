@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from webapp.accounts.access import get_membership, get_team_for_user
+from webapp.accounts.forms import AddMemberForm, SwitchTeamForm, TeamForm
+from webapp.accounts.middleware import SESSION_KEY
+from webapp.accounts.models import Role, Team
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    team = request.current_team  # type: ignore[attr-defined]
+    if team is None:
+        return redirect("teams")
+    return redirect("dashboard", team_slug=team.slug)
+
+
+@login_required
+def teams(request: HttpRequest) -> HttpResponse:
+    form = TeamForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        team = Team.create_with_owner(form.cleaned_data["name"], request.user)
+        request.session[SESSION_KEY] = team.pk
+        messages.success(request, f"Created team {team.name}.")
+        return redirect("dashboard", team_slug=team.slug)
+    memberships = request.user.memberships.select_related("team")  # type: ignore[union-attr]
+    return render(request, "accounts/teams.html", {"form": form, "memberships": memberships})
+
+
+@login_required
+@require_POST
+def switch_team(request: HttpRequest) -> HttpResponse:
+    form = SwitchTeamForm(request.POST)
+    if not form.is_valid():
+        return redirect("home")
+    team = get_team_for_user(request, form.cleaned_data["team"])
+    request.session[SESSION_KEY] = team.pk
+    return redirect("dashboard", team_slug=team.slug)
+
+
+@login_required
+def members(request: HttpRequest, team_slug: str) -> HttpResponse:
+    membership = get_membership(request, team_slug)
+    team = membership.team
+    form = AddMemberForm(request.POST or None)
+    if request.method == "POST":
+        team = get_team_for_user(request, team_slug, role=Role.OWNER)
+        if form.is_valid():
+            team.add_member(form.cleaned_data["username"], form.cleaned_data["role"])
+            messages.success(
+                request,
+                f"{form.cleaned_data['username']} is now a {form.cleaned_data['role']} of {team.name}.",
+            )
+            return redirect("members", team_slug=team.slug)
+    context = {
+        "team": team,
+        "memberships": team.memberships.select_related("user"),
+        "form": form,
+        "is_owner": membership.allows(Role.OWNER),
+    }
+    return render(request, "accounts/members.html", context)

@@ -1,0 +1,173 @@
+"""`make run` and `make test` in one place.
+
+``python -m webapp.launcher run`` starts the embedded services that are not configured, migrates,
+creates the first admin, then supervises the web server, a Celery worker and Celery beat as one
+process tree (honcho): when one child dies or we get SIGINT/SIGTERM, all of them stop.
+
+``python -m webapp.launcher test [PYTEST ARGS]`` starts throwaway embedded services (unless
+DATABASE_URL / REDIS_URL are given) and runs pytest against them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import FrameType
+
+from webapp.services import ServiceError, embedded_services, free_port, require_free_port
+
+logger = logging.getLogger("studio")
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+class StartupError(RuntimeError):
+    pass
+
+
+def _load_settings() -> object:
+    """Import the settings now so a malformed env var stops us before anything starts."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        settings.SECRET_KEY  # noqa: B018 - forces the import
+    except ImproperlyConfigured as exc:
+        raise StartupError(f"configuration error: {exc}") from None
+    return settings
+
+
+def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _claim_pid_file(var_dir: Path) -> Path:
+    pid_file = var_dir / "studio.pid"
+    if pid_file.exists():
+        try:
+            pid = int(pid_file.read_text().strip())
+        except ValueError:
+            pid = -1
+        if pid > 0 and pid != os.getpid() and _alive(pid):
+            raise StartupError(
+                f"another Agent-R1 Studio (pid {pid}) is already running with STUDIO_VAR_DIR={var_dir}. "
+                f"Stop it first, or set STUDIO_VAR_DIR to another directory."
+            )
+        logger.warning("removing a stale pid file %s (pid %s is not running)", pid_file, pid)
+    var_dir.mkdir(parents=True, exist_ok=True)
+    pid_file.write_text(str(os.getpid()))
+    return pid_file
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _manage(env: dict[str, str], *args: str) -> None:
+    result = subprocess.run([PYTHON, str(ROOT / "manage.py"), *args], env=env, cwd=ROOT, check=False)
+    if result.returncode != 0:
+        raise StartupError(f"`manage.py {' '.join(args)}` failed with exit code {result.returncode}")
+
+
+def _supervise(env: dict[str, str], port: int, web_workers: int, var_dir: Path) -> int:
+    from honcho.manager import Manager
+
+    bin_dir = Path(PYTHON).parent
+    commands = {
+        "web": [str(bin_dir / "gunicorn"), "webapp.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", str(web_workers),
+                "--graceful-timeout", "4", "--timeout", "120", "--access-logfile", "-"],
+        "worker": [str(bin_dir / "celery"), "-A", "webapp", "worker", "--loglevel", "INFO", "--concurrency", "2",
+                   "--hostname", f"worker-{port}@%h"],
+        "beat": [str(bin_dir / "celery"), "-A", "webapp", "beat", "--loglevel", "INFO",
+                 "--schedule", str(var_dir / "celerybeat-schedule"), "--pidfile", ""],
+    }  # fmt: skip
+    manager = Manager()
+    for name, argv in commands.items():
+        manager.add_process(name, "exec " + shlex.join(argv), env=env, cwd=str(ROOT))
+    logger.info("Agent-R1 Studio is starting on http://127.0.0.1:%s/ (Ctrl-C stops everything)", port)
+    manager.loop()
+    return int(manager.returncode or 0)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = _load_settings()
+    var_dir: Path = settings.VAR_DIR  # type: ignore[attr-defined]
+    port: int = settings.PORT  # type: ignore[attr-defined]
+    pid_file = _claim_pid_file(var_dir)
+    try:
+        require_free_port(port, "web server", "PORT")
+        with embedded_services(
+            var_dir,
+            pg_port=settings.EMBEDDED_PG_PORT,  # type: ignore[attr-defined]
+            valkey_port=settings.EMBEDDED_VALKEY_PORT,  # type: ignore[attr-defined]
+            need_postgres="DATABASE_URL" not in os.environ,
+            need_valkey="REDIS_URL" not in os.environ,
+        ) as urls:
+            env = {**os.environ, **urls, "DJANGO_SETTINGS_MODULE": "webapp.settings", "PYTHONUNBUFFERED": "1"}
+            _manage(env, "migrate", "--noinput")
+            _manage(env, "ensure_admin")
+            return _supervise(env, port, args.web_workers, var_dir)
+    finally:
+        pid_file.unlink(missing_ok=True)
+
+
+def test(args: argparse.Namespace) -> int:
+    var_dir = Path(os.environ.get("STUDIO_TEST_VAR_DIR", ROOT / "var" / "test")).resolve()
+    with embedded_services(
+        var_dir,
+        pg_port=free_port(),
+        valkey_port=free_port(),
+        need_postgres="DATABASE_URL" not in os.environ,
+        need_valkey="REDIS_URL" not in os.environ,
+        fast=True,
+    ) as urls:
+        env = {
+            **os.environ,
+            **urls,
+            "STUDIO_VAR_DIR": str(var_dir / "app"),
+            "DJANGO_SETTINGS_MODULE": "webapp.settings",
+            # Playwright's sync API runs an event loop in the test thread; Django's ORM must still be usable there.
+            "DJANGO_ALLOW_ASYNC_UNSAFE": "true",
+            "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1",
+        }
+        return subprocess.run(
+            [PYTHON, "-m", "pytest", *args.pytest_args], env=env, cwd=ROOT, check=False
+        ).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s studio: %(message)s", datefmt="%H:%M:%S")
+    parser = argparse.ArgumentParser(prog="python -m webapp.launcher")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_parser = commands.add_parser(
+        "run", help="run the product (web, worker, beat; embedded services if needed)"
+    )
+    run_parser.add_argument("--web-workers", type=int, default=2)
+    test_parser = commands.add_parser("test", help="run pytest against embedded services")
+    test_parser.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        return run(args) if args.command == "run" else test(args)
+    except (StartupError, ServiceError) as exc:
+        logger.error("%s", exc)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

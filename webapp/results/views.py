@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from webapp.accounts.access import get_team_for_user
+
+
+@login_required
+def index(request: HttpRequest, team_slug: str) -> HttpResponse:
+    team = get_team_for_user(request, team_slug)
+    return render(request, "results/index.html", {"team": team})
+
+
+@login_required
+def dashboard(request: HttpRequest, team_slug: str) -> HttpResponse:
+    team = get_team_for_user(request, team_slug)
+    return render(request, "results/dashboard.html", {"team": team})

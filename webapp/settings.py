@@ -1,0 +1,215 @@
+"""Django settings. Every value that varies between machines comes from an environment variable
+read through :mod:`webapp.env`, which fails loudly on a malformed value."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+from webapp import env
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+VAR_DIR = Path(
+    env.string(
+        "STUDIO_VAR_DIR",
+        str(BASE_DIR / "var"),
+        help="Where embedded services, uploads and runs keep their data.",
+    )
+    or "var"
+).resolve()
+EMBEDDED_PG_PORT = env.integer(
+    "STUDIO_PG_PORT",
+    54320,
+    minimum=1,
+    maximum=65535,
+    help="Port of the embedded Postgres (used when DATABASE_URL is not set).",
+)
+EMBEDDED_VALKEY_PORT = env.integer(
+    "STUDIO_VALKEY_PORT",
+    63790,
+    minimum=1,
+    maximum=65535,
+    help="Port of the embedded Valkey (used when REDIS_URL is not set).",
+)
+
+DATABASE_URL = env.url(
+    "DATABASE_URL",
+    ("postgres", "postgresql"),
+    f"postgres://postgres@127.0.0.1:{EMBEDDED_PG_PORT}/studio",
+    help="External Postgres. Unset: `make run` starts an embedded one under STUDIO_VAR_DIR.",
+)
+REDIS_URL = env.url(
+    "REDIS_URL",
+    ("redis", "rediss", "valkey"),
+    f"redis://127.0.0.1:{EMBEDDED_VALKEY_PORT}/0",
+    help="External Redis/Valkey (Celery broker). Unset: `make run` starts an embedded Valkey.",
+)
+
+
+def _secret_key() -> str:
+    """The key from STUDIO_SECRET_KEY, else one generated once and kept under VAR_DIR."""
+    given = env.string(
+        "STUDIO_SECRET_KEY",
+        None,
+        help="Django secret key. Unset: generated once into STUDIO_VAR_DIR/secret_key.",
+    )
+    if given:
+        return given
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env.boolean("STUDIO_DEBUG", False, help="Django debug mode. Never on in production.")
+ALLOWED_HOSTS = env.string_list(
+    "STUDIO_ALLOWED_HOSTS", ["127.0.0.1", "localhost"], help="Host names the web server answers to."
+)
+CSRF_TRUSTED_ORIGINS = env.string_list(
+    "STUDIO_CSRF_TRUSTED_ORIGINS",
+    [],
+    help="Origins allowed to POST when behind a proxy, e.g. https://studio.example.com.",
+)
+PORT = env.integer(
+    "PORT",
+    8000,
+    minimum=1,
+    maximum=65535,
+    help="Port of the web server (always bound to 127.0.0.1 by `make run`).",
+)
+PUBLIC_URL = env.url(
+    "STUDIO_PUBLIC_URL",
+    ("http", "https"),
+    f"http://127.0.0.1:{PORT}",
+    help="URL at which training processes reach this server's API.",
+)
+RAY_ADDRESS = env.string(
+    "RAY_ADDRESS", None, help="Ray dashboard URL for the `ray` executor, e.g. http://127.0.0.1:8265."
+)
+ADMIN_USERNAME = (
+    env.string(
+        "STUDIO_ADMIN_USERNAME", "admin", help="Username of the first admin account `make run` creates."
+    )
+    or "admin"
+)
+ADMIN_PASSWORD = env.string(
+    "STUDIO_ADMIN_PASSWORD",
+    None,
+    help="Password of that first admin account. Unset: generated and printed once.",
+)
+LOG_LEVEL = env.choice(
+    "STUDIO_LOG_LEVEL",
+    ("DEBUG", "INFO", "WARNING", "ERROR"),
+    "INFO",
+    help="Log level of the web server and workers.",
+)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "webapp.accounts",
+    "webapp.datasets",
+    "webapp.tools",
+    "webapp.experiments",
+    "webapp.results",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "webapp.accounts.middleware.CurrentTeamMiddleware",
+]
+
+ROOT_URLCONF = "webapp.urls"
+WSGI_APPLICATION = "webapp.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "webapp.accounts.context_processors.teams",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL or "", conn_max_age=60, conn_health_checks=True)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns on every request without it
+# Manifest storage needs collectstatic; plain storage keeps `make test` free of that step.
+STORAGES = {
+    "default": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(VAR_DIR / "media")},
+    },
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True  # serve straight from static/ without collectstatic
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads no cookie: the token travels in hx-headers on <body>
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_TRACK_STARTED = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
