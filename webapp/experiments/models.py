@@ -1,0 +1,202 @@
+"""Experiments and their runs.
+
+A run's life: draft → queued → starting → running → succeeded | failed | cancelled, plus stalled
+(no heartbeat or no progress within a limit). Every transition is one guarded UPDATE that must
+change exactly one row; the race each guard prevents is written beside it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from webapp.accounts.models import Team
+
+
+class Experiment(models.Model):
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="experiments")
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    task = models.CharField(max_length=100, blank=True, help_text="Task / data source, e.g. gsm8k.")
+    preset = models.CharField(max_length=50, blank=True, help_text="Algorithm preset, e.g. grpo.")
+    # The RunConfig as JSON (trainer.config.RunConfig.to_json), without the seed: each run adds its own.
+    config = models.JSONField(default=dict)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    created = models.DateTimeField(auto_now_add=True)
+    # Experiments created by an MLflow client (issue 8) rather than the form.
+    external = models.BooleanField(default=False)
+    cloned_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="clones")
+
+    class Meta:
+        ordering = ["-created"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="experiment_name_unique_per_team")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RunStatus(models.TextChoices):
+    DRAFT = "draft"
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    STALLED = "stalled"
+
+
+TERMINAL = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+ACTIVE = (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Run(models.Model):
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="runs")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="runs")
+    name = models.CharField(max_length=200, blank=True)
+    seed = models.IntegerField(default=0)
+    config = models.JSONField(default=dict, help_text="The frozen RunConfig this run trains with.")
+    status = models.CharField(max_length=12, choices=RunStatus.choices, default=RunStatus.DRAFT, db_index=True)
+    executor = models.CharField(max_length=10, default="local")
+    # Local: the process group id; Ray: the submission id. Set when the executor has started it.
+    executor_ref = models.CharField(max_length=200, blank=True)
+    token_hash = models.CharField(max_length=64, blank=True, db_index=True)
+    cancel_requested = models.BooleanField(default=False)
+    step = models.IntegerField(default=0)
+    total_steps = models.IntegerField(default=0)
+    message = models.TextField(blank=True, help_text="Last status message or the error that ended the run.")
+    claimed_by = models.CharField(max_length=200, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    progress_at = models.DateTimeField(null=True, blank=True, help_text="When the step counter last moved.")
+    finished_at = models.DateTimeField(null=True, blank=True)
+    external = models.BooleanField(default=False)
+    params = models.JSONField(default=dict, blank=True)
+    tags = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return self.name or f"run {self.pk}"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    @property
+    def progress(self) -> float:
+        return self.step / self.total_steps if self.total_steps else 0.0
+
+    # --- transitions -------------------------------------------------------------------------
+
+    def _transition(self, allowed_from: tuple[str, ...], **changes: Any) -> bool:
+        """One conditional UPDATE; True when this call made the change."""
+        changed = Run.objects.filter(pk=self.pk, status__in=allowed_from).update(**changes)
+        self.refresh_from_db()
+        return changed == 1
+
+    def issue_token(self) -> str:
+        """A fresh per-run API token; only its hash is stored, so call it when launching."""
+        token = f"r{self.pk}_{secrets.token_urlsafe(32)}"
+        Run.objects.filter(pk=self.pk).update(token_hash=hash_token(token))
+        self.token_hash = hash_token(token)
+        return token
+
+    @classmethod
+    def for_token(cls, token: str) -> Run | None:
+        if not token:
+            return None
+        return cls.objects.filter(token_hash=hash_token(token)).select_related("team", "experiment").first()
+
+    def enqueue(self) -> bool:
+        # Race: a double-clicked "launch" would enqueue twice; only the first draft → queued wins.
+        return self._transition((RunStatus.DRAFT,), status=RunStatus.QUEUED, queued_at=timezone.now())
+
+    def mark_starting(self, executor_ref: str) -> bool:
+        # Race: a retried launch task must not start a second process for a run already started.
+        return self._transition((RunStatus.QUEUED,), status=RunStatus.STARTING, executor_ref=executor_ref)
+
+    def claim(self, worker: str) -> bool:
+        # Race: two trainer processes for one run (a retried submit); only one may own it.
+        now = timezone.now()
+        return self._transition(
+            (RunStatus.QUEUED, RunStatus.STARTING),
+            status=RunStatus.RUNNING, claimed_by=worker, started_at=now, heartbeat_at=now, progress_at=now,
+        )  # fmt: skip
+
+    def heartbeat(self, step: int | None = None, total_steps: int | None = None) -> bool:
+        # Race: a late heartbeat after the reaper marked the run stalled revives it; after a
+        # terminal state it changes nothing.
+        now = timezone.now()
+        changes: dict[str, Any] = {"heartbeat_at": now, "status": RunStatus.RUNNING}
+        if total_steps is not None:
+            changes["total_steps"] = total_steps
+        updated = Run.objects.filter(pk=self.pk, status__in=(RunStatus.RUNNING, RunStatus.STALLED))
+        if step is not None:
+            Run.objects.filter(pk=self.pk, step__lt=step).update(progress_at=now)
+            changes["step"] = step
+        changed = updated.update(**changes)
+        self.refresh_from_db()
+        return changed == 1
+
+    def finish(self, status: str, message: str = "") -> bool:
+        if status not in TERMINAL:
+            raise ValueError(f"finish() takes a terminal status ({', '.join(TERMINAL)}), not {status!r}")
+        # Race: the trainer's own "succeeded" and the reaper's "failed" can arrive together; the
+        # first terminal state wins and later ones change nothing.
+        return self._transition(
+            (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED),
+            status=status, message=message, finished_at=timezone.now(),
+        )  # fmt: skip
+
+    def request_cancel(self) -> bool:
+        """Ask for cancellation; a run that never started is cancelled at once."""
+        # Race: cancelling a draft/queued run while the launcher picks it up; the launcher's
+        # mark_starting then finds it cancelled and does nothing.
+        if self._transition((RunStatus.DRAFT, RunStatus.QUEUED), status=RunStatus.CANCELLED, cancel_requested=True,
+                            finished_at=timezone.now(), message="cancelled before it started"):  # fmt: skip
+            return True
+        return self._transition(ACTIVE, cancel_requested=True)
+
+    def mark_stalled(self, message: str, silent_for_s: float) -> bool:
+        # Race: a heartbeat landing between the reaper's read and this write; the same UPDATE
+        # re-checks that the run is still silent.
+        changed = (
+            Run.objects.filter(pk=self.pk)
+            .filter(_silent_filter(silent_for_s))
+            .update(status=RunStatus.STALLED, message=message)
+        )
+        self.refresh_from_db()
+        return changed == 1
+
+    @classmethod
+    def silent_since(cls, seconds: float) -> models.QuerySet[Run]:
+        """Running runs without a heartbeat, or without progress, for ``seconds``."""
+        return cls.objects.filter(_silent_filter(seconds))
+
+    def finished_in_s(self) -> float | None:
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None
+
+
+
+
+def _silent_filter(seconds: float) -> Q:
+    cutoff = timezone.now() - timedelta(seconds=seconds)
+    silent = Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True) | Q(progress_at__lt=cutoff)
+    return Q(status=RunStatus.RUNNING) & silent
