@@ -142,6 +142,7 @@ def test(args: argparse.Namespace) -> int:
             # Playwright's sync API runs an event loop in the test thread; Django's ORM must still be usable there.
             "DJANGO_ALLOW_ASYNC_UNSAFE": "true",
             "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1",
+            "DJANGO_LIVE_TEST_SERVER_ADDRESS": "127.0.0.1",  # live_server on loopback only
         }
         return subprocess.run(
             [PYTHON, "-m", "pytest", *args.pytest_args], env=env, cwd=ROOT, check=False

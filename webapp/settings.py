@@ -203,7 +203,33 @@ CELERY_TASK_TRACK_STARTED = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
-CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
+REAP_EVERY_S = env.integer(
+    "STUDIO_REAP_EVERY_S",
+    10,
+    minimum=1,
+    help="How often the reaper reconciles active runs with their executors.",
+)
+STALL_AFTER_S = env.integer(
+    "STUDIO_STALL_AFTER_S",
+    300,
+    minimum=5,
+    help="A running run with no heartbeat or no progress for this long is marked stalled.",
+)
+CANCEL_GRACE_S = env.integer(
+    "STUDIO_CANCEL_GRACE_S",
+    60,
+    minimum=1,
+    help="After a cancel, how long a run may finish its step before it is killed.",
+)
+RELAUNCH_AFTER_S = env.integer(
+    "STUDIO_RELAUNCH_AFTER_S",
+    120,
+    minimum=5,
+    help="A run still queued after this long has its launch task sent again.",
+)
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    "reap-runs": {"task": "webapp.experiments.tasks.reap_runs", "schedule": float(REAP_EVERY_S)},
+}
 
 LOGGING = {
     "version": 1,

@@ -117,3 +117,83 @@ def login(page: Any, live_server: Any) -> Callable[[str], Any]:
         return page
 
     return do_login
+
+
+class RayHead:
+    """A real Ray head on loopback (`ray start --head --block` in its own process group)."""
+
+    def __init__(self, temp_dir: Path) -> None:
+        from webapp.services import free_port
+
+        self.port = free_port()
+        self.dashboard_port = free_port()
+        self.temp_dir = temp_dir
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def start(self) -> None:
+        ray = str(Path(sys.executable).parent / "ray")
+        log = (self.temp_dir / "ray-head.log").open("wb")
+        self.proc = subprocess.Popen(
+            [ray, "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
+             f"--port={self.port}", f"--dashboard-port={self.dashboard_port}", "--num-cpus=2",
+             "--disable-usage-stats", "--include-dashboard=true", f"--temp-dir={self.temp_dir}",
+             f"--ray-client-server-port={_free()}", f"--dashboard-agent-listen-port={_free()}",
+             f"--metrics-export-port={_free()}", f"--runtime-env-agent-port={_free()}"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+        )  # fmt: skip
+        from ray.job_submission import JobSubmissionClient
+
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ray head exited: {(self.temp_dir / 'ray-head.log').read_text()[-2000:]}")
+            try:
+                JobSubmissionClient(self.address).list_jobs()
+                return
+            except Exception:
+                time.sleep(0.5)
+        raise RuntimeError("the Ray head did not answer within 90 s")
+
+    def stop(self) -> None:
+        import signal
+
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+        import psutil
+
+        # Ray's own daemons may have started their own sessions; stop everything under our temp dir.
+        for proc in psutil.process_iter(["cmdline"]):
+            try:
+                if any(str(self.temp_dir) in part for part in proc.info["cmdline"] or []):
+                    proc.kill()
+            except psutil.Error:
+                continue
+
+
+def _free() -> int:
+    from webapp.services import free_port
+
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def ray_head() -> Iterator[RayHead]:
+    import tempfile
+
+    # Ray puts unix sockets under its temp dir; keep the path short.
+    temp_dir = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+    head = RayHead(temp_dir)
+    head.start()
+    yield head
+    head.stop()
+    shutil.rmtree(temp_dir, ignore_errors=True)

@@ -11,7 +11,9 @@ from webapp.experiments.models import Experiment, Run, RunStatus
 
 @pytest.fixture
 def run(personas: Any) -> Run:
-    experiment = Experiment.objects.create(team=personas["acme"], name="gsm8k grpo", task="gsm8k", preset="grpo")
+    experiment = Experiment.objects.create(
+        team=personas["acme"], name="gsm8k grpo", task="gsm8k", preset="grpo"
+    )
     return Run.objects.create(experiment=experiment, team=personas["acme"], seed=1)
 
 

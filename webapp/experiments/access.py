@@ -11,7 +11,9 @@ from webapp.accounts.models import Role
 from webapp.experiments.models import Experiment, Run
 
 
-def get_experiment_for_user(request: HttpRequest, team_slug: str, pk: int, *, write: bool = False) -> Experiment:
+def get_experiment_for_user(
+    request: HttpRequest, team_slug: str, pk: int, *, write: bool = False
+) -> Experiment:
     team = get_team_for_user(request, team_slug, role=Role.MEMBER if write else Role.VIEWER)
     return get_object_or_404(Experiment, pk=pk, team=team)
 

@@ -14,6 +14,16 @@ class ExperimentAdmin(admin.ModelAdmin):
 
 @admin.register(Run)
 class RunAdmin(admin.ModelAdmin):
-    list_display = ["id", "experiment", "team", "status", "executor", "seed", "step", "total_steps", "created"]
+    list_display = [
+        "id",
+        "experiment",
+        "team",
+        "status",
+        "executor",
+        "seed",
+        "step",
+        "total_steps",
+        "created",
+    ]
     list_filter = ["status", "executor", "team"]
     readonly_fields = ["token_hash", "claimed_by", "executor_ref"]

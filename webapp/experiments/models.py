@@ -32,11 +32,15 @@ class Experiment(models.Model):
     created = models.DateTimeField(auto_now_add=True)
     # Experiments created by an MLflow client (issue 8) rather than the form.
     external = models.BooleanField(default=False)
-    cloned_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="clones")
+    cloned_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="clones"
+    )
 
     class Meta:
         ordering = ["-created"]
-        constraints = [models.UniqueConstraint(fields=["team", "name"], name="experiment_name_unique_per_team")]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="experiment_name_unique_per_team")
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -67,12 +71,15 @@ class Run(models.Model):
     name = models.CharField(max_length=200, blank=True)
     seed = models.IntegerField(default=0)
     config = models.JSONField(default=dict, help_text="The frozen RunConfig this run trains with.")
-    status = models.CharField(max_length=12, choices=RunStatus.choices, default=RunStatus.DRAFT, db_index=True)
+    status = models.CharField(
+        max_length=12, choices=RunStatus.choices, default=RunStatus.DRAFT, db_index=True
+    )
     executor = models.CharField(max_length=10, default="local")
     # Local: the process group id; Ray: the submission id. Set when the executor has started it.
     executor_ref = models.CharField(max_length=200, blank=True)
     token_hash = models.CharField(max_length=64, blank=True, db_index=True)
     cancel_requested = models.BooleanField(default=False)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
     step = models.IntegerField(default=0)
     total_steps = models.IntegerField(default=0)
     message = models.TextField(blank=True, help_text="Last status message or the error that ended the run.")
@@ -167,10 +174,11 @@ class Run(models.Model):
         """Ask for cancellation; a run that never started is cancelled at once."""
         # Race: cancelling a draft/queued run while the launcher picks it up; the launcher's
         # mark_starting then finds it cancelled and does nothing.
+        now = timezone.now()
         if self._transition((RunStatus.DRAFT, RunStatus.QUEUED), status=RunStatus.CANCELLED, cancel_requested=True,
-                            finished_at=timezone.now(), message="cancelled before it started"):  # fmt: skip
+                            cancel_requested_at=now, finished_at=now, message="cancelled before it started"):  # fmt: skip
             return True
-        return self._transition(ACTIVE, cancel_requested=True)
+        return self._transition(ACTIVE, cancel_requested=True, cancel_requested_at=now)
 
     def mark_stalled(self, message: str, silent_for_s: float) -> bool:
         # Race: a heartbeat landing between the reaper's read and this write; the same UPDATE
@@ -192,8 +200,6 @@ class Run(models.Model):
         if self.started_at and self.finished_at:
             return (self.finished_at - self.started_at).total_seconds()
         return None
-
-
 
 
 def _silent_filter(seconds: float) -> Q:

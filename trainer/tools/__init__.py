@@ -1,0 +1,23 @@
+"""Tools (BaseTool, TOOLS), tool-call formats (FORMATS) and the HTTP tool adapter."""
+
+from __future__ import annotations
+
+from trainer.tools import builtin as _builtin  # noqa: F401  (registers the built-in tools)
+from trainer.tools.base import TOOLS, BaseTool, ToolResult, check_tool_definition, run_tool_call
+from trainer.tools.formats import FORMATS, HermesFormat, ToolCallFormat
+from trainer.tools.http import HttpTool, HttpToolError, HttpToolSpec, register_http_tool
+
+__all__ = [
+    "FORMATS",
+    "TOOLS",
+    "BaseTool",
+    "HermesFormat",
+    "HttpTool",
+    "HttpToolError",
+    "HttpToolSpec",
+    "ToolCallFormat",
+    "ToolResult",
+    "check_tool_definition",
+    "register_http_tool",
+    "run_tool_call",
+]

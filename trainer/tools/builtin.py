@@ -1,0 +1,24 @@
+"""Built-in tools that need nothing outside the trainer. Task tools live with their recipes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.tools.base import TOOLS, BaseTool, ToolResult
+
+
+@TOOLS.register("echo")
+class EchoTool(BaseTool):
+    """Returns its text unchanged: the smallest real tool, for smoke runs and tests."""
+
+    name = "echo"
+    description = "Return the given text unchanged."
+    parameters = {
+        "type": "object",
+        "properties": {"text": {"type": "string", "description": "The text to return."}},
+        "required": ["text"],
+        "additionalProperties": False,
+    }
+
+    async def execute(self, args: dict[str, Any], **ctx: Any) -> ToolResult:
+        return ToolResult(text=args["text"])

@@ -1,0 +1,201 @@
+"""Where a run's training process lives: a detached local process group, or a Ray job.
+
+Celery only launches, polls and stops; the training process owns its run. Each executor answers
+three questions for the reaper: is it still there, how did it end, and how do I stop it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import psutil
+from django.conf import settings
+
+from trainer.registry import Registry
+from webapp.experiments.models import Run
+
+logger = logging.getLogger(__name__)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class ExecutorState:
+    """``alive`` while the process/job may still report; otherwise ``exit_code`` / ``message`` say how it ended."""
+
+    alive: bool
+    exit_code: int | None = None
+    message: str = ""
+    stopped: bool = False  # ended because someone stopped it
+
+
+class Executor(Protocol):
+    name: str
+
+    def start(self, run: Run, token: str) -> str: ...
+    def poll(self, run: Run) -> ExecutorState: ...
+    def stop(self, run: Run, *, force: bool = False) -> None: ...
+
+
+EXECUTORS: Registry[Executor] = Registry("executor")
+
+
+def trainer_argv(run: Run) -> list[str]:
+    return ["-m", "trainer", "run", "--run-id", str(run.pk), "--api", str(settings.PUBLIC_URL)]
+
+
+def run_dir(run: Run) -> Path:
+    path = Path(settings.VAR_DIR) / "runs" / str(run.pk)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+# --- local ---------------------------------------------------------------------------------------
+
+
+def _group_members(pgid: int) -> list[psutil.Process]:
+    members = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(proc)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return members
+
+
+class LocalExecutor:
+    """A detached process group on this machine: ``sh -c 'python -m trainer ...; echo $? > exit_code'``.
+
+    The shell wrapper records the trainer's exit status (the worker that started it is not its
+    parent for long: the launch helper exits at once, so init reaps it and no zombie is left).
+    """
+
+    name = "local"
+
+    def start(self, run: Run, token: str) -> str:
+        directory = run_dir(run)
+        exit_file = directory / "exit_code"
+        exit_file.unlink(missing_ok=True)
+        command = " ".join([_quote(sys.executable), *map(_quote, trainer_argv(run))])
+        script = (
+            f"{command} >> {_quote(str(directory / 'train.log'))} 2>&1; echo $? > {_quote(str(exit_file))}"
+        )
+        env = {**os.environ, "STUDIO_RUN_TOKEN": token, "PYTHONUNBUFFERED": "1"}
+        env.pop("DJANGO_SETTINGS_MODULE", None)  # the trainer never imports Django
+        # Double fork through a helper that exits at once: the trainer outlives this worker.
+        helper = subprocess.run(
+            [sys.executable, "-m", "webapp.experiments.detach", "sh", "-c", script],
+            env=env, cwd=ROOT, capture_output=True, text=True, check=True, timeout=30,
+        )  # fmt: skip
+        pgid = int(helper.stdout.strip())
+        logger.info("run %s started locally as process group %s", run.pk, pgid)
+        return f"pgid:{pgid}"
+
+    def poll(self, run: Run) -> ExecutorState:
+        pgid = _pgid(run)
+        if pgid is None:
+            return ExecutorState(alive=False, message="no process was recorded for this run")
+        if _group_members(pgid):
+            return ExecutorState(alive=True)
+        exit_file = run_dir(run) / "exit_code"
+        if exit_file.exists():
+            code = int(exit_file.read_text().strip() or -1)
+            return ExecutorState(
+                alive=False, exit_code=code, message=f"the training process exited with code {code}"
+            )
+        return ExecutorState(
+            alive=False, message="the training process disappeared (killed?) without an exit code"
+        )
+
+    def stop(self, run: Run, *, force: bool = False) -> None:
+        pgid = _pgid(run)
+        if pgid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL if force else signal.SIGTERM)
+
+
+def _pgid(run: Run) -> int | None:
+    if not run.executor_ref.startswith("pgid:"):
+        return None
+    return int(run.executor_ref.removeprefix("pgid:"))
+
+
+def _quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+# --- ray -----------------------------------------------------------------------------------------
+
+
+def submission_id(run: Run) -> str:
+    """Deterministic per run (and per installation): Ray refuses a reused id, so retries are safe."""
+    install = hashlib.sha256(str(settings.SECRET_KEY).encode()).hexdigest()[:8]
+    return f"studio-{install}-run-{run.pk}"
+
+
+class RayExecutor:
+    name = "ray"
+
+    def client(self) -> object:
+        from ray.job_submission import JobSubmissionClient
+
+        if not settings.RAY_ADDRESS:
+            raise RuntimeError(
+                "RAY_ADDRESS is not set: the ray executor needs the Ray dashboard URL of a cluster"
+            )
+        return JobSubmissionClient(settings.RAY_ADDRESS)
+
+    def start(self, run: Run, token: str) -> str:
+        client = self.client()
+        job_id = submission_id(run)
+        entrypoint = " ".join(["python", *map(_quote, trainer_argv(run))])
+        try:
+            client.submit_job(  # type: ignore[attr-defined]
+                entrypoint=entrypoint,
+                submission_id=job_id,
+                runtime_env={"env_vars": {"STUDIO_RUN_TOKEN": token, "PYTHONUNBUFFERED": "1"}},
+                metadata={"studio_run": str(run.pk), "experiment": run.experiment.name[:100]},
+                entrypoint_num_cpus=1,
+            )
+        except RuntimeError as exc:
+            # A retried launch: the job exists already, which is exactly what we wanted.
+            if "already exists" not in str(exc):
+                raise
+            logger.info("ray job %s already submitted; not submitting again", job_id)
+        return f"ray:{job_id}"
+
+    def poll(self, run: Run) -> ExecutorState:
+        from ray.job_submission import JobStatus
+
+        client = self.client()
+        job_id = run.executor_ref.removeprefix("ray:")
+        info = client.get_job_info(job_id)  # type: ignore[attr-defined]
+        if info.status in (JobStatus.PENDING, JobStatus.RUNNING):
+            return ExecutorState(alive=True)
+        message = f"ray job {job_id} {info.status.value}"
+        if info.message:
+            message += f": {info.message}"
+        code = 0 if info.status == JobStatus.SUCCEEDED else getattr(info, "driver_exit_code", None)
+        return ExecutorState(
+            alive=False, exit_code=code, message=message, stopped=info.status == JobStatus.STOPPED
+        )
+
+    def stop(self, run: Run, *, force: bool = False) -> None:
+        client = self.client()
+        client.stop_job(run.executor_ref.removeprefix("ray:"))  # type: ignore[attr-defined]
+
+
+EXECUTORS.add("local", LocalExecutor())
+EXECUTORS.add("ray", RayExecutor())

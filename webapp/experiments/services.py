@@ -1,0 +1,97 @@
+"""Operations that span a run and its executor: start, reconcile, cancel.
+
+Celery tasks call these with a primary key; each is safe to run twice (the guarded transitions
+on Run decide who acts).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from webapp.experiments.executors import EXECUTORS, ExecutorState, submission_id
+from webapp.experiments.models import Run, RunStatus
+
+logger = logging.getLogger(__name__)
+
+CANCELLED_EXIT_CODES = (130, 143, -15)  # SIGINT / SIGTERM: the trainer finished its step and stopped
+
+
+def start_run(run: Run) -> None:
+    """queued → starting, then hand the run to its executor with a fresh per-run token."""
+    planned_ref = f"ray:{submission_id(run)}" if run.executor == "ray" else ""
+    if not run.mark_starting(planned_ref):
+        logger.info("run %s is %s, not queued: not starting it again", run.pk, run.status)
+        return
+    executor = EXECUTORS.get(run.executor)
+    try:
+        ref = executor.start(run, run.issue_token())
+    except Exception as exc:  # any failure to start is the run's failure, shown on its page
+        logger.exception("run %s could not start", run.pk)
+        run.finish(RunStatus.FAILED, f"could not start on the {run.executor} executor: {exc}")
+        return
+    Run.objects.filter(pk=run.pk).update(executor_ref=ref)
+
+
+def reconcile(run: Run) -> None:
+    """Bring the run's status in line with what its executor says (the reaper's one step)."""
+    if run.is_terminal or not run.executor_ref:
+        return
+    state = _poll(run)
+    if state is None:
+        return
+    if state.alive:
+        _watch_live_run(run)
+        return
+    if run.cancel_requested or state.stopped or state.exit_code in CANCELLED_EXIT_CODES:
+        run.finish(RunStatus.CANCELLED, state.message or "cancelled")
+    elif state.exit_code == 0:
+        run.finish(RunStatus.SUCCEEDED, state.message)
+    else:
+        run.finish(RunStatus.FAILED, state.message)
+
+
+def _poll(run: Run) -> ExecutorState | None:
+    try:
+        return EXECUTORS.get(run.executor).poll(run)
+    except Exception as exc:  # an unreachable cluster is not a verdict on the run
+        logger.warning("could not poll run %s on %s: %s", run.pk, run.executor, exc)
+        started = run.queued_at or run.created
+        if run.status == RunStatus.STARTING and timezone.now() - started > timedelta(
+            seconds=settings.STALL_AFTER_S
+        ):
+            run.finish(RunStatus.FAILED, f"the {run.executor} executor lost the run: {exc}")
+        return None
+
+
+def _watch_live_run(run: Run) -> None:
+    if run.cancel_requested and run.cancel_requested_at:
+        if timezone.now() - run.cancel_requested_at > timedelta(seconds=settings.CANCEL_GRACE_S):
+            logger.warning("run %s ignored SIGTERM for %s s; killing it", run.pk, settings.CANCEL_GRACE_S)
+            EXECUTORS.get(run.executor).stop(run, force=True)
+        return
+    if Run.silent_since(settings.STALL_AFTER_S).filter(pk=run.pk).exists():
+        run.mark_stalled(
+            f"no heartbeat or progress for {settings.STALL_AFTER_S} s while the process is alive",
+            settings.STALL_AFTER_S,
+        )
+
+
+def cancel(run: Run) -> None:
+    if not run.request_cancel() or run.is_terminal or not run.executor_ref:
+        return
+    try:
+        EXECUTORS.get(run.executor).stop(run)
+    except Exception as exc:
+        logger.warning("could not stop run %s: %s", run.pk, exc)
+
+
+def requeue_lost_launches() -> list[int]:
+    """Queued runs whose launch task was lost (broker flushed, worker died) are sent again."""
+    cutoff = timezone.now() - timedelta(seconds=settings.RELAUNCH_AFTER_S)
+    return list(
+        Run.objects.filter(status=RunStatus.QUEUED, queued_at__lt=cutoff).values_list("pk", flat=True)
+    )
