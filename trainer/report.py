@@ -1,0 +1,950 @@
+"""Where results go: the wire schema the webapp ingests, and the reporters that produce it.
+
+The pydantic models below are the contract between the trainer and the webapp's ingestion API;
+the webapp imports them as they are. Every body the trainer POSTs carries a ``batch_id`` (also
+sent as the ``Idempotency-Key`` header): a replayed batch has the same id, so the server can
+answer 2xx without storing it twice.
+
+Reporters: :class:`ConsoleReporter` (logs, a progress bar on a terminal), :class:`JsonlReporter`
+(one JSON object per line), :class:`HttpReporter` (the webapp: batched, gzipped, retried,
+spooled to disk while the server is away), :class:`MemoryReporter` (tests) and
+:class:`MultiReporter` (fan-out). Reporters never raise from ``log_*`` because the server is down:
+training must not fail because the webapp restarted.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import math
+import os
+import random
+import re
+import tempfile
+import threading
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO, TYPE_CHECKING, Any, Literal
+
+import httpx
+import tenacity
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from trainer.mdp import Step, ToolCallRecord, Trajectory
+
+if TYPE_CHECKING:
+    from trainer.config import RunConfig
+
+logger = logging.getLogger(__name__)
+console_logger = logging.getLogger("trainer.console")
+
+# -- endpoints ------------------------------------------------------------------------------------
+
+METRICS_PATH = "/api/ingest/runs/{run_id}/metrics"
+TRAJECTORIES_PATH = "/api/ingest/runs/{run_id}/trajectories"
+STATUS_PATH = "/api/ingest/runs/{run_id}/status"
+HEARTBEAT_PATH = "/api/ingest/runs/{run_id}/heartbeat"
+LOGS_PATH = "/api/ingest/runs/{run_id}/logs"
+CHECKPOINTS_PATH = "/api/ingest/runs/{run_id}/checkpoints"
+CONFIG_PATH = "/api/runs/{run_id}/config"
+CLAIM_PATH = "/api/runs/{run_id}/claim"
+DATASET_PATH = "/api/runs/{run_id}/dataset/{split}"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+TOKEN_ENV = "STUDIO_RUN_TOKEN"
+
+RunStatus = Literal["starting", "running", "succeeded", "failed", "cancelled"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+
+
+def new_batch_id() -> str:
+    return uuid.uuid4().hex
+
+
+# -- wire schema ----------------------------------------------------------------------------------
+
+
+class _Wire(BaseModel):
+    # NaN and infinities travel as the strings "NaN"/"Infinity" (plain JSON has no such numbers);
+    # pydantic reads them back as floats. A NaN loss is news the user must see, not drop.
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
+
+
+class MetricPoint(_Wire):
+    key: str = Field(min_length=1, max_length=200, description="Namespaced metric key, e.g. reward/mean.")
+    step: int = Field(ge=0, description="Training step the value belongs to.")
+    value: float = Field(description="The value.")
+    ts: float = Field(description="Unix time the trainer logged it.")
+
+
+class MetricBatch(_Wire):
+    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key of this batch.")
+    points: list[MetricPoint] = Field(description="Points in the order they were logged.")
+
+
+class ToolCallWire(_Wire):
+    name: str
+    arguments: JsonValue = None
+    result: str = ""
+    error: str | None = None
+    reward: float | None = None
+    latency_s: float = 0.0
+    info: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class StepWire(_Wire):
+    """One LLM call of a trajectory, as the rollout viewer shows it. Token ids are optional (size)."""
+
+    index: int = Field(ge=0, description="Position of the step in its trajectory.")
+    prompt_text: str = ""
+    response_text: str = ""
+    reward: float | None = None
+    done: bool = False
+    advantage: float | None = None
+    value: float | None = None
+    anchor: str | None = None
+    num_prompt_tokens: int = 0
+    num_response_tokens: int = 0
+    info: dict[str, JsonValue] = Field(default_factory=dict)
+    timings: dict[str, float] = Field(default_factory=dict)
+    tool_calls: list[ToolCallWire] = Field(default_factory=list)
+    prompt_ids: list[int] | None = None
+    response_ids: list[int] | None = None
+    response_mask: list[int] | None = None
+    rollout_log_probs: list[float] | None = None
+
+
+class TrajectoryWire(_Wire):
+    """mdp.Trajectory on the wire."""
+
+    id: str
+    group_id: str
+    sample_index: int
+    rollout_index: int = 0
+    data_source: str = ""
+    ground_truth: JsonValue = None
+    total_reward: float = 0.0
+    metrics: dict[str, float] = Field(default_factory=dict)
+    info: dict[str, JsonValue] = Field(default_factory=dict)
+    steps: list[StepWire] = Field(default_factory=list)
+
+    @classmethod
+    def from_trajectory(cls, trajectory: Trajectory, *, include_token_ids: bool = False) -> TrajectoryWire:
+        return cls(
+            id=trajectory.id,
+            group_id=trajectory.group_id,
+            sample_index=trajectory.sample_index,
+            rollout_index=trajectory.rollout_index,
+            data_source=trajectory.data_source,
+            ground_truth=_jsonable(trajectory.ground_truth),
+            total_reward=trajectory.total_reward,
+            metrics=_floats(trajectory.metrics),
+            info=_jsonable(trajectory.info),
+            steps=[_step_wire(i, step, include_token_ids) for i, step in enumerate(trajectory.steps)],
+        )
+
+
+def _step_wire(index: int, step: Step, include_token_ids: bool) -> StepWire:
+    tokens: dict[str, Any] = {}
+    if include_token_ids:
+        tokens = {
+            "prompt_ids": list(step.prompt_ids),
+            "response_ids": list(step.response_ids),
+            "response_mask": list(step.response_mask),
+            "rollout_log_probs": [float(x) for x in step.rollout_log_probs],
+        }
+    return StepWire(
+        index=index,
+        prompt_text=step.prompt_text,
+        response_text=step.response_text,
+        reward=None if step.reward is None else float(step.reward),
+        done=step.done,
+        advantage=None if step.advantage is None else float(step.advantage),
+        value=None if step.value is None else float(step.value),
+        anchor=step.anchor,
+        num_prompt_tokens=len(step.prompt_ids),
+        num_response_tokens=len(step.response_ids),
+        info=_jsonable(step.info),
+        timings=_floats(step.timings),
+        tool_calls=[_tool_call_wire(call) for call in step.tool_calls],
+        **tokens,
+    )
+
+
+def _tool_call_wire(call: ToolCallRecord) -> ToolCallWire:
+    return ToolCallWire(
+        name=call.name,
+        arguments=_jsonable(call.arguments),
+        result=call.result,
+        error=call.error,
+        reward=None if call.reward is None else float(call.reward),
+        latency_s=float(call.latency_s),
+        info=_jsonable(call.info),
+    )
+
+
+class TrajectoryBatch(_Wire):
+    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key of this batch.")
+    training_step: int = Field(ge=0, description="Training step whose rollouts these are.")
+    trajectories: list[TrajectoryWire]
+
+
+class StatusUpdate(_Wire):
+    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key.")
+    status: RunStatus
+    message: str = ""
+    progress: float | None = Field(default=None, ge=0.0, le=1.0, description="Fraction of the run done.")
+
+
+class Heartbeat(_Wire):
+    step: int = Field(ge=0)
+    total_steps: int = Field(ge=0)
+    ts: float
+
+
+class LogChunk(_Wire):
+    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key.")
+    seq: int = Field(ge=0, description="Chunks are numbered from 0 in order within one trainer process.")
+    text: str
+
+
+class CheckpointRecord(_Wire):
+    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key.")
+    step: int = Field(ge=0)
+    path: str
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+
+def _floats(values: Mapping[str, Any]) -> dict[str, float]:
+    # Metric values arrive as Python, numpy or 0-d torch numbers; float() takes all of them.
+    return {str(key): float(value) for key, value in values.items()}
+
+
+def _jsonable(value: Any) -> Any:
+    """Info dicts may hold numpy or torch scalars, tuples or other objects; make them plain JSON values."""
+
+    def fallback(obj: Any) -> Any:
+        for method in ("item", "tolist"):
+            if hasattr(obj, method):
+                return getattr(obj, method)()
+        return str(obj)
+
+    return json.loads(json.dumps(value, default=fallback))
+
+
+# -- the interface --------------------------------------------------------------------------------
+
+
+class Reporter(ABC):
+    """Where the training loop sends what happens. All methods are called from the training thread."""
+
+    @abstractmethod
+    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None: ...
+
+    @abstractmethod
+    def log_trajectories(self, step: int, trajectories: Sequence[Trajectory]) -> None: ...
+
+    @abstractmethod
+    def set_status(self, status: RunStatus, message: str = "", progress: float | None = None) -> None: ...
+
+    @abstractmethod
+    def heartbeat(self, step: int, total: int) -> None: ...
+
+    @abstractmethod
+    def log_text(self, text: str) -> None: ...
+
+    @abstractmethod
+    def log_checkpoint(self, step: int, path: str, metrics: Mapping[str, float] | None = None) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - most reporters hold nothing to release
+        """Flush and release; safe to call twice."""
+
+    def __enter__(self) -> Reporter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+CONSOLE_KEYS = (
+    "reward/mean",
+    "actor/pg_loss",
+    "actor/kl",
+    "actor/entropy",
+    "critic/value_loss",
+    "timing/rollout_s",
+)
+
+
+class ConsoleReporter(Reporter):
+    """Logs a one-line summary per step (logger ``trainer.console``); a tqdm bar when ``progress``."""
+
+    def __init__(self, *, progress: bool = False, keys: Sequence[str] = CONSOLE_KEYS) -> None:
+        self.progress = progress
+        self.keys = tuple(keys)
+        self._bar: Any = None
+
+    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        values = _floats(metrics)
+        shown = [key for key in values if key in self.keys or key.startswith("val/")]
+        console_logger.info("step %d  %s", step, "  ".join(f"{key}={values[key]:.4g}" for key in shown))
+        if self._bar is not None and "reward/mean" in values:
+            self._bar.set_postfix(reward=f"{values['reward/mean']:.3f}", refresh=False)
+
+    def log_trajectories(self, step: int, trajectories: Sequence[Trajectory]) -> None:
+        console_logger.debug("step %d: %d trajectories", step, len(trajectories))
+
+    def set_status(self, status: RunStatus, message: str = "", progress: float | None = None) -> None:
+        console_logger.info("status %s%s", status, f": {message}" if message else "")
+
+    def heartbeat(self, step: int, total: int) -> None:
+        if not self.progress:
+            return
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, unit="step", dynamic_ncols=True)
+        self._bar.total = total
+        self._bar.update(step - self._bar.n)
+
+    def log_text(self, text: str) -> None:
+        console_logger.info("%s", text.rstrip("\n"))
+
+    def log_checkpoint(self, step: int, path: str, metrics: Mapping[str, float] | None = None) -> None:
+        console_logger.info("checkpoint at step %d: %s", step, path)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+class JsonlReporter(Reporter):
+    """Appends one JSON object per event to a file: ``{"type": ..., "ts": ..., ...}``.
+
+    Types: metrics (step, values), trajectories (step, trajectories as TrajectoryWire), status,
+    heartbeat, log, checkpoint. Every line is flushed, so a crash loses nothing already logged.
+    """
+
+    def __init__(self, path: str | Path, *, include_token_ids: bool = False) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.include_token_ids = include_token_ids
+        self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
+
+    def _write(self, kind: str, payload: BaseModel | Mapping[str, Any]) -> None:
+        if self._file is None:
+            raise RuntimeError(f"JsonlReporter for {self.path} is closed")
+        body = json.loads(payload.model_dump_json()) if isinstance(payload, BaseModel) else dict(payload)
+        line = {"type": kind, "ts": time.time(), **body}
+        self._file.write(json.dumps(line, ensure_ascii=False) + "\n")
+        self._file.flush()
+
+    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        self._write(
+            "metrics", {"step": step, "values": {k: _json_float(v) for k, v in _floats(metrics).items()}}
+        )
+
+    def log_trajectories(self, step: int, trajectories: Sequence[Trajectory]) -> None:
+        wire = [
+            TrajectoryWire.from_trajectory(t, include_token_ids=self.include_token_ids) for t in trajectories
+        ]
+        self._write("trajectories", TrajectoryBatch(training_step=step, trajectories=wire))
+
+    def set_status(self, status: RunStatus, message: str = "", progress: float | None = None) -> None:
+        self._write("status", StatusUpdate(status=status, message=message, progress=progress))
+
+    def heartbeat(self, step: int, total: int) -> None:
+        self._write("heartbeat", Heartbeat(step=step, total_steps=total, ts=time.time()))
+
+    def log_text(self, text: str) -> None:
+        self._write("log", {"text": text})
+
+    def log_checkpoint(self, step: int, path: str, metrics: Mapping[str, float] | None = None) -> None:
+        self._write("checkpoint", CheckpointRecord(step=step, path=path, metrics=_floats(metrics or {})))
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _json_float(value: float) -> float | str:
+    if math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The events a :class:`JsonlReporter` wrote, in order."""
+    with Path(path).open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+@dataclass
+class MemoryReporter(Reporter):
+    """Keeps every event in lists (for tests and notebooks)."""
+
+    metrics: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    trajectories: list[tuple[int, list[Trajectory]]] = field(default_factory=list)
+    statuses: list[tuple[str, str, float | None]] = field(default_factory=list)
+    heartbeats: list[tuple[int, int]] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    checkpoints: list[tuple[int, str, dict[str, float]]] = field(default_factory=list)
+    closed: bool = False
+
+    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        self.metrics.append((step, _floats(metrics)))
+
+    def log_trajectories(self, step: int, trajectories: Sequence[Trajectory]) -> None:
+        self.trajectories.append((step, list(trajectories)))
+
+    def set_status(self, status: RunStatus, message: str = "", progress: float | None = None) -> None:
+        self.statuses.append((status, message, progress))
+
+    def heartbeat(self, step: int, total: int) -> None:
+        self.heartbeats.append((step, total))
+
+    def log_text(self, text: str) -> None:
+        self.texts.append(text)
+
+    def log_checkpoint(self, step: int, path: str, metrics: Mapping[str, float] | None = None) -> None:
+        self.checkpoints.append((step, path, _floats(metrics or {})))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def series(self, key: str) -> list[tuple[int, float]]:
+        """(step, value) of one metric key, in logging order."""
+        return [(step, values[key]) for step, values in self.metrics if key in values]
+
+
+class MultiReporter(Reporter):
+    """Sends every event to each reporter in turn."""
+
+    def __init__(self, reporters: Iterable[Reporter]) -> None:
+        self.reporters = list(reporters)
+
+    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        for reporter in self.reporters:
+            reporter.log_metrics(step, metrics)
+
+    def log_trajectories(self, step: int, trajectories: Sequence[Trajectory]) -> None:
+        for reporter in self.reporters:
+            reporter.log_trajectories(step, trajectories)
+
+    def set_status(self, status: RunStatus, message: str = "", progress: float | None = None) -> None:
+        for reporter in self.reporters:
+            reporter.set_status(status, message, progress)
+
+    def heartbeat(self, step: int, total: int) -> None:
+        for reporter in self.reporters:
+            reporter.heartbeat(step, total)
+
+    def log_text(self, text: str) -> None:
+        for reporter in self.reporters:
+            reporter.log_text(text)
+
+    def log_checkpoint(self, step: int, path: str, metrics: Mapping[str, float] | None = None) -> None:
+        for reporter in self.reporters:
+            reporter.log_checkpoint(step, path, metrics)
+
+    def close(self) -> None:
+        # Close every reporter even when one fails, so the HTTP reporter still flushes.
+        errors: list[BaseException] = []
+        for reporter in self.reporters:
+            try:
+                reporter.close()
+            except Exception as error:
+                logger.exception("closing %s failed", type(reporter).__name__)
+                errors.append(error)
+        if errors:
+            raise errors[0]
+
+
+# -- HTTP -----------------------------------------------------------------------------------------
+
+
+class RetryableHttpError(Exception):
+    """A 5xx or 429 answer: the server may take the same request later."""
+
+    def __init__(self, status_code: int, retry_after: float | None) -> None:
+        super().__init__(f"HTTP {status_code}")
+        self.status_code = status_code
+        self.retry_after = retry_after
+
+
+class PermanentHttpError(Exception):
+    """Any other non-2xx answer: sending the same request again cannot help."""
+
+    def __init__(self, status_code: int, body: str) -> None:
+        super().__init__(f"HTTP {status_code}: {body[:500]}")
+        self.status_code = status_code
+        self.body = body
+
+
+def _raise_for_status(response: httpx.Response) -> None:
+    code = response.status_code
+    if 200 <= code < 300:
+        return
+    if code == 429 or code >= 500:
+        raise RetryableHttpError(code, _retry_after(response))
+    raise PermanentHttpError(code, response.text)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return float(response.headers.get("Retry-After", ""))
+    except ValueError:
+        return None  # absent, or an HTTP date: fall back to our own backoff
+
+
+RETRYABLE = (httpx.TransportError, RetryableHttpError)
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Tenacity wait: exponential from ``initial_s`` up to ``max_s`` with jitter; honours Retry-After."""
+
+    initial_s: float
+    max_s: float
+
+    def __call__(self, state: tenacity.RetryCallState) -> float:
+        error = state.outcome.exception() if state.outcome else None
+        if isinstance(error, RetryableHttpError) and error.retry_after is not None:
+            return min(max(error.retry_after, 0.0), self.max_s)
+        exponential = self.initial_s * 2.0 ** min(state.attempt_number - 1, 60)
+        # Jitter, so that many trainers do not hammer a restarted server in lockstep.
+        jitter = random.uniform(-0.5, 0.5) * self.initial_s
+        return max(0.0, min(exponential + jitter, self.max_s))
+
+
+# <seq>.<kind>.<batch_id>.json.gz: the zero-padded seq makes name order delivery order.
+_SPOOL_NAME = re.compile(r"^(\d{12})\.([a-z]+)\.([0-9a-f]+)\.json\.gz$")
+_KIND_PATHS = {
+    "metrics": METRICS_PATH,
+    "trajectories": TRAJECTORIES_PATH,
+    "status": STATUS_PATH,
+    "logs": LOGS_PATH,
+    "checkpoints": CHECKPOINTS_PATH,
+}
+
+
+class HttpReporter(Reporter):
+    """Reports to the webapp's ingestion API from a background thread.
+
+    Every batch is first written to ``spool_dir`` (one gzipped file per batch, named by sequence
+    number), then delivered oldest first and deleted once the server answered 2xx. So a server
+    that is away simply leaves files behind, which go out in order when it returns (or when a
+    later process for the same run starts with the same spool folder). Connection errors, 5xx and
+    429 are retried with exponential backoff (tenacity, capped at ``backoff_max_s``, honouring
+    ``Retry-After``); any other 4xx is logged and the file moved to ``spool_dir/rejected``.
+    Heartbeats are not spooled: only the latest one matters, and it is sent at most every
+    ``heartbeat_interval_s`` unless the step changed.
+    """
+
+    def __init__(
+        self,
+        api_url: str,
+        run_id: int | str,
+        token: str,
+        *,
+        spool_dir: str | Path | None = None,
+        max_batch_points: int = 1000,
+        max_log_chars: int = 64_000,
+        max_trajectories_per_batch: int = 32,
+        flush_interval_s: float = 2.0,
+        heartbeat_interval_s: float = 15.0,
+        backoff_initial_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+        request_timeout_s: float = 10.0,
+        close_timeout_s: float = 30.0,
+        include_token_ids: bool = False,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.spool_dir = Path(spool_dir) if spool_dir else _default_spool_dir(run_id)
+        self.rejected_dir = self.spool_dir / "rejected"
+        self.spool_dir.mkdir(parents=True, exist_ok=True)
+        self.max_batch_points = max_batch_points
+        self.max_log_chars = max_log_chars
+        self.max_trajectories_per_batch = max_trajectories_per_batch
+        self.flush_interval_s = flush_interval_s
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self.close_timeout_s = close_timeout_s
+        self.include_token_ids = include_token_ids
+        self._client = httpx.Client(
+            base_url=api_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=request_timeout_s,
+            transport=transport,
+        )
+        self._lock = threading.Lock()
+        self._points: list[MetricPoint] = []
+        self._log_parts: list[str] = []
+        self._buffered_since: float | None = None  # monotonic time of the oldest unspooled point or line
+        self._log_chars = 0
+        self._seq = self._next_seq_on_disk()
+        self._log_seq = 0
+        self._heartbeat: Heartbeat | None = None
+        self._heartbeat_sent: tuple[int, float] | None = None  # (step, monotonic time)
+        self._wake = threading.Event()
+        self._interrupt = threading.Event()
+        self._closing = threading.Event()
+        self._deadline: float | None = None
+        self._thread = threading.Thread(target=self._run, name=f"http-reporter-{run_id}", daemon=True)
+        self._thread.start()
+
+    # -- producer side (training thread) --
+
+    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        now = time.time()
+        points = [
+            MetricPoint(key=key, step=step, value=value, ts=now) for key, value in _floats(metrics).items()
+        ]
+        with self._lock:
+            self._points.extend(points)
+            self._mark_buffered_locked()
+            full = len(self._points) >= self.max_batch_points
+            if full:
+                self._cut_metrics_locked()
+        if full:
+            self._wake.set()
+
+    def log_trajectories(self, step: int, trajectories: Sequence[Trajectory]) -> None:
+        wire = [
+            TrajectoryWire.from_trajectory(t, include_token_ids=self.include_token_ids) for t in trajectories
+        ]
+        size = self.max_trajectories_per_batch
+        with self._lock:
+            self._cut_all_locked()
+            for start in range(0, len(wire), size):
+                self._spool_locked(
+                    "trajectories",
+                    TrajectoryBatch(training_step=step, trajectories=wire[start : start + size]),
+                )
+        self._wake.set()
+
+    def set_status(self, status: RunStatus, message: str = "", progress: float | None = None) -> None:
+        with self._lock:
+            self._cut_all_locked()  # a status follows the metrics logged before it
+            self._spool_locked("status", StatusUpdate(status=status, message=message, progress=progress))
+        self._wake.set()
+
+    def heartbeat(self, step: int, total: int) -> None:
+        with self._lock:
+            self._heartbeat = Heartbeat(step=step, total_steps=total, ts=time.time())
+        self._wake.set()
+
+    def log_text(self, text: str) -> None:
+        with self._lock:
+            self._log_parts.append(text)
+            self._log_chars += len(text)
+            self._mark_buffered_locked()
+            full = self._log_chars >= self.max_log_chars
+            if full:
+                self._cut_logs_locked()
+        if full:
+            self._wake.set()
+
+    def log_checkpoint(self, step: int, path: str, metrics: Mapping[str, float] | None = None) -> None:
+        record = CheckpointRecord(step=step, path=str(path), metrics=_floats(metrics or {}))
+        with self._lock:
+            self._cut_all_locked()
+            self._spool_locked("checkpoints", record)
+        self._wake.set()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush everything and wait up to ``timeout`` (default ``close_timeout_s``) for delivery.
+
+        What is still undelivered then stays in the spool folder for a later process to replay.
+        """
+        if self._closing.is_set():
+            return
+        with self._lock:
+            self._cut_all_locked()
+        self._deadline = time.monotonic() + (self.close_timeout_s if timeout is None else timeout)
+        self._closing.set()
+        self._interrupt.set()  # cut a backoff sleep short: try once more right away
+        self._wake.set()
+        self._thread.join(max(0.0, self._deadline - time.monotonic()) + 1.0)
+        left = self.undelivered()
+        if left:
+            logger.warning(
+                "%d report batches not delivered; they stay in %s for a later replay", left, self.spool_dir
+            )
+        if not self._thread.is_alive():
+            self._client.close()
+
+    def undelivered(self) -> int:
+        """Batches waiting in the spool folder."""
+        return len(self._spool_files())
+
+    # -- batching (callers hold self._lock) --
+
+    def _mark_buffered_locked(self) -> None:
+        if self._buffered_since is None:
+            self._buffered_since = time.monotonic()
+
+    def _cut_all_locked(self) -> None:
+        self._cut_metrics_locked()
+        self._cut_logs_locked()
+        self._buffered_since = None
+
+    def _seconds_until_due(self) -> float:
+        with self._lock:
+            since = self._buffered_since
+        if since is None:
+            return self.flush_interval_s
+        return max(0.0, since + self.flush_interval_s - time.monotonic())
+
+    def _cut_metrics_locked(self) -> None:
+        if self._points:
+            self._spool_locked("metrics", MetricBatch(points=self._points))
+            self._points = []
+
+    def _cut_logs_locked(self) -> None:
+        if self._log_parts:
+            self._spool_locked("logs", LogChunk(seq=self._log_seq, text="".join(self._log_parts)))
+            self._log_seq += 1
+            self._log_parts, self._log_chars = [], 0
+
+    def _spool_locked(
+        self, kind: str, body: MetricBatch | TrajectoryBatch | StatusUpdate | LogChunk | CheckpointRecord
+    ) -> None:
+        name = f"{self._seq:012d}.{kind}.{body.batch_id}.json.gz"
+        self._seq += 1
+        data = gzip.compress(body.model_dump_json().encode("utf-8"), compresslevel=6)
+        temporary = self.spool_dir / f".{name}.tmp"
+        temporary.write_bytes(data)
+        # Renamed into place only when complete, so the sender never reads half a batch.
+        os.replace(temporary, self.spool_dir / name)
+
+    def _next_seq_on_disk(self) -> int:
+        files = self._spool_files()
+        if not files:
+            return 0
+        logger.info(
+            "%d report batches left in %s by an earlier process will be replayed", len(files), self.spool_dir
+        )
+        return int(files[-1].name.split(".", 1)[0]) + 1
+
+    def _spool_files(self) -> list[Path]:
+        return sorted(p for p in self.spool_dir.iterdir() if p.is_file() and _SPOOL_NAME.match(p.name))
+
+    # -- sender side (background thread) --
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self._seconds_until_due())
+            self._wake.clear()
+            # Read before draining: close() spools its last batches before setting the flag, so a
+            # drain that starts after seeing it also sees them.
+            closing = self._closing.is_set()
+            with self._lock:
+                since = self._buffered_since
+                # Batching by time: points wait at most flush_interval_s for company.
+                if closing or (since is not None and time.monotonic() - since >= self.flush_interval_s):
+                    self._cut_all_locked()
+            try:
+                drained = self._drain()
+                self._maybe_send_heartbeat()
+            except Exception:
+                # A bug here must not kill reporting for the rest of the run; the spool keeps the data.
+                logger.exception("report sender failed; retrying on the next tick")
+                drained = False
+            if closing and (drained or self._past_deadline()):
+                return
+
+    def _drain(self) -> bool:
+        """Deliver spooled batches oldest first; False when the server stayed away until the deadline."""
+        while files := self._spool_files():
+            for path in files:
+                try:
+                    self._deliver_with_retries(path)
+                except PermanentHttpError as error:
+                    self._reject(path, error)
+                except RETRYABLE:
+                    return False  # only when closing and out of time; the file stays for a replay
+        return True
+
+    def _deliver_with_retries(self, path: Path) -> None:
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(RETRYABLE),
+            wait=Backoff(self.backoff_initial_s, self.backoff_max_s),
+            stop=self._out_of_time,
+            sleep=self._sleep,
+            before_sleep=self._log_retry,
+            reraise=True,
+        )
+        retrying(self._deliver, path)
+
+    def _deliver(self, path: Path) -> None:
+        match = _SPOOL_NAME.match(path.name)
+        if match is None:
+            raise ValueError(f"not a spool file: {path}")
+        kind, batch_id = match.group(2), match.group(3)
+        response = self._client.post(
+            _KIND_PATHS[kind].format(run_id=self.run_id),
+            content=path.read_bytes(),
+            headers={
+                "Content-Type": "application/json",
+                "Content-Encoding": "gzip",
+                IDEMPOTENCY_HEADER: batch_id,
+            },
+        )
+        _raise_for_status(response)
+        path.unlink(missing_ok=True)
+
+    def _reject(self, path: Path, error: PermanentHttpError) -> None:
+        self.rejected_dir.mkdir(exist_ok=True)
+        os.replace(path, self.rejected_dir / path.name)
+        logger.error(
+            "the server refused report batch %s (%s); moved it to %s", path.name, error, self.rejected_dir
+        )
+
+    def _maybe_send_heartbeat(self) -> None:
+        with self._lock:
+            beat = self._heartbeat
+        if beat is None:
+            return
+        now = time.monotonic()
+        last = self._heartbeat_sent
+        if last is not None and last[0] == beat.step and now - last[1] < self.heartbeat_interval_s:
+            return
+        # Refresh ts so a heartbeat resent for the same step still proves the process is alive.
+        fresh = beat.model_copy(update={"ts": time.time()})
+        try:
+            response = self._client.post(
+                HEARTBEAT_PATH.format(run_id=self.run_id),
+                content=fresh.model_dump_json(),
+                headers={"Content-Type": "application/json"},
+            )
+            _raise_for_status(response)
+        except (*RETRYABLE, PermanentHttpError) as error:
+            logger.debug("heartbeat not delivered: %s", error)
+            return
+        self._heartbeat_sent = (beat.step, now)
+
+    # -- tenacity hooks --
+
+    def _out_of_time(self, state: tenacity.RetryCallState) -> bool:
+        return self._past_deadline()
+
+    def _past_deadline(self) -> bool:
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
+    def _sleep(self, seconds: float) -> None:
+        if self._deadline is not None:
+            seconds = min(seconds, max(0.0, self._deadline - time.monotonic()))
+        self._interrupt.wait(seconds)
+        self._interrupt.clear()
+
+    def _log_retry(self, state: tenacity.RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        log = (
+            logger.warning
+            if state.attempt_number in (1, 10) or state.attempt_number % 50 == 0
+            else logger.debug
+        )
+        log("report delivery failed (%s); attempt %d, retrying in %.1fs", error, state.attempt_number, wait)
+
+
+def _default_spool_dir(run_id: int | str) -> Path:
+    return Path(tempfile.gettempdir()) / "agent-r1-studio-spool" / f"run-{run_id}"
+
+
+class RunApiClient:
+    """The trainer's reads from the webapp: its RunConfig and its dataset files (bearer token)."""
+
+    def __init__(
+        self,
+        api_url: str,
+        run_id: int | str,
+        token: str,
+        *,
+        timeout_s: float = 60.0,
+        max_attempts: int = 5,
+        backoff_initial_s: float = 0.5,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self._client = httpx.Client(
+            base_url=api_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout_s,
+            transport=transport,
+        )
+        self._retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(RETRYABLE),
+            wait=Backoff(backoff_initial_s, 30.0),
+            stop=tenacity.stop_after_attempt(max_attempts),
+            reraise=True,
+        )
+
+    def fetch_config_json(self) -> str:
+        def get() -> str:
+            response = self._client.get(CONFIG_PATH.format(run_id=self.run_id))
+            _raise_for_status(response)
+            return response.text
+
+        return self._retrying(get)
+
+    def claim(self, worker: str) -> bool:
+        """Take ownership of the run; False when another process already owns it (HTTP 409)."""
+
+        def post() -> bool:
+            response = self._client.post(CLAIM_PATH.format(run_id=self.run_id), json={"worker": worker})
+            if response.status_code == 409:
+                return False
+            _raise_for_status(response)
+            return True
+
+        return bool(self._retrying(post))
+
+    def fetch_config(self) -> RunConfig:
+        from trainer.config import RunConfig
+
+        return RunConfig.from_json(self.fetch_config_json())
+
+    def download_dataset(self, split: str, dest_dir: str | Path) -> Path | None:
+        """Save the run's ``split`` parquet file into ``dest_dir``; None when the run has no such split."""
+        dest = Path(dest_dir) / f"{split}.parquet"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._retrying(self._download, split, dest)
+        except PermanentHttpError as error:
+            if error.status_code == 404:
+                return None
+            raise
+        return dest
+
+    def _download(self, split: str, dest: Path) -> None:
+        partial = dest.with_name(dest.name + ".part")
+        with self._client.stream("GET", DATASET_PATH.format(run_id=self.run_id, split=split)) as response:
+            if not 200 <= response.status_code < 300:
+                response.read()
+                _raise_for_status(response)
+            with partial.open("wb") as handle:
+                for chunk in response.iter_bytes():
+                    handle.write(chunk)
+        os.replace(partial, dest)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> RunApiClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
