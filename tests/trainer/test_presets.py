@@ -1,0 +1,136 @@
+"""Presets: the REFERENCE §4 mapping, recipe defaults, task defaults and registry behaviour."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer.algos.advantages import ESTIMATORS
+from trainer.algos.losses import AGG_MODES, KL_KINDS, POLICY_LOSSES
+from trainer.algos.presets import PRESETS, Preset, recipe_defaults, task_defaults
+from trainer.registry import RegistryError
+
+# REFERENCE §4: name -> (estimator, policy loss, critic, where the KL goes).
+EXPECTED = {
+    "ppo": ("gae", "vanilla", True, "none"),
+    "stepppo": ("gae", "gspo", True, "none"),
+    "grpo": ("grpo", "vanilla", False, "loss"),
+    "rloo": ("rloo", "vanilla", False, "reward"),
+    "reinforce": ("reinforce", "reinforce", False, "reward"),
+    "gigpo": ("gigpo", "vanilla", False, "loss"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_preset_maps_to_its_estimator_loss_critic_and_kl_mode(name: str) -> None:
+    preset = PRESETS.get(name)
+    assert (preset.estimator, preset.policy_loss, preset.use_critic, preset.kl_mode) == EXPECTED[name]
+    assert preset.name == name and preset.description
+
+
+def test_the_registry_holds_exactly_the_six_presets() -> None:
+    assert PRESETS.names() == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_recipe_defaults_follow_agent_r1(name: str) -> None:
+    defaults = PRESETS.get(name).defaults
+    assert defaults["optim.lr"] == 1e-6
+    assert defaults["optim.critic_lr"] == 1e-5
+    assert defaults["algorithm.entropy_coef"] == 0.0
+    assert defaults["algorithm.gamma"] == 1.0
+    assert defaults["algorithm.kl_coef"] == 0.001
+
+
+def test_group_presets_sample_eight_per_prompt() -> None:
+    for name in ("grpo", "rloo", "gigpo"):
+        assert PRESETS.get(name).defaults["rollout.n"] == 8
+
+
+def test_kl_goes_in_the_loss_as_low_var_kl_and_in_the_reward_as_k1() -> None:
+    assert PRESETS.get("grpo").defaults["algorithm.kl_kind"] == "low_var_kl"
+    assert PRESETS.get("rloo").defaults["algorithm.kl_kind"] == "kl"
+    assert PRESETS.get("reinforce").defaults["algorithm.kl_kind"] == "kl"
+
+
+def test_stepppo_aggregates_per_step_with_gspos_clip_range() -> None:
+    defaults = PRESETS.get("stepppo").defaults
+    assert defaults["algorithm.loss_agg_mode"] == "seq-mean-token-mean"
+    assert (defaults["algorithm.clip_low"], defaults["algorithm.clip_high"]) == (3e-4, 4e-4)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_preset_defaults_name_real_registry_entries(name: str) -> None:
+    defaults = PRESETS.get(name).defaults
+    assert defaults["algorithm.loss_agg_mode"] in AGG_MODES
+    assert defaults["algorithm.kl_kind"] in KL_KINDS
+    assert PRESETS.get(name).estimator in ESTIMATORS
+    assert PRESETS.get(name).policy_loss in POLICY_LOSSES
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_run_config_accepts_every_preset_and_its_recipe_defaults(name: str) -> None:
+    # The defaults are keyed by RunConfig's dotted paths; RunConfig forbids unknown fields.
+    from trainer.config import RunConfig
+
+    config = RunConfig.from_preset(name, **recipe_defaults(name, "alfworld"))
+    assert config.algorithm.estimator == PRESETS.get(name).estimator
+    assert config.algorithm.policy_loss == PRESETS.get(name).policy_loss
+    assert config.algorithm.kl_mode == PRESETS.get(name).kl_mode
+    assert config.rollout.n == PRESETS.get(name).defaults["rollout.n"]
+    assert config.rollout.max_steps == 20
+
+
+def test_preset_defaults_cannot_be_mutated() -> None:
+    with pytest.raises(TypeError):
+        PRESETS.get("grpo").defaults["rollout.n"] = 1  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("task", "expected"),
+    [
+        ("gsm8k", {"rollout.max_steps": 5}),
+        ("HotpotQA", {"rollout.max_steps": 5, "algorithm.gamma": 0.99}),
+        ("alfworld", {"rollout.max_steps": 20}),
+        (" WebShop ", {"rollout.max_steps": 15}),
+        ("my_own_task", {}),
+    ],
+)
+def test_task_defaults_per_recipe(task: str, expected: dict[str, object]) -> None:
+    assert dict(task_defaults(task)) == expected
+
+
+def test_recipe_defaults_let_the_task_override_the_preset() -> None:
+    merged = recipe_defaults("grpo", "hotpotqa")
+    assert merged["algorithm.gamma"] == 0.99
+    assert merged["rollout.max_steps"] == 5
+    assert merged["rollout.n"] == 8
+    assert recipe_defaults("grpo") == dict(PRESETS.get("grpo").defaults)
+
+
+def test_an_unknown_preset_lists_the_choices() -> None:
+    with pytest.raises(RegistryError, match="gigpo, grpo, ppo, reinforce, rloo, stepppo"):
+        PRESETS.get("dapo")
+    with pytest.raises(RegistryError, match="gigpo, grpo"):
+        recipe_defaults("dapo")
+
+
+def test_a_duplicate_preset_is_rejected() -> None:
+    with pytest.raises(RegistryError, match="already registered"):
+        PRESETS.add("grpo", PRESETS.get("rloo"))
+    assert PRESETS.get("grpo").estimator == "grpo"
+
+
+def test_a_preset_naming_an_unregistered_estimator_is_rejected() -> None:
+    with pytest.raises(RegistryError, match="unknown advantage estimator"):
+        Preset("x", "dapo", "vanilla", False, "none", {}, "")
+    with pytest.raises(RegistryError, match="unknown policy loss"):
+        Preset("x", "grpo", "cispo", False, "none", {}, "")
+
+
+def test_a_preset_whose_critic_does_not_fit_its_estimator_is_rejected() -> None:
+    with pytest.raises(ValueError, match="use_critic"):
+        Preset("x", "grpo", "vanilla", True, "loss", {}, "")
+    with pytest.raises(ValueError, match="use_critic"):
+        Preset("x", "gae", "vanilla", False, "loss", {}, "")
+    with pytest.raises(ValueError, match="kl_mode"):
+        Preset("x", "grpo", "vanilla", False, "both", {}, "")  # type: ignore[arg-type]

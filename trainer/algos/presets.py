@@ -1,0 +1,179 @@
+"""Algorithm presets: estimator + policy loss + defaults, as in Agent-R1 (REFERENCE §4).
+
+``Preset.defaults`` is keyed by RunConfig's dotted field paths (``"rollout.n"``, ``"algorithm.gamma"``),
+so ``RunConfig.from_preset`` can apply them as plain overrides. Per-task recipe settings (max steps,
+HotpotQA's discount) come from :func:`task_defaults`; :func:`recipe_defaults` merges both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Literal, get_args
+
+from trainer.algos.advantages import ESTIMATORS
+from trainer.algos.losses import POLICY_LOSSES
+from trainer.registry import Registry
+
+__all__ = ["PRESETS", "Preset", "recipe_defaults", "task_defaults"]
+
+KlMode = Literal["loss", "reward", "none"]
+# The estimators that read StepBatch.values, i.e. need a critic.
+_VALUE_ESTIMATORS = frozenset({"gae", "token_gae"})
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One named algorithm: which estimator and policy loss, whether it trains a critic, and defaults."""
+
+    name: str
+    estimator: str  # a name in ESTIMATORS
+    policy_loss: str  # a name in POLICY_LOSSES
+    use_critic: bool
+    kl_mode: KlMode
+    defaults: Mapping[str, Any]  # RunConfig dotted path -> value
+    description: str
+
+    def __post_init__(self) -> None:
+        # Fail at import time, not mid-run, if a preset names something that is not registered.
+        ESTIMATORS.get(self.estimator)
+        POLICY_LOSSES.get(self.policy_loss)
+        if self.use_critic != (self.estimator in _VALUE_ESTIMATORS):
+            raise ValueError(
+                f"preset {self.name!r}: use_critic must be True exactly when the estimator reads critic "
+                f"values ({', '.join(sorted(_VALUE_ESTIMATORS))}); estimator is {self.estimator!r}"
+            )
+        if self.kl_mode not in get_args(KlMode):
+            raise ValueError(
+                f"preset {self.name!r}: kl_mode must be one of {get_args(KlMode)}, not {self.kl_mode!r}"
+            )
+        object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))
+
+
+PRESETS: Registry[Preset] = Registry("preset")
+
+# Agent-R1's recipe (Qwen3-4B-Instruct): actor lr 1e-6, critic lr 1e-5, no entropy bonus, gamma 1, and
+# KL coefficient 0.001 whether it is a loss or a reward penalty.
+_COMMON: dict[str, Any] = {
+    "optim.lr": 1e-6,
+    "optim.critic_lr": 1e-5,
+    "algorithm.entropy_coef": 0.0,
+    "algorithm.gamma": 1.0,
+    "algorithm.lam": 1.0,
+    "algorithm.norm_adv_by_std": True,
+    "algorithm.kl_coef": 0.001,
+    "algorithm.kl_kind": "low_var_kl",
+    "algorithm.clip_low": 0.2,
+    "algorithm.clip_high": 0.2,
+    "algorithm.dual_clip_c": 3.0,
+    "algorithm.loss_agg_mode": "token-mean",
+}
+# KL in the reward is a per-token shaping term; k1 is the estimator whose expectation is the KL itself.
+_KL_IN_REWARD: dict[str, Any] = {"algorithm.kl_kind": "kl"}
+
+
+def _add(preset: Preset) -> None:
+    PRESETS.add(preset.name, preset)
+
+
+_add(
+    Preset(
+        name="ppo",
+        estimator="gae",
+        policy_loss="vanilla",
+        use_critic=True,
+        kl_mode="none",
+        defaults={**_COMMON, "rollout.n": 1},
+        description="PPO with a critic: step-level GAE (one value per step) and the dual-clip PPO loss.",
+    )
+)
+_add(
+    Preset(
+        name="stepppo",
+        estimator="gae",
+        policy_loss="gspo",
+        use_critic=True,
+        kl_mode="none",
+        defaults={
+            **_COMMON,
+            "rollout.n": 1,
+            "algorithm.loss_agg_mode": "seq-mean-token-mean",
+            # A length-normalised sequence ratio stays close to 1: GSPO's paper clips at 3e-4 / 4e-4.
+            "algorithm.clip_low": 3e-4,
+            "algorithm.clip_high": 4e-4,
+        },
+        description=(
+            "StepPPO: step-level GAE with a critic and one importance ratio per step "
+            "(GSPO loss, seq-mean-token-mean)."
+        ),
+    )
+)
+_add(
+    Preset(
+        name="grpo",
+        estimator="grpo",
+        policy_loss="vanilla",
+        use_critic=False,
+        kl_mode="loss",
+        defaults={**_COMMON, "rollout.n": 8},
+        description="GRPO: outcome advantage normalised over the n = 8 samples of a prompt; KL as a loss.",
+    )
+)
+_add(
+    Preset(
+        name="rloo",
+        estimator="rloo",
+        policy_loss="vanilla",
+        use_critic=False,
+        kl_mode="reward",
+        defaults={**_COMMON, **_KL_IN_REWARD, "rollout.n": 8},
+        description="RLOO: leave-one-out baseline over the n samples of a prompt; KL as a reward penalty.",
+    )
+)
+_add(
+    Preset(
+        name="reinforce",
+        estimator="reinforce",
+        policy_loss="reinforce",
+        use_critic=False,
+        kl_mode="reward",
+        defaults={**_COMMON, **_KL_IN_REWARD, "rollout.n": 1},
+        description="REINFORCE: whitened discounted return per step, plain policy gradient; KL in reward.",
+    )
+)
+_add(
+    Preset(
+        name="gigpo",
+        estimator="gigpo",
+        policy_loss="vanilla",
+        use_critic=False,
+        kl_mode="loss",
+        defaults={**_COMMON, "rollout.n": 8, "algorithm.gigpo_step_weight": 1.0},
+        description=(
+            "GiGPO: episode-level group advantage plus a step-level advantage among steps that share "
+            "an anchor observation; dual-clip PPO loss, KL as a loss."
+        ),
+    )
+)
+
+# Agent-R1's per-task recipe settings. Tasks are free text; unknown ones get no overrides.
+_TASK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gsm8k": {"rollout.max_steps": 5},
+    "hotpotqa": {"rollout.max_steps": 5, "algorithm.gamma": 0.99},
+    "alfworld": {"rollout.max_steps": 20},
+    "webshop": {"rollout.max_steps": 15},
+}
+
+
+def task_defaults(task: str) -> Mapping[str, Any]:
+    """Recipe overrides for a known task (case-insensitive: gsm8k, hotpotqa, alfworld, webshop), else {}."""
+    return MappingProxyType(dict(_TASK_DEFAULTS.get(task.strip().lower(), {})))
+
+
+def recipe_defaults(preset: str, task: str | None = None) -> dict[str, Any]:
+    """The preset's defaults with the task's recipe overrides on top (the task wins: HotpotQA's gamma)."""
+    merged = dict(PRESETS.get(preset).defaults)
+    if task is not None:
+        merged.update(task_defaults(task))
+    return merged
