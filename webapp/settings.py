@@ -119,6 +119,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "template_partials",
+    "ninja",
     "webapp.accounts",
     "webapp.datasets",
     "webapp.tools",
@@ -136,6 +137,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "webapp.results.middleware.GzipRequestMiddleware",
     "webapp.accounts.middleware.CurrentTeamMiddleware",
 ]
 
@@ -194,6 +196,21 @@ CSRF_COOKIE_HTTPONLY = False  # htmx reads no cookie: the token travels in hx-he
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
+# Datasets: uploads stream into DATASETS_DIR/incoming and are renamed into place (same filesystem).
+DATASETS_DIR = VAR_DIR / "datasets"
+UPLOAD_MAX_BYTES = env.integer(
+    "STUDIO_UPLOAD_MAX_BYTES",
+    5 * 2**30,
+    minimum=1,
+    help="Largest parquet file a browser may upload, in bytes (default 5 GiB).",
+)
+# Tools: team HTTP tools may only call these hosts (exact host names, compared case-insensitively).
+TOOL_HOST_ALLOWLIST = env.string_list(
+    "STUDIO_TOOL_HOST_ALLOWLIST",
+    ["127.0.0.1", "localhost"],
+    help="Hosts that team HTTP tools may call, e.g. tools.internal,127.0.0.1.",
+)
+
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_SERIALIZER = "json"
@@ -203,6 +220,14 @@ CELERY_TASK_TRACK_STARTED = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+SHARED_DIR = Path(
+    env.string(
+        "STUDIO_SHARED_DIR",
+        str(VAR_DIR / "shared"),
+        help="Storage every Ray node sees (checkpoints and rollout dumps of ray runs); an absolute path.",
+    )
+    or ""
+)
 REAP_EVERY_S = env.integer(
     "STUDIO_REAP_EVERY_S",
     10,

@@ -6,6 +6,7 @@ from django.urls import include, path
 
 from webapp import health
 from webapp.accounts import views as accounts
+from webapp.api import api
 from webapp.datasets import views as datasets
 from webapp.experiments import views as experiments
 from webapp.results import views as results
@@ -15,18 +16,38 @@ team_patterns = [
     path("", results.dashboard, name="dashboard"),
     path("members/", accounts.members, name="members"),
     path("datasets/", datasets.index, name="datasets"),
+    path("datasets/upload/", datasets.upload, name="dataset_upload"),
+    path("datasets/from-recipe/", datasets.from_recipe, name="dataset_from_recipe"),
+    path("datasets/<int:pk>/", datasets.detail, name="dataset"),
+    path("datasets/<int:pk>/download/", datasets.download, name="dataset_download"),
     path("tools/", tools.index, name="tools"),
+    path("tools/new/", tools.new, name="tool_new"),
+    path("tools/<int:pk>/", tools.detail, name="tool"),
+    path("tools/<int:pk>/try/", tools.try_tool, name="tool_try"),
+    path("tools/<int:pk>/delete/", tools.delete, name="tool_delete"),
+    path("tools/builtin/<str:name>/", tools.builtin_detail, name="builtin_tool"),
+    path("tools/builtin/<str:name>/try/", tools.try_builtin, name="builtin_tool_try"),
+    path("tools/trials/<int:pk>/", tools.trial, name="tool_trial"),
     path("experiments/", experiments.index, name="experiments"),
+    path("experiments/new/", experiments.new, name="experiment_new"),
+    path("experiments/<int:pk>/", experiments.detail, name="experiment"),
+    path("experiments/<int:pk>/launch/", experiments.launch, name="experiment_launch"),
+    path("runs/<int:pk>/", experiments.run_detail, name="run"),
+    path("runs/<int:pk>/cancel/", experiments.cancel, name="run_cancel"),
     path("compare/", results.index, name="compare"),
 ]
 
 urlpatterns = [
     path("", accounts.home, name="home"),
     path("healthz", health.healthz, name="healthz"),
+    path("api/", api.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("teams/", accounts.teams, name="teams"),
+    path("account/tokens/", accounts.api_tokens, name="api_tokens"),  # results
+    path("account/tokens/<int:pk>/revoke/", accounts.revoke_api_token, name="revoke_api_token"),  # results
     path("teams/switch/", accounts.switch_team, name="switch_team"),
     path("t/<slug:team_slug>/", include(team_patterns)),
+    path("t/<slug:team_slug>/", include("webapp.results.urls")),  # results
     path("admin/", admin.site.urls),
 ]

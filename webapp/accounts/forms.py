@@ -24,3 +24,7 @@ class AddMemberForm(forms.Form):
 
 class SwitchTeamForm(forms.Form):
     team = forms.SlugField()
+
+
+class ApiTokenForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="What the token is for, e.g. 'notebook'.")

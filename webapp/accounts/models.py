@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import secrets
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 from django.utils.text import slugify
 
 
@@ -68,3 +72,67 @@ class Membership(models.Model):
 
     def allows(self, role: str) -> bool:
         return ROLE_RANK[Role(self.role)] >= ROLE_RANK[Role(role)]
+
+
+def _hash_api_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A personal token for the REST API. Only its SHA-256 is stored; the token is shown once."""
+
+    PREFIX = "sk_"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    token_hash = models.CharField(max_length=64, unique=True)
+    hint = models.CharField(
+        max_length=12, help_text="The first characters, so the owner can tell tokens apart."
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    last_used = models.DateTimeField(null=True, blank=True)
+    revoked = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.hint}…)"
+
+    @classmethod
+    def issue(cls, user: Any, name: str) -> tuple[ApiToken, str]:
+        """A new token for ``user``: (the row, the plain token to show once)."""
+        plain = cls.PREFIX + secrets.token_urlsafe(32)
+        token = cls.objects.create(user=user, name=name, token_hash=_hash_api_token(plain), hint=plain[:9])
+        return token, plain
+
+    @classmethod
+    def authenticate(cls, plain: str) -> Any | None:
+        """The active user owning an unrevoked token, else None."""
+        if not plain.startswith(cls.PREFIX):
+            return None
+        token = (
+            cls.objects.select_related("user")
+            .filter(token_hash=_hash_api_token(plain), revoked__isnull=True, user__is_active=True)
+            .first()
+        )
+        if token is None:
+            return None
+        now = timezone.now()
+        if token.last_used is None or now - token.last_used > LAST_USED_RESOLUTION:
+            # At most one write a minute per token; a lost race only loses a timestamp.
+            cls.objects.filter(pk=token.pk).update(last_used=now)
+        return token.user
+
+    def revoke(self) -> bool:
+        # Race: two revoke clicks; the first sets the time and the second changes nothing.
+        changed = ApiToken.objects.filter(pk=self.pk, revoked__isnull=True).update(revoked=timezone.now())
+        self.refresh_from_db()
+        return changed == 1
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked is None
+
+
+LAST_USED_RESOLUTION = timedelta(minutes=1)

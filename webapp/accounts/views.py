@@ -3,13 +3,13 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from webapp.accounts.access import get_membership, get_team_for_user
-from webapp.accounts.forms import AddMemberForm, SwitchTeamForm, TeamForm
+from webapp.accounts.forms import AddMemberForm, ApiTokenForm, SwitchTeamForm, TeamForm
 from webapp.accounts.middleware import SESSION_KEY
-from webapp.accounts.models import Role, Team
+from webapp.accounts.models import ApiToken, Role, Team
 
 
 @login_required
@@ -64,3 +64,25 @@ def members(request: HttpRequest, team_slug: str) -> HttpResponse:
         "is_owner": membership.allows(Role.OWNER),
     }
     return render(request, "accounts/members.html", context)
+
+
+@login_required
+def api_tokens(request: HttpRequest) -> HttpResponse:
+    """Personal API tokens: create one (shown once), see and revoke the others."""
+    form = ApiTokenForm(request.POST or None)
+    created = None
+    if request.method == "POST" and form.is_valid():
+        _token, created = ApiToken.issue(request.user, form.cleaned_data["name"])
+        form = ApiTokenForm()
+    tokens = ApiToken.objects.filter(user=request.user)  # type: ignore[misc]
+    return render(request, "accounts/tokens.html", {"form": form, "created": created, "tokens": tokens})
+
+
+@login_required
+@require_POST
+def revoke_api_token(request: HttpRequest, pk: int) -> HttpResponse:
+    # A token of someone else is a 404, like everything outside one's reach.
+    token = get_object_or_404(ApiToken, pk=pk, user=request.user)
+    if token.revoke():
+        messages.success(request, f"Revoked {token.name}.")
+    return redirect("api_tokens")

@@ -1,13 +1,158 @@
 from __future__ import annotations
 
+import math
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.http import FileResponse, Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.text import slugify
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
+from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
 from webapp.accounts.access import get_team_for_user
+from webapp.accounts.models import Role, Team
+from webapp.datasets.access import get_dataset_for_user
+from webapp.datasets.files import StreamingUploadHandler, too_large_message
+from webapp.datasets.forms import RecipeForm, UploadForm
+from webapp.datasets.models import Dataset, DatasetStatus, ImportStatus, RecipeImport
+from webapp.htmx import HtmxHttpRequest
+
+STOP_POLLING = 286  # htmx stops an `every 2s` poll when it gets this status
+PREVIEW_ROWS = 10
+
+
+def recipe_choices() -> list[tuple[str, str]]:
+    from tasks_lib.registry import load_recipes
+
+    recipes = load_recipes()
+    return [(name, f"{name} — {recipes.get(name).description}") for name in recipes.names()]
+
+
+def _index_context(request: HtmxHttpRequest, team: Team, **forms: Any) -> dict[str, Any]:
+    imports = list(RecipeImport.objects.filter(team=team).prefetch_related("datasets")[:10])
+    return {
+        "team": team,
+        "datasets": Dataset.objects.filter(team=team),
+        "imports": imports,
+        "imports_pending": any(i.status == ImportStatus.PENDING for i in imports),
+        "upload_form": forms.get("upload_form") or UploadForm(),
+        "recipe_form": forms.get("recipe_form")
+        or RecipeForm(tasks=recipe_choices(), is_staff=request.user.is_staff),
+        "max_bytes": settings.UPLOAD_MAX_BYTES,
+        "too_large": too_large_message(settings.UPLOAD_MAX_BYTES),
+    }
+
+
+def _refresh_when_settled(
+    settled: bool, request: HtmxHttpRequest, template: str, context: dict[str, Any]
+) -> HttpResponse:
+    """Answer a status poll: the fragment while work is pending, else stop polling and reload the page
+    (the settled state adds stats, preview or new datasets that the fragment does not hold)."""
+    if not settled:
+        return render(request, template, context)
+    return HttpResponse(status=STOP_POLLING, headers={"HX-Refresh": "true"})
 
 
 @login_required
-def index(request: HttpRequest, team_slug: str) -> HttpResponse:
+def index(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug)
-    return render(request, "datasets/index.html", {"team": team})
+    context = _index_context(request, team)
+    if request.htmx and request.htmx.target == "recipe-imports":
+        return _refresh_when_settled(
+            not context["imports_pending"], request, "datasets/index.html#imports", context
+        )
+    return render(request, "datasets/index.html", context)
+
+
+@login_required
+@require_POST
+@csrf_exempt  # the streaming handler must be installed before the CSRF check reads the body
+def upload(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
+    # Access first: an outsider's upload is refused before a byte of it is read.
+    team = get_team_for_user(request, team_slug, role=Role.MEMBER)
+    handler = StreamingUploadHandler(request, max_bytes=settings.UPLOAD_MAX_BYTES)
+    request.upload_handlers = [handler]
+    try:
+        return _checked_upload(request, team, handler)
+    finally:
+        handler.remove_leftover()  # a failed CSRF check or form leaves the streamed file behind
+
+
+@csrf_protect
+def _checked_upload(request: HtmxHttpRequest, team: Team, handler: StreamingUploadHandler) -> HttpResponse:
+    form = UploadForm(request.POST, request.FILES, rejection=handler.rejection)
+    if form.is_valid() and form.upload is not None:
+        upload = form.upload
+        dataset, created = Dataset.from_file(
+            team, upload.path, sha256=upload.sha256, name=form.cleaned_data["name"],
+            source=f"upload of {upload.name}", user=request.user,
+        )  # fmt: skip
+        if not created:
+            messages.info(request, "This file was uploaded before; here is the existing dataset.")
+        url = dataset_url(dataset)
+        return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+    status = 413 if handler.rejection else 400
+    context = _index_context(request, team, upload_form=form)
+    template = "datasets/index.html#upload" if request.htmx else "datasets/index.html"
+    return render(request, template, context, status=status)
+
+
+@login_required
+@require_POST
+def from_recipe(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
+    team = get_team_for_user(request, team_slug, role=Role.MEMBER)
+    form = RecipeForm(request.POST, tasks=recipe_choices(), is_staff=request.user.is_staff)
+    if form.is_valid():
+        RecipeImport.start(team, form.cleaned_data["task"], form.cleaned_data["input_path"], request.user)
+        messages.success(
+            request, f"Preparing {form.cleaned_data['task']}; its datasets appear below when ready."
+        )
+        return redirect("datasets", team_slug=team.slug)
+    return render(request, "datasets/index.html", _index_context(request, team, recipe_form=form), status=400)
+
+
+def dataset_url(dataset: Dataset) -> str:
+    from django.urls import reverse
+
+    return reverse("dataset", kwargs={"team_slug": dataset.team.slug, "pk": dataset.pk})
+
+
+@login_required
+def detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    dataset = get_dataset_for_user(request, team_slug, pk)
+    context: dict[str, Any] = {"team": dataset.team, "dataset": dataset}
+    if request.htmx and request.htmx.target == "dataset-status":
+        settled = dataset.status != DatasetStatus.PENDING
+        return _refresh_when_settled(settled, request, "datasets/detail.html#status", context)
+    context.update(_preview_context(dataset, request.GET.get("page")))
+    template = (
+        "datasets/detail.html#preview"
+        if request.htmx and request.htmx.target == "preview"
+        else "datasets/detail.html"
+    )
+    return render(request, template, context)
+
+
+def _preview_context(dataset: Dataset, page_param: str | None) -> dict[str, Any]:
+    total = int(dataset.stats.get("rows") or 0)
+    pages = max(1, math.ceil(total / PREVIEW_ROWS))
+    page = min(max(int(page_param), 1), pages) if page_param and page_param.isdigit() else 1
+    rows = dataset.rows(page, PREVIEW_ROWS)
+    return {
+        "rows": rows, "page": page, "pages": pages, "total": total,
+        "first": (page - 1) * PREVIEW_ROWS, "last": (page - 1) * PREVIEW_ROWS + len(rows) - 1,
+        "bars": dataset.histogram_bars(), "data_sources": sorted(dataset.stats.get("data_sources", {}).items()),
+    }  # fmt: skip
+
+
+@login_required
+def download(request: HtmxHttpRequest, team_slug: str, pk: int) -> FileResponse:
+    dataset = get_dataset_for_user(request, team_slug, pk)
+    if not dataset.is_usable:
+        raise Http404("Only valid datasets can be downloaded.")
+    filename = f"{slugify(dataset.name) or 'dataset'}-{dataset.sha256[:12]}.parquet"
+    return FileResponse(dataset.path.open("rb"), as_attachment=True, filename=filename)

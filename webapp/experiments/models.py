@@ -28,6 +28,7 @@ class Experiment(models.Model):
     preset = models.CharField(max_length=50, blank=True, help_text="Algorithm preset, e.g. grpo.")
     # The RunConfig as JSON (trainer.config.RunConfig.to_json), without the seed: each run adds its own.
     config = models.JSONField(default=dict)
+    seeds = models.JSONField(default=list, help_text="One run per seed.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     created = models.DateTimeField(auto_now_add=True)
     # Experiments created by an MLflow client (issue 8) rather than the form.

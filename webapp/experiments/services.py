@@ -6,14 +6,20 @@ on Run decide who acts).
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
+from trainer.config import RunConfig
+
 from webapp.experiments.executors import EXECUTORS, ExecutorState, submission_id
-from webapp.experiments.models import Run, RunStatus
+from webapp.experiments.models import Experiment, Run, RunStatus
 
 logger = logging.getLogger(__name__)
 
@@ -80,8 +86,9 @@ def _watch_live_run(run: Run) -> None:
         )
 
 
-def cancel(run: Run) -> None:
-    if not run.request_cancel() or run.is_terminal or not run.executor_ref:
+def stop_executor(run: Run) -> None:
+    """After Run.request_cancel: SIGTERM the process group / stop the Ray job; the reaper finishes the run."""
+    if run.is_terminal or not run.executor_ref:
         return
     try:
         EXECUTORS.get(run.executor).stop(run)
@@ -95,3 +102,39 @@ def requeue_lost_launches() -> list[int]:
     return list(
         Run.objects.filter(status=RunStatus.QUEUED, queued_at__lt=cutoff).values_list("pk", flat=True)
     )
+
+
+# --- creating and launching ----------------------------------------------------------------------
+
+
+def create_experiment(team: Any, user: Any, config: RunConfig, seeds: list[int], *, description: str = "",
+                      cloned_from: Experiment | None = None) -> Experiment:  # fmt: skip
+    return Experiment.objects.create(
+        team=team, name=config.name, description=description, task=config.task, preset=config.preset,
+        config=json.loads(config.to_json()), seeds=seeds, created_by=user, cloned_from=cloned_from,
+    )  # fmt: skip
+
+
+def checkpoint_dir(run: Run) -> str:
+    """Local runs keep checkpoints under STUDIO_VAR_DIR; Ray runs on storage every node shares."""
+    base = Path(settings.SHARED_DIR) if run.executor == "ray" else Path(settings.VAR_DIR)
+    return str(base / "runs" / str(run.pk) / "checkpoints")
+
+
+@transaction.atomic
+def launch(experiment: Experiment) -> list[Run]:
+    """One queued run per seed, each with its own frozen config; the launch tasks go out on commit."""
+    from webapp.experiments.tasks import launch_run
+
+    base = RunConfig.model_validate(experiment.config)
+    runs = []
+    for seed in experiment.seeds or [base.trainer.seed]:
+        run = Run.objects.create(experiment=experiment, team=experiment.team, seed=seed, executor=base.executor,
+                                 name=f"{experiment.name} · seed {seed}")  # fmt: skip
+        config = base.with_overrides(**{"trainer.seed": seed, "trainer.checkpoint_dir": checkpoint_dir(run)})
+        Run.objects.filter(pk=run.pk).update(config=json.loads(config.to_json()))
+        run.refresh_from_db()
+        run.enqueue()
+        launch_run.delay_on_commit(run.pk)
+        runs.append(run)
+    return runs

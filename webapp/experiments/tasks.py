@@ -19,7 +19,7 @@ def cancel_run(run_id: int) -> None:
     run = Run.objects.filter(pk=run_id).first()
     if run is None:
         return
-    services.cancel(run)
+    services.stop_executor(run)
 
 
 @shared_task

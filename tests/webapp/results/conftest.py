@@ -1,0 +1,117 @@
+"""Runs with tokens, and helpers to post to the ingestion API like the trainer does."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from trainer.report import METRICS_PATH, TRAJECTORIES_PATH
+
+
+@pytest.fixture(autouse=True)
+def _fresh_key_cache() -> Iterator[None]:
+    # Metric key ids are cached per process; each test starts from an empty database.
+    from webapp.results.metrics_store import forget_cached_keys
+
+    forget_cached_keys()
+    yield
+    forget_cached_keys()
+
+
+@pytest.fixture
+def experiment(personas: Any) -> Any:
+    from webapp.experiments.models import Experiment
+
+    return Experiment.objects.create(team=personas["acme"], name="gsm8k grpo", task="gsm8k", preset="grpo")
+
+
+@pytest.fixture
+def run(experiment: Any) -> Any:
+    from webapp.experiments.models import Run
+
+    return Run.objects.create(
+        experiment=experiment, team=experiment.team, seed=1, config={"name": "r1", "seed": 1}
+    )
+
+
+@pytest.fixture
+def token(run: Any) -> str:
+    return str(run.issue_token())
+
+
+class Trainer:
+    """Posts to the ingestion API the way trainer.report.HttpReporter does (gzip, batch ids)."""
+
+    def __init__(self, client: Client, run_id: int, token: str) -> None:
+        self.client, self.run_id, self.token = client, run_id, token
+
+    def post(self, path: str, body: Any, *, compress: bool = True, token: str | None = None) -> Any:
+        data = json.dumps(body).encode()
+        headers = {"HTTP_AUTHORIZATION": f"Bearer {token or self.token}"}
+        if compress:
+            data = gzip.compress(data)
+            headers["HTTP_CONTENT_ENCODING"] = "gzip"
+        return self.client.post(
+            path.format(run_id=self.run_id), data, content_type="application/json", **headers
+        )
+
+    def metrics(self, points: list[dict[str, Any]], batch_id: str = "b1", **kw: Any) -> Any:
+        return self.post(METRICS_PATH, {"batch_id": batch_id, "points": points}, **kw)
+
+    def trajectories(self, step: int, trajectories: list[dict[str, Any]], batch_id: str = "t1") -> Any:
+        body = {"batch_id": batch_id, "training_step": step, "trajectories": trajectories}
+        return self.post(TRAJECTORIES_PATH, body)
+
+
+@pytest.fixture
+def trainer(client: Client, run: Any, token: str) -> Trainer:
+    return Trainer(client, run.pk, token)
+
+
+def points(keys: list[str], steps: range, value: Any = None) -> list[dict[str, Any]]:
+    return [
+        {"key": k, "step": s, "value": float(s * 0.5 + i) if value is None else value, "ts": 1.7e9 + s}
+        for s in steps
+        for i, k in enumerate(keys)
+    ]
+
+
+def trajectory(
+    uid: str, group: str, reward: float, *, response: str = "the answer is 4", **extra: Any
+) -> dict[str, Any]:
+    return {
+        "id": uid,
+        "group_id": group,
+        "sample_index": int(group.rsplit("p", 1)[-1]) if "p" in group else 0,
+        "rollout_index": int(uid.rsplit("s", 1)[-1]) if "s" in uid else 0,
+        "data_source": "gsm8k",
+        "ground_truth": "4",
+        "total_reward": reward,
+        "steps": [
+            {
+                "index": 0,
+                "prompt_text": "<|user|>What is 2+2?",
+                "response_text": '<tool_call>{"name": "calc", "arguments": {"expr": "2+2"}}</tool_call>',
+                "reward": 0.0,
+                "advantage": reward - 0.5,
+                "tool_calls": [
+                    {"name": "calc", "arguments": {"expr": "2+2"}, "result": "4", "latency_s": 0.01}
+                ],
+            },
+            {
+                "index": 1,
+                "prompt_text": "<|user|>What is 2+2?<|assistant|>calc<|tool|>4",
+                "response_text": response,
+                "reward": reward,
+                "advantage": reward - 0.5,
+                "value": 0.25,
+                "done": True,
+            },
+        ],
+        **extra,
+    }

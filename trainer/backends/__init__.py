@@ -1,0 +1,1 @@
+"""Training backends: ``torch`` (single process, the embedded default) and ``verl`` (Ray + vLLM on GPUs)."""

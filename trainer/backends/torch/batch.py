@@ -1,0 +1,202 @@
+"""From trajectories to tensors: step rows, padded response tensors, and model inputs for a few rows.
+
+Rows are steps (REFERENCE §1): all steps of one trajectory are consecutive and in step order. The
+model input of a step is its full prompt followed by its response; only the positions that predict
+response tokens are sent through the LM head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from trainer.algos.advantages import StepBatch
+from trainer.mdp import Step, Trajectory
+
+
+@dataclass
+class StepRows:
+    """The step rows of a batch of trajectories as padded tensors ([S] and [S, T], T = longest response)."""
+
+    trajectories: list[Trajectory]
+    steps: list[Step]
+    rows_of_traj: list[list[int]]  # step rows of each trajectory, in step order
+    traj_index: torch.Tensor  # [S] long
+    group_index: torch.Tensor  # [S] long
+    anchor_index: torch.Tensor  # [S] long; steps with the same state within a group share an id
+    response_ids: torch.Tensor  # [S, T] long, right-padded with 0
+    response_mask: torch.Tensor  # [S, T] float, 1 for model tokens
+    rewards: torch.Tensor  # [S] float; unscored steps count 0
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.steps)
+
+    def token_rewards(self) -> torch.Tensor:
+        """[S, T]: each step's scalar reward on its last response token."""
+        token_rewards = torch.zeros_like(self.response_mask)
+        last = torch.tensor([len(step.response_ids) - 1 for step in self.steps])
+        token_rewards[torch.arange(self.num_rows), last] = self.rewards
+        return token_rewards
+
+    def step_batch(self, token_rewards: torch.Tensor, values: torch.Tensor | None) -> StepBatch:
+        return StepBatch(
+            token_rewards=token_rewards,
+            response_mask=self.response_mask,
+            values=values,
+            traj_index=self.traj_index,
+            group_index=self.group_index,
+            anchor_index=self.anchor_index,
+        )
+
+
+def flatten(trajectories: Sequence[Trajectory]) -> StepRows:
+    """Stack the steps of ``trajectories`` (each with at least one step of at least one token)."""
+    steps: list[Step] = []
+    rows_of_traj: list[list[int]] = []
+    traj_ids: list[int] = []
+    group_ids: list[int] = []
+    anchor_ids: list[int] = []
+    groups: dict[str, int] = {}
+    anchors: dict[tuple[int, object], int] = {}
+    for t, trajectory in enumerate(trajectories):
+        if not trajectory.steps:
+            raise ValueError(
+                f"trajectory {trajectory.id} has no steps; drop empty trajectories before training"
+            )
+        group = groups.setdefault(trajectory.group_id, len(groups))
+        rows_of_traj.append(list(range(len(steps), len(steps) + len(trajectory.steps))))
+        for step in trajectory.steps:
+            if not step.response_ids:
+                raise ValueError(f"trajectory {trajectory.id} has a step with an empty response")
+            # The state is the full prompt (REFERENCE §1), so equal prompts are the same anchor state.
+            key = (group, step.anchor if step.anchor is not None else tuple(step.prompt_ids))
+            anchor_ids.append(anchors.setdefault(key, len(anchors)))
+            steps.append(step)
+            traj_ids.append(t)
+            group_ids.append(group)
+    width = max(len(step.response_ids) for step in steps)
+    response_ids = torch.zeros((len(steps), width), dtype=torch.long)
+    response_mask = torch.zeros((len(steps), width), dtype=torch.float32)
+    for row, step in enumerate(steps):
+        response_ids[row, : len(step.response_ids)] = torch.tensor(step.response_ids)
+        response_mask[row, : len(step.response_mask)] = torch.tensor(step.response_mask, dtype=torch.float32)
+    return StepRows(
+        trajectories=list(trajectories),
+        steps=steps,
+        rows_of_traj=rows_of_traj,
+        traj_index=torch.tensor(traj_ids, dtype=torch.long),
+        group_index=torch.tensor(group_ids, dtype=torch.long),
+        anchor_index=torch.tensor(anchor_ids, dtype=torch.long),
+        response_ids=response_ids,
+        response_mask=response_mask,
+        rewards=torch.tensor([float(step.reward or 0.0) for step in steps], dtype=torch.float32),
+    )
+
+
+@dataclass
+class ModelInputs:
+    """A micro-batch as one right-padded sequence per row, with the positions that predict each row's
+    response tokens (so the LM head runs over response positions only)."""
+
+    rows: list[int]
+    input_ids: torch.Tensor  # [b, L]
+    positions: torch.Tensor  # [b, Tm]; position p's output predicts token p + 1
+    width: int  # Tm, the longest response in this micro-batch
+
+    def to(self, device: torch.device) -> ModelInputs:
+        return ModelInputs(self.rows, self.input_ids.to(device), self.positions.to(device), self.width)
+
+
+@dataclass
+class SharedPrefixInputs:
+    """A micro-batch whose rows repeat prompts (the n samples of a group): each distinct prompt runs
+    through the model once, and every response continues from its prompt's KV cache."""
+
+    rows: list[int]
+    prompt_ids: torch.Tensor  # [u, P] distinct prompts, right-padded
+    prompt_mask: torch.Tensor  # [u, P] 1 on prompt tokens
+    prompt_lengths: torch.Tensor  # [u]
+    row_prompt: torch.Tensor  # [b] which distinct prompt each row continues
+    response_ids: torch.Tensor  # [b, Tm] right-padded
+    width: int  # Tm
+
+    def to(self, device: torch.device) -> SharedPrefixInputs:
+        return SharedPrefixInputs(
+            self.rows,
+            self.prompt_ids.to(device),
+            self.prompt_mask.to(device),
+            self.prompt_lengths.to(device),
+            self.row_prompt.to(device),
+            self.response_ids.to(device),
+            self.width,
+        )
+
+
+Inputs = ModelInputs | SharedPrefixInputs
+
+
+def model_inputs(
+    steps: Sequence[Step], rows: Sequence[int], pad_token_id: int, *, share_prefixes: bool = True
+) -> Inputs:
+    """Inputs for ``rows``: shared-prefix form when some rows repeat a prompt (and sharing is on), else
+    one plain sequence per row."""
+    distinct: dict[tuple[int, ...], int] = {}
+    row_prompt = [distinct.setdefault(tuple(steps[row].prompt_ids), len(distinct)) for row in rows]
+    if share_prefixes and len(distinct) < len(rows):
+        return _shared_prefix_inputs(steps, rows, list(distinct), row_prompt, pad_token_id)
+    return _plain_inputs(steps, rows, pad_token_id)
+
+
+def _plain_inputs(steps: Sequence[Step], rows: Sequence[int], pad_token_id: int) -> ModelInputs:
+    # Right padding needs no attention mask: under the causal mask a real token never sees the
+    # padding after it, and the padded positions are never read.
+    sequences = [steps[row].prompt_ids + steps[row].response_ids for row in rows]
+    length = max(len(sequence) for sequence in sequences)
+    width = max(len(steps[row].response_ids) for row in rows)
+    input_ids = torch.full((len(rows), length), pad_token_id, dtype=torch.long)
+    positions = torch.empty((len(rows), width), dtype=torch.long)
+    for i, (row, sequence) in enumerate(zip(rows, sequences, strict=True)):
+        input_ids[i, : len(sequence)] = torch.tensor(sequence)
+        start = len(steps[row].prompt_ids) - 1
+        positions[i] = torch.arange(start, start + width).clamp(max=length - 1)
+    return ModelInputs(list(rows), input_ids, positions, width)
+
+
+def _shared_prefix_inputs(
+    steps: Sequence[Step], rows: Sequence[int], prompts: list[tuple[int, ...]], row_prompt: list[int],
+    pad_token_id: int,
+) -> SharedPrefixInputs:  # fmt: skip
+    # Prompts are right-padded too: a padded query position still sees real tokens before it, so no
+    # attention row is fully masked (which would put NaNs into the backward pass).
+    length = max(len(prompt) for prompt in prompts)
+    prompt_ids = torch.full((len(prompts), length), pad_token_id, dtype=torch.long)
+    prompt_mask = torch.zeros((len(prompts), length), dtype=torch.long)
+    for i, prompt in enumerate(prompts):
+        prompt_ids[i, : len(prompt)] = torch.tensor(prompt)
+        prompt_mask[i, : len(prompt)] = 1
+    width = max(len(steps[row].response_ids) for row in rows)
+    response_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        response_ids[i, : len(steps[row].response_ids)] = torch.tensor(steps[row].response_ids)
+    return SharedPrefixInputs(
+        list(rows),
+        prompt_ids,
+        prompt_mask,
+        torch.tensor([len(prompt) for prompt in prompts]),
+        torch.tensor(row_prompt),
+        response_ids,
+        width,
+    )
+
+
+def micro_batches(steps: Sequence[Step], rows: Sequence[int], size: int) -> list[list[int]]:
+    """Split ``rows`` into chunks of ``size``, ordered so that equal prompts sit together (their prefix
+    is shared) and each chunk holds prompts of similar length (little padding)."""
+    ordered = sorted(
+        rows,
+        key=lambda row: (len(steps[row].prompt_ids), steps[row].prompt_ids, len(steps[row].response_ids)),
+    )
+    return [ordered[start : start + size] for start in range(0, len(ordered), size)]

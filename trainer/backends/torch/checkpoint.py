@@ -1,0 +1,126 @@
+"""Checkpoints in Hugging Face format, and resuming from the latest one.
+
+Layout of ``<checkpoint_dir>/step_00000012/``::
+
+    policy/              save_pretrained model + tokenizer (loadable by any HF tool)
+    critic/              the value model (backbone + value_head.pt), when the preset has one
+    optimizer.pt         AdamW states of the actor and the critic
+    rng.pt               torch, Python and sampler RNG states
+    trainer_state.json   step, metrics, the run config
+
+A checkpoint is written to a temporary folder and renamed into place, so a folder named
+``step_*`` is always complete: a run killed mid-save resumes from the previous one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from trainer.backends.torch.update import Models
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "step_"
+STATE_FILE = "trainer_state.json"
+
+
+@dataclass
+class Resumed:
+    step: int
+    path: Path
+    state: dict[str, Any]
+
+
+def checkpoint_path(root: str | Path, step: int) -> Path:
+    return Path(root) / f"{PREFIX}{step:08d}"
+
+
+def latest_checkpoint(root: str | Path | None) -> Path | None:
+    """The complete checkpoint with the highest step in ``root``, or None."""
+    if root is None or not Path(root).is_dir():
+        return None
+    found = [
+        path
+        for path in Path(root).iterdir()
+        if path.is_dir()
+        and path.name.startswith(PREFIX)
+        and path.name[len(PREFIX) :].isdigit()
+        and (path / STATE_FILE).is_file()
+    ]
+    return max(found, key=lambda path: int(path.name[len(PREFIX) :]), default=None)
+
+
+def rng_state(generators: dict[str, torch.Generator]) -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "generators": {name: generator.get_state() for name, generator in generators.items()},
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any], generators: dict[str, torch.Generator]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    for name, generator in generators.items():
+        if name in state["generators"]:
+            generator.set_state(state["generators"][name])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    root: str | Path,
+    step: int,
+    models: Models,
+    tokenizer: Any,
+    *,
+    generators: dict[str, torch.Generator],
+    metrics: dict[str, float],
+    config_json: str,
+) -> Path:
+    """Write the checkpoint of ``step`` and return its folder."""
+    final = checkpoint_path(root, step)
+    staging = final.with_name(final.name + ".tmp")
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    models.policy.save_pretrained(staging / "policy")
+    tokenizer.save_pretrained(staging / "policy")
+    optimizers = {"actor": models.actor_optimizer.state_dict()}
+    if models.critic is not None and models.critic_optimizer is not None:
+        models.critic.save_pretrained(staging / "critic")
+        optimizers["critic"] = models.critic_optimizer.state_dict()
+    torch.save(optimizers, staging / "optimizer.pt")
+    torch.save(rng_state(generators), staging / "rng.pt")
+    state = {"step": step, "metrics": metrics, "config": json.loads(config_json)}
+    (staging / STATE_FILE).write_text(json.dumps(state, indent=2, default=float))
+    if final.exists():  # a rerun of the same step after a crash: the new one wins
+        shutil.rmtree(final)
+    staging.rename(final)
+    logger.info("checkpoint written: %s", final)
+    return final
+
+
+def load_training_state(path: Path, models: Models, *, generators: dict[str, torch.Generator]) -> Resumed:
+    """Restore optimizer and RNG states (weights are loaded from ``path/policy`` by the caller)."""
+    optimizers = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False)
+    models.actor_optimizer.load_state_dict(optimizers["actor"])
+    if models.critic_optimizer is not None:
+        if "critic" not in optimizers:
+            raise ValueError(f"checkpoint {path} has no critic, but this run trains one")
+        models.critic_optimizer.load_state_dict(optimizers["critic"])
+    restore_rng(torch.load(path / "rng.pt", map_location="cpu", weights_only=False), generators)
+    state = json.loads((path / STATE_FILE).read_text())
+    return Resumed(step=int(state["step"]), path=path, state=state)

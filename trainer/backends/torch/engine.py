@@ -1,0 +1,252 @@
+"""The torch generation engine: an :class:`~trainer.llm.LLMClient` that batches concurrent requests.
+
+Many flows ``await generate(...)`` at once (n samples times the batch of prompts, each possibly several steps
+deep). The engine queues their requests and runs each wave as one left-padded batch with a KV cache:
+identical prompts (the n samples of a group) are prefilled once, rows that hit a stop token leave the
+batch, and sampling draws from a seeded ``torch.Generator`` so a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from trainer.llm import Generation, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    future: asyncio.Future[Generation]
+
+
+def sample_next(
+    logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row from logits [B, V]; return (tokens [B], their log-probs [B]).
+
+    The log-prob is under the distribution actually sampled from (temperature and top-p applied);
+    greedy decoding reports the plain softmax log-prob of the argmax.
+    """
+    logits = logits.float()
+    if sampling.greedy or sampling.temperature <= 0:
+        tokens = logits.argmax(dim=-1)
+        return tokens, torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
+    logits = logits / sampling.temperature
+    if sampling.top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        sorted_probs = sorted_logits.softmax(dim=-1)
+        # Drop a token when the tokens ranked above it already cover top_p; the first always stays.
+        drop_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= sampling.top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    log_probs = torch.log_softmax(logits, dim=-1)
+    tokens = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
+    return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+class TorchGenerationEngine:
+    """Token-in/token-out generation for flows, batched across concurrent callers.
+
+    Callers that register with :meth:`track` let the engine start a batch as soon as every live
+    flow is waiting on it; untracked callers are batched with whoever queued before the engine ran,
+    and a flow busy in slow tool I/O holds the others back by at most ``max_wait_s``.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        stop_token_ids: Sequence[int],
+        pad_token_id: int,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        max_batch_size: int = 64,
+        max_wait_s: float = 0.05,
+        autocast_dtype: torch.dtype | None = None,
+    ) -> None:
+        if not stop_token_ids:
+            raise ValueError("stop_token_ids must hold at least the tokenizer's EOS id")
+        self.model = model
+        self.stop_token_ids = tuple(dict.fromkeys(int(t) for t in stop_token_ids))
+        self.pad_token_id = int(pad_token_id)
+        self.device = torch.device(device)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed)
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_s
+        self.autocast_dtype = autocast_dtype
+        self._pending: list[_Request] = []
+        self._active = 0
+        self._arrived: asyncio.Event | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self.stats = {"batches": 0, "requests": 0, "generated_tokens": 0}
+
+    # -- asyncio side -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def track(self) -> Iterator[None]:
+        """Mark one flow as live for the duration of the block (see the class docstring)."""
+        self._active += 1
+        try:
+            yield
+        finally:
+            self._active -= 1
+            self._notify()
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
+        if not prompt_ids:
+            raise ValueError("prompt_ids is empty: a prompt needs at least one token")
+        if sampling.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be ≥ 1, got {sampling.max_new_tokens}")
+        loop = asyncio.get_running_loop()
+        request = _Request(list(prompt_ids), sampling, loop.create_future())
+        self._pending.append(request)
+        self._notify()
+        if self._worker is None or self._worker.done():
+            self._worker = loop.create_task(self._serve())
+        return await request.future
+
+    def _notify(self) -> None:
+        if self._arrived is not None:
+            self._arrived.set()
+
+    async def _serve(self) -> None:
+        self._arrived = asyncio.Event()
+        while self._pending:
+            await self._wait_for_wave()
+            batch = self._take_batch()
+            try:
+                results = await asyncio.to_thread(
+                    self.generate_batch, [r.prompt_ids for r in batch], batch[0].sampling
+                )
+            except Exception as exc:  # every waiting flow sees the failure, not a hang
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+                continue
+            for request, result in zip(batch, results, strict=True):
+                if not request.future.done():
+                    request.future.set_result(result)
+            # Let the flows that just got results run their env step and queue their next prompt.
+            await asyncio.sleep(0)
+
+    async def _wait_for_wave(self) -> None:
+        if self._arrived is None:
+            return
+        await asyncio.sleep(0)
+        while len(self._pending) < min(self._active, self.max_batch_size):
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), self.max_wait_s)
+            except TimeoutError:
+                return
+
+    def _take_batch(self) -> list[_Request]:
+        sampling = self._pending[0].sampling
+        batch = [r for r in self._pending if r.sampling == sampling][: self.max_batch_size]
+        taken = {id(r) for r in batch}
+        self._pending = [r for r in self._pending if id(r) not in taken]
+        return batch
+
+    # -- torch side ---------------------------------------------------------------------------
+
+    def generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+        """Generate for every prompt at once (blocking). Safe to call directly, without asyncio."""
+        was_training = self.model.training
+        self.model.eval()
+        autocast = (
+            torch.autocast(self.device.type, dtype=self.autocast_dtype)
+            if self.autocast_dtype is not None
+            else contextlib.nullcontext()
+        )
+        try:
+            with torch.no_grad(), autocast:
+                results = self._decode(prompts, sampling)
+        finally:
+            self.model.train(was_training)
+        self.stats["batches"] += 1
+        self.stats["requests"] += len(prompts)
+        self.stats["generated_tokens"] += sum(len(g.token_ids) for g in results)
+        return results
+
+    def _prefill(
+        self, prompts: list[list[int]]
+    ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Run each distinct prompt once; return (cache, last logits, attention mask, next position) per row."""
+        unique: dict[tuple[int, ...], int] = {}
+        row_to_unique = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
+        width = max(len(p) for p in unique)
+        ids = torch.full((len(unique), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(unique), width), dtype=torch.long)
+        for i, prompt in enumerate(unique):
+            ids[i, width - len(prompt) :] = torch.tensor(
+                prompt
+            )  # left padding: every prompt ends at column -1
+            mask[i, width - len(prompt) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        index = torch.tensor(row_to_unique, device=self.device)
+        if len(unique) != len(prompts):
+            cache.batch_select_indices(index)
+        return cache, out.logits[index, -1], mask[index], positions[index, -1] + 1
+
+    def _decode(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+        cache, logits, mask, position = self._prefill(prompts)
+        stop_ids = torch.tensor(self.stop_token_ids, device=self.device)
+        alive = torch.arange(len(prompts), device=self.device)  # original row of each batch row
+        tokens: list[list[int]] = [[] for _ in prompts]
+        log_probs: list[list[float]] = [[] for _ in prompts]
+        for step in range(sampling.max_new_tokens):
+            next_tokens, next_log_probs = sample_next(logits, sampling, self.generator)
+            for row, token, log_prob in zip(
+                alive.tolist(), next_tokens.tolist(), next_log_probs.tolist(), strict=True
+            ):
+                tokens[row].append(token)
+                log_probs[row].append(log_prob)
+            keep = ~torch.isin(next_tokens, stop_ids)
+            if step == sampling.max_new_tokens - 1 or not bool(keep.any()):
+                break
+            if not bool(keep.all()):
+                # Finished rows leave the batch, so the tail of a wave costs only what is still running.
+                index = keep.nonzero().squeeze(-1)
+                cache.batch_select_indices(index)
+                alive, mask, position, next_tokens = (
+                    alive[index],
+                    mask[index],
+                    position[index],
+                    next_tokens[index],
+                )
+            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+            out = self.model(
+                input_ids=next_tokens[:, None],
+                attention_mask=mask,
+                position_ids=position[:, None],
+                cache=cache,
+                use_cache=True,
+            )
+            logits, position = out.logits[:, -1], position + 1
+        stops = set(self.stop_token_ids)
+        return [
+            Generation(token_ids=t, log_probs=lp, finish_reason="stop" if t and t[-1] in stops else "length")
+            for t, lp in zip(tokens, log_probs, strict=True)
+        ]

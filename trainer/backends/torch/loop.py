@@ -1,0 +1,327 @@
+"""The torch training loop: rollout → reward → advantage → update → log, one step at a time.
+
+Single process, CPU or one GPU. Read :func:`train_step` for what one step does and :func:`train`
+for the run around it (validation, checkpoints, resume, cancellation).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+
+from trainer.backends.torch.batch import flatten
+from trainer.backends.torch.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
+from trainer.backends.torch.data import Row, batch_for_step, load_rows
+from trainer.backends.torch.engine import TorchGenerationEngine
+from trainer.backends.torch.rollout import rollout, rollout_metrics, score_rewards, validation_metrics
+from trainer.backends.torch.update import (
+    Models,
+    estimate_advantages,
+    is_on_policy,
+    kl_enabled,
+    update_policy,
+)
+from trainer.llm import SamplingParams
+from trainer.models import ValueHeadModel, load_policy, load_tokenizer, resolve_model_path
+
+if TYPE_CHECKING:
+    from trainer.config import RunConfig
+    from trainer.report import Reporter
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    status: Literal["succeeded", "cancelled"]
+    last_step: int  # the last completed training step (the resume point's step when none ran)
+    steps_run: int  # steps this call ran (a resumed run counts from where it picked up)
+    metrics: dict[str, float] = field(default_factory=dict)  # the last step's
+    checkpoint: Path | None = None
+
+
+@dataclass
+class Run:
+    """Everything a training run holds between steps."""
+
+    config: RunConfig
+    tokenizer: Any
+    models: Models
+    engine: TorchGenerationEngine
+    minibatch_generator: torch.Generator
+    train_rows: list[Row]
+    val_rows: list[Row]
+    start_step: int = 1
+    last_metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def generators(self) -> dict[str, torch.Generator]:
+        return {"sampler": self.engine.generator, "minibatch": self.minibatch_generator}
+
+
+# -- setup ------------------------------------------------------------------------------------
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("trainer.device is cuda but torch sees no GPU: set trainer.device to cpu or auto")
+    return torch.device(name)
+
+
+def stop_token_ids(tokenizer: Any, policy: Any) -> list[int]:
+    """The tokenizer's EOS plus the model's generation EOS ids (chat models often add their turn end)."""
+    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    configured = getattr(policy.generation_config, "eos_token_id", None)
+    ids += configured if isinstance(configured, list) else [configured] if configured is not None else []
+    return list(dict.fromkeys(int(i) for i in ids))
+
+
+def adamw(params: Any, *, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW with the fused kernel (CPU and CUDA both have one): per-tensor Python loops cost about a
+    second per step for a 135M model on CPU."""
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
+
+
+def build_models(config: RunConfig, device: torch.device, tokenizer: Any, checkpoint: Path | None) -> Models:
+    """Policy and critic (from ``checkpoint`` when resuming), reference (the original model), optimizers."""
+    base = resolve_model_path(config.model.path)
+    remote = config.model.trust_remote_code
+    policy = load_policy(checkpoint / "policy" if checkpoint else base, trust_remote_code=remote).to(device)
+    reference = None
+    if config.algorithm.kl_mode != "none" and config.algorithm.kl_coef > 0:
+        # Always the original model, also on resume: the KL anchors to where training started.
+        reference = load_policy(base, trust_remote_code=remote).to(device).eval().requires_grad_(False)
+    critic = critic_optimizer = None
+    if config.use_critic:
+        critic = ValueHeadModel.from_pretrained(checkpoint / "critic" if checkpoint else base).to(device)
+        critic_optimizer = adamw(
+            critic.parameters(), lr=config.optim.critic_lr, weight_decay=config.optim.weight_decay
+        )
+    if config.model.gradient_checkpointing:
+        for model in (policy, critic.backbone if critic is not None else None):
+            if model is not None:
+                # transformers 5.24 renamed it; the old name still works but warns.
+                enable = (
+                    getattr(model, "activation_checkpointing_enable", None)
+                    or model.gradient_checkpointing_enable
+                )
+                enable()
+    actor_optimizer = adamw(policy.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
+    return Models(
+        policy=policy,
+        actor_optimizer=actor_optimizer,
+        pad_token_id=int(tokenizer.pad_token_id),
+        device=device,
+        autocast_dtype=torch.bfloat16 if config.model.dtype == "bfloat16" else None,
+        reference=reference,
+        critic=critic,
+        critic_optimizer=critic_optimizer,
+        share_prefixes=not config.model.gradient_checkpointing,
+    )
+
+
+def setup_run(config: RunConfig) -> Run:
+    """Seed, load data and models (from the latest checkpoint when resuming), build the engine."""
+    if config.trainer.num_threads:
+        torch.set_num_threads(config.trainer.num_threads)
+    random.seed(config.trainer.seed)
+    torch.manual_seed(config.trainer.seed)
+    device = resolve_device(config.trainer.device)
+    if not config.data.train_path:
+        raise ValueError("data.train_path is empty: set it to a parquet file of training rows")
+    train_rows = load_rows(config.data.train_path)
+    val_rows = (
+        load_rows(config.data.val_path, limit=config.data.val_max_samples) if config.data.val_path else []
+    )
+    base = resolve_model_path(config.model.path)
+    resume_from = latest_checkpoint(config.trainer.checkpoint_dir) if config.trainer.resume else None
+    tokenizer = load_tokenizer(base, trust_remote_code=config.model.trust_remote_code)
+    models = build_models(config, device, tokenizer, resume_from)
+    engine = TorchGenerationEngine(
+        models.policy,
+        stop_token_ids=stop_token_ids(tokenizer, models.policy),
+        pad_token_id=int(tokenizer.pad_token_id),
+        device=device,
+        seed=config.trainer.seed,
+        autocast_dtype=models.autocast_dtype,
+    )
+    minibatch_generator = torch.Generator().manual_seed(config.trainer.seed + 1)
+    run = Run(config, tokenizer, models, engine, minibatch_generator, train_rows, val_rows)
+    if resume_from is not None:
+        resumed = load_training_state(resume_from, models, generators=run.generators)
+        run.start_step = resumed.step + 1
+        run.last_metrics = dict(resumed.state.get("metrics") or {})
+        logger.info("resuming from %s (step %d)", resume_from, resumed.step)
+    return run
+
+
+# -- one training step ------------------------------------------------------------------------
+
+
+def sampling_params(config: RunConfig, *, greedy: bool = False) -> SamplingParams:
+    return SamplingParams(
+        temperature=config.rollout.temperature,
+        top_p=config.rollout.top_p,
+        max_new_tokens=config.rollout.max_new_tokens,
+        greedy=greedy or config.rollout.temperature == 0,
+    )
+
+
+def set_learning_rates(run: Run, step: int) -> float:
+    """Linear warmup over ``optim.warmup_steps`` training steps, then constant."""
+    warmup = run.config.optim.warmup_steps
+    factor = min(1.0, step / warmup) if warmup > 0 else 1.0
+    for group in run.models.actor_optimizer.param_groups:
+        group["lr"] = run.config.optim.lr * factor
+    if run.models.critic_optimizer is not None:
+        for group in run.models.critic_optimizer.param_groups:
+            group["lr"] = run.config.optim.critic_lr * factor
+    return run.config.optim.lr * factor
+
+
+def train_step(run: Run, step: int, reporter: Reporter) -> dict[str, float]:
+    config = run.config
+    started = time.perf_counter()
+    prompts = batch_for_step(
+        run.train_rows, step, config.trainer.batch_size, seed=config.trainer.seed, shuffle=config.data.shuffle
+    )
+    # 1. rollout: n samples per prompt through the flows, generation batched across all of them
+    trajectories = rollout(
+        prompts,
+        n=config.rollout.n,
+        sampling=sampling_params(config),
+        engine=run.engine,
+        tokenizer=run.tokenizer,
+        config=config,
+        tag=f"step{step}",
+    )
+    rollout_s = time.perf_counter() - started
+    # 2. reward: the reward function scores every final answer
+    score_rewards(trajectories, prompts, config.rollout.n)
+    metrics = rollout_metrics(trajectories)
+    updated = time.perf_counter()
+    trainable = [t for t in trajectories if t.steps]
+    if trainable:
+        # 3. advantage: values, π_old and π_ref where needed, then the estimator
+        rows = flatten(trainable)
+        prepared = estimate_advantages(rows, run.models, config)
+        # 4. update: critic, then actor over mini-batches of whole trajectories
+        metrics["actor/lr"] = set_learning_rates(run, step)
+        metrics.update(update_policy(rows, prepared, run.models, config, generator=run.minibatch_generator))
+    else:
+        logger.warning(
+            "step %d: no trajectory has a step (every prompt is over data.max_prompt_length?)", step
+        )
+    update_s = time.perf_counter() - updated
+    # 5. log
+    metrics.update(
+        {
+            "timing/rollout_s": rollout_s,
+            "timing/update_s": update_s,
+            "timing/step_s": time.perf_counter() - started,
+            "perf/samples_per_s": len(trajectories) / max(rollout_s + update_s, 1e-9),
+            "perf/generated_tokens": float(sum(len(s.response_ids) for t in trajectories for s in t.steps)),
+        }
+    )
+    reporter.log_metrics(step, metrics)
+    reporter.log_trajectories(step, trajectories)
+    return metrics
+
+
+def validate(run: Run, step: int) -> dict[str, float]:
+    """Greedy decoding on the validation rows: ``val/<task>/acc`` per data_source."""
+    started = time.perf_counter()
+    trajectories = rollout(
+        run.val_rows,
+        n=1,
+        sampling=sampling_params(run.config, greedy=True),
+        engine=run.engine,
+        tokenizer=run.tokenizer,
+        config=run.config,
+        tag=f"val{step}",
+    )
+    score_rewards(trajectories, run.val_rows, 1)
+    metrics = validation_metrics(trajectories, run.config.task)
+    metrics["timing/val_s"] = time.perf_counter() - started
+    return metrics
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+def _save(run: Run, step: int, reporter: Reporter) -> Path | None:
+    if not run.config.trainer.checkpoint_dir:
+        return None
+    path = save_checkpoint(
+        run.config.trainer.checkpoint_dir,
+        step,
+        run.models,
+        run.tokenizer,
+        generators=run.generators,
+        metrics=run.last_metrics,
+        config_json=run.config.to_json(),
+    )
+    reporter.log_checkpoint(step, str(path), run.last_metrics)
+    return path
+
+
+def _is_due(step: int, every: int, last: int) -> bool:
+    return step == last or (every > 0 and step % every == 0)
+
+
+def _describe(run: Run) -> str:
+    config = run.config
+    trajectories = config.trainer.batch_size * config.rollout.n
+    old = "reused from the current policy (one epoch, one mini-batch)"
+    if not is_on_policy(config, trajectories) or kl_enabled(config, "reward"):
+        old = "a separate no-grad pass"
+    return (
+        f"torch backend on {run.models.device}: preset {config.preset}, estimator {config.algorithm.estimator}, "
+        f"loss {config.algorithm.policy_loss}, π_old {old}, reference model "
+        f"{'loaded' if run.models.reference is not None else 'not needed'}, critic "
+        f"{'trained' if run.models.critic is not None else 'none'}"
+    )
+
+
+def train(config: RunConfig, reporter: Reporter, *, stop_event: threading.Event | None = None) -> TrainResult:
+    """Train ``config`` to ``trainer.total_steps``, reporting metrics, trajectories, heartbeats and checkpoints.
+
+    Checks ``stop_event`` between steps: when set, writes a checkpoint (if configured) and returns a
+    result with status ``cancelled``. Run statuses are the caller's to report (the CLI owns them), and
+    exceptions propagate so the caller can report ``failed``.
+    """
+    run = setup_run(config)
+    total = config.trainer.total_steps
+    logger.info(_describe(run))
+    if run.start_step > 1:
+        logger.info("resumed: continuing at step %d of %d", run.start_step, total)
+    reporter.heartbeat(run.start_step - 1, total)
+    last_step, checkpoint = run.start_step - 1, None
+    for step in range(run.start_step, total + 1):
+        if stop_event is not None and stop_event.is_set():
+            return _cancel(run, last_step, reporter)
+        run.last_metrics = train_step(run, step, reporter)
+        last_step = step
+        if run.val_rows and _is_due(step, config.trainer.val_every, total):
+            val_metrics = validate(run, step)
+            reporter.log_metrics(step, val_metrics)
+            run.last_metrics.update(val_metrics)
+        if _is_due(step, config.trainer.save_every, total):
+            checkpoint = _save(run, step, reporter)
+        reporter.heartbeat(step, total)
+    return TrainResult("succeeded", last_step, last_step - run.start_step + 1, run.last_metrics, checkpoint)
+
+
+def _cancel(run: Run, last_step: int, reporter: Reporter) -> TrainResult:
+    checkpoint = _save(run, last_step, reporter) if last_step >= run.start_step else None
+    logger.info("stop requested: stopped after step %d", last_step)
+    return TrainResult("cancelled", last_step, last_step - run.start_step + 1, run.last_metrics, checkpoint)

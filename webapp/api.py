@@ -1,0 +1,138 @@
+"""The JSON API: one django-ninja instance, with the routers each app keeps beside its models.
+
+- ``/api/ingest/runs/{id}/...`` and ``/api/runs/{id}/config``: the trainer, with its per-run token.
+- ``/api/t/{team}/...``: people and scripts, with a personal API token (Bearer ``sk_...``).
+- ``/api/openapi.json`` is the OpenAPI 3 schema, generated from the pydantic models;
+  ``/api/docs`` shows it (Swagger UI, served from the django-ninja package, no CDN).
+
+Errors are ``{"error": "..."}`` with the status that fits: 400 a bad body, 401 no or a bad token,
+403 a role too low, 404 anything outside the caller's teams (outsiders do not learn it exists).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import Field, NinjaAPI, Schema
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import HttpBearer
+from pydantic import BaseModel
+
+from webapp.accounts.models import ApiToken
+from webapp.experiments.models import Run
+
+
+class RunTokenAuth(HttpBearer):
+    """The per-run token a trainer process gets at launch; ``request.auth`` is its Run."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> Run | None:
+        return Run.for_token(token)
+
+
+class UserTokenAuth(HttpBearer):
+    """A personal API token; sets ``request.user`` so the apps' access helpers apply unchanged."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any | None:
+        user = ApiToken.authenticate(token)
+        if user is not None:
+            request.user = user
+        return user
+
+
+class StudioAPI(NinjaAPI):
+    # Wire models whose bodies a view parses itself (for speed) still belong in the schema.
+    extra_schemas: list[type[BaseModel]] = []
+
+    def get_openapi_schema(self, *args: Any, **kwargs: Any) -> Any:
+        schema = super().get_openapi_schema(*args, **kwargs)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in self.extra_schemas:
+            body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(body.pop("$defs", {}))
+            components[model.__name__] = body
+        return schema
+
+
+api = StudioAPI(
+    title="Agent-R1 Studio API",
+    version="1",
+    description=__doc__ or "",
+    urls_namespace="api",
+)
+
+
+MAX_PAGE_SIZE = 500
+
+
+class PageParams(Schema):
+    page: int = Field(1, ge=1, description="Page number, from 1.")
+    page_size: int = Field(
+        50, ge=1, le=MAX_PAGE_SIZE, description=f"Items per page (at most {MAX_PAGE_SIZE})."
+    )
+
+
+def paginate(items: QuerySet[Any], params: PageParams) -> dict[str, Any]:
+    """One page of a queryset, as ``{"items", "count", "page", "page_size"}`` (server-side)."""
+    start = (params.page - 1) * params.page_size
+    return {
+        "items": list(items[start : start + params.page_size]),
+        "count": items.count(),
+        "page": params.page,
+        "page_size": params.page_size,
+    }
+
+
+def _error(request: HttpRequest, message: str, status: int) -> HttpResponse:
+    return api.create_response(request, {"error": message}, status=status)
+
+
+@api.exception_handler(Http404)
+def _not_found(request: HttpRequest, exc: Exception) -> HttpResponse:
+    return _error(request, "not found", 404)
+
+
+@api.exception_handler(PermissionDenied)
+def _forbidden(request: HttpRequest, exc: Exception) -> HttpResponse:
+    return _error(request, str(exc) or "forbidden", 403)
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthorized(request: HttpRequest, exc: Exception) -> HttpResponse:
+    response = _error(request, "a valid Bearer token is required", 401)
+    response["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    return _error(request, exc.message, exc.status_code)
+
+
+@api.exception_handler(ValidationError)
+def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    first = exc.errors[0] if exc.errors else {}
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    return _error(request, f"{where}: {first.get('msg', 'invalid')}", 400)
+
+
+def _register_routers() -> None:
+    from webapp.datasets.api import router as datasets_router
+    from webapp.datasets.api import team_router as datasets_team_router
+    from webapp.experiments.api import router as experiments_router
+    from webapp.results.api import router as results_router
+    from webapp.results.ingest import config_router, ingest_router
+    from webapp.tools.api import router as tools_router
+
+    api.add_router("/ingest/runs", ingest_router)
+    api.add_router("/runs", config_router)
+    api.add_router("/runs", datasets_router)
+    api.add_router("/t", experiments_router)
+    api.add_router("/t", results_router)
+    api.add_router("/t", datasets_team_router)
+    api.add_router("/t", tools_router)
+
+
+_register_routers()

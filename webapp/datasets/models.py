@@ -1,0 +1,251 @@
+"""Datasets: immutable parquet files in the data contract, one per content hash per team.
+
+A dataset is born ``pending``; the shared validator (tasks_lib.validate) makes it ``valid`` (with
+its stats) or ``invalid`` (with the problems naming row and column, and its file removed). Only
+valid datasets can be used by a run. Runs name them as ``dataset:<id>`` in ``data.train_path``.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, models, transaction
+from django.utils import timezone
+
+from webapp.accounts.models import Team
+from webapp.datasets import files, parquet
+
+logger = logging.getLogger(__name__)
+
+REFERENCE_PREFIX = "dataset:"
+MAX_PROBLEMS_KEPT = 50
+
+
+class DatasetStatus(models.TextChoices):
+    PENDING = "pending"
+    VALID = "valid"
+    INVALID = "invalid"
+
+
+class Dataset(models.Model):
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="datasets")
+    name = models.CharField(max_length=200)
+    sha256 = models.CharField(max_length=64, help_text="SHA-256 of the file: the dataset's identity.")
+    size_bytes = models.BigIntegerField()
+    status = models.CharField(max_length=10, choices=DatasetStatus.choices, default=DatasetStatus.PENDING)
+    problems = models.JSONField(
+        default=list, blank=True, help_text="The validator's problems: row, column, message."
+    )
+    stats = models.JSONField(
+        default=dict, blank=True, help_text="rows, data_sources, prompt_length histogram."
+    )
+    source = models.CharField(
+        max_length=300, blank=True, help_text="Where it came from: an upload or a recipe."
+    )
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created = models.DateTimeField(auto_now_add=True)
+    validated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "sha256"], name="one_dataset_per_content_per_team")
+        ]
+
+    def __str__(self) -> str:
+        rows = self.stats.get("rows")
+        return f"{self.name} ({rows} rows)" if rows is not None else self.name
+
+    @property
+    def path(self) -> Path:
+        return files.stored_path(self.team_id, self.sha256)
+
+    @property
+    def reference(self) -> str:
+        return f"{REFERENCE_PREFIX}{self.pk}"
+
+    @property
+    def is_usable(self) -> bool:
+        return self.status == DatasetStatus.VALID
+
+    @classmethod
+    def usable_for(cls, team: Team) -> models.QuerySet[Dataset]:
+        return cls.objects.filter(team=team, status=DatasetStatus.VALID)
+
+    @classmethod
+    def resolve(cls, team: Team, reference: str | None) -> Dataset | None:
+        """The usable dataset of ``team`` that ``dataset:<id>`` names, else None."""
+        if not reference or not reference.startswith(REFERENCE_PREFIX):
+            return None
+        pk = reference.removeprefix(REFERENCE_PREFIX)
+        return cls.usable_for(team).filter(pk=int(pk)).first() if pk.isdigit() else None
+
+    @classmethod
+    def from_file(
+        cls,
+        team: Team,
+        path: Path,
+        *,
+        sha256: str,
+        name: str,
+        source: str,
+        user: Any = None,
+        validate_later: bool = True,
+    ) -> tuple[Dataset, bool]:
+        """Adopt the file at ``path`` (it is moved or deleted); same content twice gives the existing dataset."""
+        existing = cls.objects.filter(team=team, sha256=sha256).first()
+        if existing is not None:
+            path.unlink(missing_ok=True)
+            return existing, False
+        size = path.stat().st_size
+        files.move_into_place(path, team.pk, sha256)
+        try:
+            with transaction.atomic():
+                dataset = cls.objects.create(
+                    team=team,
+                    name=name[:200],
+                    sha256=sha256,
+                    size_bytes=size,
+                    source=source[:300],
+                    created_by=user,
+                )
+        except IntegrityError:
+            # Race: the same content uploaded twice at once; the unique (team, sha256) lets one row win,
+            # and both moved identical bytes to the same place.
+            return cls.objects.get(team=team, sha256=sha256), False
+        if validate_later:
+            from webapp.datasets.tasks import validate_dataset
+
+            validate_dataset.delay_on_commit(dataset.pk)
+        return dataset, True
+
+    def validate(self) -> bool:
+        """Run the shared validator and settle the status; True when this call settled it."""
+        if self.status != DatasetStatus.PENDING:
+            return False
+        try:
+            problems = parquet.problems_in(self.path)
+            stats = {} if problems else parquet.compute_stats(self.path)
+        except Exception as exc:
+            # A validator or reader bug must not leave the dataset pending for ever; it is unusable.
+            logger.exception("validating dataset %s failed", self.pk)
+            problems, stats = [{"row": None, "column": None, "message": f"validation failed: {exc}"}], {}
+        if problems:
+            settled = self._settle(DatasetStatus.INVALID, problems=problems[:MAX_PROBLEMS_KEPT])
+            if settled:
+                self.path.unlink(missing_ok=True)  # nothing may ever read an invalid file
+            return settled
+        return self._settle(DatasetStatus.VALID, stats=stats)
+
+    def _settle(self, status: str, **changes: Any) -> bool:
+        # Race: a redelivered validate task running beside the first; only one pending → settled wins.
+        changed = Dataset.objects.filter(pk=self.pk, status=DatasetStatus.PENDING).update(
+            status=status, validated_at=timezone.now(), **changes
+        )
+        self.refresh_from_db()
+        return changed == 1
+
+    def rows(self, page: int, per_page: int) -> list[parquet.PreviewRow]:
+        if not self.is_usable:
+            return []
+        return parquet.read_rows(self.path, (page - 1) * per_page, per_page)
+
+    def histogram_bars(self, width: int = 600, height: int = 160) -> list[dict[str, Any]]:
+        """Rectangles of the prompt-length histogram for the server-side SVG."""
+        histogram = self.stats.get("prompt_length") or {}
+        counts: list[int] = histogram.get("counts") or []
+        edges: list[int] = histogram.get("edges") or []
+        if not counts:
+            return []
+        tallest, bar_width = max(counts), width / len(counts)
+        bars = []
+        for i, count in enumerate(counts):
+            bar_height = round(height * count / tallest, 1) if tallest else 0
+            bars.append({
+                "x": round(i * bar_width, 1), "y": round(height - bar_height, 1), "width": round(bar_width - 1, 1),
+                "height": bar_height, "count": count, "low": edges[i], "high": edges[i + 1] - 1,
+            })  # fmt: skip
+        return bars
+
+
+class ImportStatus(models.TextChoices):
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class RecipeImport(models.Model):
+    """One "create from a built-in recipe": the recipe's prepare, run by a Celery worker."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="recipe_imports")
+    task = models.CharField(max_length=100)
+    input_path = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Server-side raw data (staff only); blank: the recipe's fixtures.",
+    )
+    status = models.CharField(max_length=10, choices=ImportStatus.choices, default=ImportStatus.PENDING)
+    message = models.TextField(blank=True)
+    datasets = models.ManyToManyField(Dataset, blank=True, related_name="imports")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.task} from {self.input_path or 'fixtures'}"
+
+    @classmethod
+    def start(cls, team: Team, task: str, input_path: str, user: Any) -> RecipeImport:
+        from webapp.datasets.tasks import prepare_recipe
+
+        recipe_import = cls.objects.create(team=team, task=task, input_path=input_path, created_by=user)
+        prepare_recipe.delay_on_commit(recipe_import.pk)
+        return recipe_import
+
+    def run(self) -> bool:
+        """Prepare the recipe's splits and adopt each as a (validated) dataset."""
+        if self.status != ImportStatus.PENDING:
+            return False
+        try:
+            datasets = self._prepare_splits()
+        except Exception as exc:
+            # Recipes read user-named raw files: any failure is the import's outcome, shown to the user.
+            logger.warning("recipe import %s failed", self.pk, exc_info=True)
+            return self._finish(ImportStatus.FAILED, f"{type(exc).__name__}: {exc}")
+        self.datasets.add(*datasets)
+        summary = ", ".join(f"{d.name}: {d.status}" for d in datasets) or "the recipe wrote no files"
+        return self._finish(ImportStatus.DONE, summary)
+
+    def _prepare_splits(self) -> list[Dataset]:
+        from tasks_lib.registry import PrepareOptions, load_recipes
+
+        recipe = load_recipes().get(self.task)
+        origin = self.input_path or "fixtures"
+        datasets = []
+        with tempfile.TemporaryDirectory(dir=files.incoming_dir()) as out:
+            # As `python -m tasks_lib prepare --fixtures` does: the fixtures folder is the input.
+            source = Path(self.input_path) if self.input_path else recipe.fixtures
+            written = recipe.prepare(source, Path(out), PrepareOptions())
+            for split, path in sorted(written.items()):
+                dataset, _ = Dataset.from_file(
+                    self.team, Path(path), sha256=files.sha256_of(Path(path)), name=f"{recipe.name} {split} ({origin})",
+                    source=f"recipe {recipe.name}, split {split}, from {origin}", user=self.created_by, validate_later=False,
+                )  # fmt: skip
+                dataset.validate()  # already in a worker: no second task
+                datasets.append(dataset)
+        return datasets
+
+    def _finish(self, status: str, message: str) -> bool:
+        # Race: a redelivered prepare task; only the first pending → finished counts.
+        changed = RecipeImport.objects.filter(pk=self.pk, status=ImportStatus.PENDING).update(
+            status=status, message=message, finished_at=timezone.now()
+        )
+        self.refresh_from_db()
+        return changed == 1

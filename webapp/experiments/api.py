@@ -1,0 +1,134 @@
+"""REST access to experiments and runs: list, read, launch, cancel. Personal API token; objects
+outside the caller's teams are 404 and writes need the member role (403 for viewers)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema, Status
+from ninja.errors import HttpError
+from pydantic import ValidationError
+
+from trainer.config import RunConfig
+from webapp.accounts.access import get_team_for_user
+from webapp.api import PageParams, UserTokenAuth, paginate
+from webapp.experiments import services
+from webapp.experiments.access import get_experiment_for_user, get_run_for_user
+from webapp.experiments.models import Experiment, Run
+from webapp.experiments.tasks import cancel_run
+
+router = Router(auth=UserTokenAuth(), tags=["experiments and runs"])
+
+
+class ExperimentOut(Schema):
+    id: int
+    name: str
+    description: str
+    task: str
+    preset: str
+    created: datetime
+    config: dict[str, Any] = Field(description="The RunConfig every run of the experiment starts from.")
+
+
+class RunOut(Schema):
+    id: int
+    experiment_id: int
+    name: str
+    seed: int
+    status: str
+    executor: str
+    step: int
+    total_steps: int
+    progress: float
+    message: str
+    cancel_requested: bool
+    created: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class RunFilters(Schema):
+    status: str = ""
+    experiment: int | None = None
+
+
+class ExperimentCreate(Schema):
+    config: dict[str, Any] = Field(description="A RunConfig as JSON (trainer.config.RunConfig).")
+    seeds: list[int] = Field(default_factory=list, description="One run per seed; empty: the config's seed.")
+    description: str = ""
+
+
+class ExperimentPage(Schema):
+    items: list[ExperimentOut]
+    count: int
+    page: int
+    page_size: int
+
+
+class RunPage(Schema):
+    items: list[RunOut]
+    count: int
+    page: int
+    page_size: int
+
+
+@router.get("/{team_slug}/experiments", response=ExperimentPage, summary="The team's experiments")
+def experiments(request: HttpRequest, team_slug: str, paging: Query[PageParams]) -> dict[str, Any]:
+    team = get_team_for_user(request, team_slug)
+    return paginate(Experiment.objects.filter(team=team).order_by("-created", "-id"), paging)
+
+
+@router.post("/{team_slug}/experiments", response={201: ExperimentOut}, summary="Create an experiment")
+def create_experiment(request: HttpRequest, team_slug: str, body: ExperimentCreate) -> Any:
+    team = get_team_for_user(request, team_slug, role="member")
+    try:
+        config = RunConfig.model_validate(body.config)
+    except (ValidationError, ValueError) as error:
+        raise HttpError(400, f"config: {error}") from None
+    if Experiment.objects.filter(team=team, name=config.name).exists():
+        raise HttpError(409, f"the team already has an experiment named {config.name!r}")
+    experiment = services.create_experiment(
+        team, request.user, config, body.seeds, description=body.description
+    )
+    return Status(201, experiment)
+
+
+@router.get("/{team_slug}/experiments/{int:pk}", response=ExperimentOut, summary="One experiment")
+def experiment(request: HttpRequest, team_slug: str, pk: int) -> Experiment:
+    return get_experiment_for_user(request, team_slug, pk)
+
+
+@router.post("/{team_slug}/experiments/{int:pk}/launch", response={202: list[RunOut]}, summary="Launch")
+def launch(request: HttpRequest, team_slug: str, pk: int) -> Any:
+    """One queued run per seed; the launcher (a Celery task) starts each."""
+    found = get_experiment_for_user(request, team_slug, pk, write=True)
+    return Status(202, services.launch(found))
+
+
+@router.get("/{team_slug}/runs", response=RunPage, summary="The team's runs")
+def runs(
+    request: HttpRequest, team_slug: str, filters: Query[RunFilters], paging: Query[PageParams]
+) -> dict[str, Any]:
+    team = get_team_for_user(request, team_slug)
+    chosen = Run.objects.filter(team=team)
+    if filters.status:
+        chosen = chosen.filter(status=filters.status)
+    if filters.experiment is not None:
+        chosen = chosen.filter(experiment_id=filters.experiment)
+    return paginate(chosen.order_by("-created", "-id"), paging)
+
+
+@router.get("/{team_slug}/runs/{int:run_id}", response=RunOut, summary="One run")
+def run(request: HttpRequest, team_slug: str, run_id: int) -> Run:
+    return get_run_for_user(request, team_slug, run_id)
+
+
+@router.post("/{team_slug}/runs/{int:run_id}/cancel", response=RunOut, summary="Cancel a run")
+def cancel(request: HttpRequest, team_slug: str, run_id: int) -> Run:
+    """A run that has not started is cancelled at once; a running one is asked to stop."""
+    found = get_run_for_user(request, team_slug, run_id, write=True)
+    if found.request_cancel() and not found.is_terminal:
+        cancel_run.delay_on_commit(found.pk)
+    return found

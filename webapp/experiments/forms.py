@@ -1,0 +1,164 @@
+"""The experiment form: a thin layer over RunConfig.
+
+Fields are named by RunConfig's dotted paths and built from its pydantic field definitions (type,
+bounds, help text), so the form cannot drift from the config. Errors come from RunConfig's own
+validation and land on the field whose path they name.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+from django import forms
+from pydantic.fields import FieldInfo
+
+from trainer.config import RunConfig, _section_model, config_errors, flatten_paths, nest_paths
+
+# Shown in the main form; everything else of RunConfig keeps the preset's value.
+BASIC_PATHS = ["rollout.max_steps", "rollout.context_policy", "executor", "backend",
+               "resources.gpus_per_node", "resources.nodes", "resources.cpus"]  # fmt: skip
+# Under "advanced": filled from the preset (and the task's recipe), all editable.
+ADVANCED_PATHS = [
+    "algorithm.estimator", "algorithm.policy_loss", "algorithm.kl_mode", "algorithm.kl_coef",
+    "algorithm.gamma", "algorithm.lam", "algorithm.norm_adv_by_std", "algorithm.clip_low",
+    "algorithm.clip_high", "algorithm.loss_agg_mode", "algorithm.entropy_coef",
+    "rollout.n", "rollout.temperature", "rollout.top_p", "rollout.max_new_tokens", "rollout.window",
+    "optim.lr", "optim.critic_lr", "optim.ppo_epochs", "optim.mini_batch_size", "optim.micro_batch_size",
+    "trainer.total_steps", "trainer.batch_size", "trainer.val_every", "trainer.save_every",
+    "data.max_prompt_length", "data.max_response_length", "model.dtype",
+]  # fmt: skip
+
+MODEL_CHOICES = [
+    ("smollm2-135m-instruct", "SmolLM2-135M-Instruct (built in, offline)"),
+    ("tiny-test", "Tiny random test model (for smoke runs)"),
+    ("path", "A local Hugging Face folder…"),
+]
+
+
+def pydantic_field(path: str) -> FieldInfo:
+    model: Any = RunConfig
+    *sections, leaf = path.split(".")
+    for name in sections:
+        model = _section_model(model, name)
+    return typing.cast(FieldInfo, model.model_fields[leaf])
+
+
+def form_field(path: str) -> forms.Field:
+    """A Django field for one RunConfig path: type, choices, bounds and help text from pydantic."""
+    info = pydantic_field(path)
+    annotation = info.annotation
+    label = path.split(".")[-1].replace("_", " ")
+    common: dict[str, Any] = {"label": label, "help_text": info.description or "", "required": False}
+    if typing.get_origin(annotation) is typing.Literal:
+        return forms.ChoiceField(choices=[(v, v) for v in typing.get_args(annotation)], **common)
+    if annotation is bool:
+        return forms.BooleanField(**common)
+    bounds = {m.__class__.__name__: m for m in info.metadata}
+    if annotation is int:
+        lower = getattr(bounds.get("Ge"), "ge", None)
+        return forms.IntegerField(min_value=lower, **common)
+    if annotation is float:
+        return forms.FloatField(**common)
+    return forms.CharField(**common)
+
+
+class ExperimentForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+    task = forms.ChoiceField(help_text="The recipe whose reward, tools and defaults the runs use.")
+    preset = forms.ChoiceField(help_text="Fills estimator, loss and defaults below (all editable under Advanced).")
+    train_dataset = forms.ChoiceField(label="Training dataset")
+    val_dataset = forms.ChoiceField(label="Validation dataset", required=False)
+    model_choice = forms.ChoiceField(label="Model", choices=MODEL_CHOICES)
+    model_path = forms.CharField(label="Local model folder", required=False, help_text="Used when Model is a local folder.")
+    tools = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
+    seeds = forms.CharField(initial="1", help_text="Comma-separated seeds; each seed is one run (e.g. 1,2,3).")
+    launch = forms.BooleanField(initial=True, required=False, label="Launch the runs now")
+
+    def __init__(self, *args: Any, choices: Mapping[str, list[tuple[str, str]]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in ("task", "preset", "train_dataset", "tools"):
+            self.fields[name].choices = choices[name]  # type: ignore[attr-defined]
+        self.fields["val_dataset"].choices = [("", "— none —"), *choices["train_dataset"]]  # type: ignore[attr-defined]
+        for path in BASIC_PATHS + ADVANCED_PATHS:
+            self.fields[path] = form_field(path)
+
+    @property
+    def main_fields(self) -> list[forms.BoundField]:
+        names = ["name", "description", "task", "train_dataset", "val_dataset", "model_choice", "model_path", "tools", "seeds"]
+        return [self[name] for name in names]
+
+    @property
+    def basic_fields(self) -> list[forms.BoundField]:
+        return [self[path] for path in BASIC_PATHS]
+
+    @property
+    def advanced_fields(self) -> list[forms.BoundField]:
+        return [self[path] for path in ADVANCED_PATHS]
+
+    def clean_seeds(self) -> list[int]:
+        raw = self.cleaned_data["seeds"]
+        try:
+            seeds = [int(part) for part in str(raw).replace(" ", "").split(",") if part]
+        except ValueError:
+            raise forms.ValidationError("Seeds must be whole numbers separated by commas, e.g. 1,2,3.") from None
+        if not seeds or len(seeds) != len(set(seeds)) or len(seeds) > 20:
+            raise forms.ValidationError("Give between 1 and 20 different seeds.")
+        return seeds
+
+    def build_config(self, task_settings: Mapping[str, Any] | None = None) -> RunConfig | None:
+        """The RunConfig these fields describe (over the task recipe's own settings), or None with
+        RunConfig's errors put on the fields."""
+        data = self.cleaned_data
+        overrides = dict(task_settings or {})
+        overrides |= {path: data[path] for path in BASIC_PATHS + ADVANCED_PATHS if data.get(path) not in (None, "")}
+        overrides.update(
+            {
+                "name": data["name"],
+                "task": data["task"],
+                "model.path": data["model_path"] if data["model_choice"] == "path" else data["model_choice"],
+                "data.train_path": f"dataset:{data['train_dataset']}",
+                "data.val_path": f"dataset:{data['val_dataset']}" if data.get("val_dataset") else None,
+                "rollout.tools": list(data.get("tools") or []),
+                "trainer.seed": data["seeds"][0],
+            }
+        )
+        if data["model_choice"] == "path" and not data["model_path"]:
+            self.add_error("model_path", "Give the folder of a Hugging Face model on the workers.")
+            return None
+        try:
+            return RunConfig.from_preset(data["preset"], **overrides)
+        except ValueError:
+            full = flatten_paths(RunConfig.from_preset(data["preset"]).model_dump())
+            full.update(overrides)
+            self._place_errors(config_errors(nest_paths(full)))
+            return None
+
+    def _place_errors(self, errors: Mapping[str, list[str]]) -> None:
+        aliases = {"data.train_path": "train_dataset", "data.val_path": "val_dataset", "model.path": "model_path",
+                   "rollout.tools": "tools", "trainer.seed": "seeds", "preset": "preset", "task": "task", "name": "name"}  # fmt: skip
+        for path, messages in errors.items():
+            field = aliases.get(path, path)
+            for message in messages:
+                self.add_error(field if field in self.fields else None, f"{message}" if field in self.fields else f"{path}: {message}")
+
+
+def initial_from_config(config: RunConfig) -> dict[str, Any]:
+    """Form initial values for an existing config (the clone form and the preset switch)."""
+    flat = flatten_paths(config.model_dump())
+    initial = {path: flat[path] for path in BASIC_PATHS + ADVANCED_PATHS}
+    model_path = config.model.path
+    known = {value for value, _ in MODEL_CHOICES}
+    initial.update(
+        name=config.name,
+        task=config.task,
+        preset=config.preset,
+        model_choice=model_path if model_path in known else "path",
+        model_path="" if model_path in known else model_path,
+        train_dataset=config.data.train_path.removeprefix("dataset:"),
+        val_dataset=(config.data.val_path or "").removeprefix("dataset:"),
+        tools=list(config.rollout.tools),
+    )
+    return initial

@@ -1,0 +1,174 @@
+"""REST reads of a run's results: metrics (latest values, downsampled curves, raw points),
+trajectories (filtered, paginated) and tool analytics, plus the team's comparison table.
+Personal API token; runs outside the caller's teams are 404."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from ninja import Field, Query, Router, Schema
+
+from webapp.accounts.access import get_team_for_user
+from webapp.api import PageParams, UserTokenAuth, paginate
+from webapp.experiments.access import get_run_for_user
+from webapp.results import analytics, metrics_store, rollouts
+from webapp.results.models import Trajectory
+
+router = Router(auth=UserTokenAuth(), tags=["results"])
+
+MAX_RAW_POINTS = 10_000
+
+
+class SeriesOut(Schema):
+    run: int
+    key: str
+    step: list[int]
+    value: list[float]
+    ts: list[float]
+    source: str = Field(description="raw, or the summary level the points were read from")
+
+
+class CurveOut(Schema):
+    series: list[SeriesOut]
+
+
+class LatestOut(Schema):
+    key: str
+    step: int
+    value: float
+
+
+class PointsOut(Schema):
+    key: str
+    step: list[int]
+    value: list[float]
+    ts: list[float]
+    next_after: int | None = Field(description="pass as `after` for the next page; null on the last")
+
+
+class TrajectoryFilters(Schema):
+    step: int | None = None
+    step_min: int | None = None
+    step_max: int | None = None
+    reward_min: float | None = None
+    reward_max: float | None = None
+    success: bool | None = None
+    tool_errors: bool | None = None
+    data_source: str = ""
+    group: str = ""
+
+
+class TrajectoryOut(Schema):
+    id: str = Field(description="The trainer's trajectory id.")
+    group_id: str
+    sample_index: int
+    rollout_index: int
+    training_step: int
+    data_source: str
+    total_reward: float
+    success: bool
+    num_steps: int
+    num_tool_calls: int
+    num_tool_errors: int
+    response_tokens: int
+    metrics: dict[str, float]
+
+    @staticmethod
+    def resolve_id(obj: Trajectory) -> str:
+        return obj.uid
+
+
+@router.get(
+    "/{team_slug}/runs/{int:run_id}/metrics", response=list[LatestOut], summary="Latest value of every key"
+)
+def latest(request: HttpRequest, team_slug: str, run_id: int) -> list[dict[str, Any]]:
+    run = get_run_for_user(request, team_slug, run_id)
+    return [{"key": k, "step": s, "value": v} for k, (s, v) in metrics_store.latest_values(run.pk).items()]
+
+
+@router.get("/{team_slug}/runs/{int:run_id}/metrics/curve", response=CurveOut, summary="Downsampled curves")
+def curve(
+    request: HttpRequest,
+    team_slug: str,
+    run_id: int,
+    key: Query[list[str]],
+    lo: int | None = None,
+    hi: int | None = None,
+) -> dict[str, Any]:
+    """At most ~1,000 points per key: each bucket's minimum and maximum, so spikes survive."""
+    run = get_run_for_user(request, team_slug, run_id)
+    return {"series": [metrics_store.downsample(run.pk, k, lo, hi).as_dict() for k in key]}
+
+
+@router.get(
+    "/{team_slug}/runs/{int:run_id}/metrics/points", response=PointsOut, summary="Raw points, paged by step"
+)
+def points(
+    request: HttpRequest, team_slug: str, run_id: int, key: str, after: int = -1, limit: int = 1000
+) -> dict[str, Any]:
+    run = get_run_for_user(request, team_slug, run_id)
+    limit = max(1, min(limit, MAX_RAW_POINTS))
+    rows = metrics_store.raw_points(run.pk, key, after + 1, 2**31 - 1, limit)
+    return {
+        "key": key,
+        "step": [r[0] for r in rows],
+        "value": [r[1] for r in rows],
+        "ts": [r[2] for r in rows],
+        "next_after": rows[-1][0] if len(rows) == limit else None,
+    }
+
+
+class TrajectoryPage(Schema):
+    items: list[TrajectoryOut]
+    count: int
+    page: int
+    page_size: int
+
+
+@router.get("/{team_slug}/runs/{int:run_id}/trajectories", response=TrajectoryPage, summary="Trajectories")
+def trajectories(
+    request: HttpRequest,
+    team_slug: str,
+    run_id: int,
+    filters: Query[TrajectoryFilters],
+    paging: Query[PageParams],
+) -> dict[str, Any]:
+    """Filtered by step, reward range, success, tool errors, data source or group; paginated."""
+    run = get_run_for_user(request, team_slug, run_id)
+    chosen = rollouts.RolloutFilter(**filters.model_dump()).apply(Trajectory.objects.filter(run=run))
+    return paginate(chosen.order_by("-training_step", "group_id", "rollout_index", "id"), paging)
+
+
+@router.get("/{team_slug}/runs/{int:run_id}/trajectories/{uid}", summary="One trajectory with every step")
+def trajectory(request: HttpRequest, team_slug: str, run_id: int, uid: str) -> dict[str, Any]:
+    run = get_run_for_user(request, team_slug, run_id)
+    return rollouts.as_json(get_object_or_404(Trajectory, run=run, uid=uid), with_steps=True)
+
+
+@router.get("/{team_slug}/runs/{int:run_id}/tools", summary="Tool use per tool across training steps")
+def tools(request: HttpRequest, team_slug: str, run_id: int) -> list[dict[str, Any]]:
+    run = get_run_for_user(request, team_slug, run_id)
+    return [
+        {"tool": s.name, "total": vars(s.total), "by_steps": [vars(r) for r in s.rows]}
+        for s in analytics.tool_stats(run)
+    ]
+
+
+@router.get("/{team_slug}/compare", summary="The task x algorithm table of the team's finished runs")
+def compare(request: HttpRequest, team_slug: str) -> dict[str, Any]:
+    team = get_team_for_user(request, team_slug)
+    matrix = analytics.comparison(team)
+    return {
+        "cells": [
+            {"task": c.task, "algorithm": c.algorithm, "metric": c.key, "runs": c.run_ids,
+             "final_mean": c.final[0], "final_std": c.final[1], "best_mean": c.best[0], "best_std": c.best[1]}
+            for c in matrix.cells.values()
+        ],
+        "reference": [
+            {"source": t.source, "method": m, "task": task, "metric": metric, "value": t.value(m, task, metric)}
+            for t in analytics.reference_tables() for m in t.methods for task, metric in t.columns
+            if t.value(m, task, metric) is not None
+        ],
+    }  # fmt: skip

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+from django import forms
+
+from webapp.results.rollouts import RolloutFilter
+
+YES_NO = [("", "any"), ("yes", "yes"), ("no", "no")]
+
+
+def _yes_no(value: str) -> bool | None:
+    return {"yes": True, "no": False}.get(value)
+
+
+class RolloutFilterForm(forms.Form):
+    """The rollout list's filters, read from the query string (GET), so every view is a link."""
+
+    step = forms.IntegerField(required=False, min_value=0)
+    step_min = forms.IntegerField(required=False, min_value=0, label="from step")
+    step_max = forms.IntegerField(required=False, min_value=0, label="to step")
+    reward_min = forms.FloatField(required=False, label="reward ≥")
+    reward_max = forms.FloatField(required=False, label="reward ≤")
+    success = forms.ChoiceField(required=False, choices=YES_NO)
+    tool_errors = forms.ChoiceField(required=False, choices=YES_NO, label="tool errors")
+    data_source = forms.ChoiceField(required=False, choices=[("", "any")], label="data source")
+    group = forms.CharField(required=False, max_length=200, widget=forms.HiddenInput)
+
+    def __init__(self, *args: object, data_sources: list[str] = (), **kwargs: object) -> None:  # type: ignore[assignment]
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.fields["data_source"].choices = [("", "any"), *((s, s or "(none)") for s in data_sources)]  # type: ignore[attr-defined]
+
+    def to_filter(self) -> RolloutFilter:
+        data = self.cleaned_data if self.is_valid() else {}
+        return RolloutFilter(
+            step=data.get("step"),
+            step_min=data.get("step_min"),
+            step_max=data.get("step_max"),
+            reward_min=data.get("reward_min"),
+            reward_max=data.get("reward_max"),
+            success=_yes_no(data.get("success", "")),
+            tool_errors=_yes_no(data.get("tool_errors", "")),
+            data_source=data.get("data_source", ""),
+            group=data.get("group", ""),
+        )

@@ -1,0 +1,489 @@
+"""Metric points in and curves out, in SQL.
+
+Writing a batch (one transaction, all or nothing):
+
+1. the batch id goes into ``results_ingestbatch``; when it is already there the batch is a replay
+   and nothing else happens;
+2. the points are validated against the trainer's :class:`trainer.report.MetricPoint` schema (a
+   TypedDict derived from it: same fields, same constraints, no model object per point) and a
+   bad point rejects the batch with a message naming it;
+3. the points go in with one binary COPY straight into the point table. When that hits the
+   primary key (points from another batch for the same run/key/step, e.g. a trainer restarted
+   from a checkpoint), a savepoint rolls the COPY back and the points go through a temporary
+   table and ``INSERT ... ON CONFLICT DO NOTHING`` instead, so only the new points count;
+4. the new points update the min/max summaries and the latest-value table.
+
+Reading a curve: :func:`downsample` answers with at most ~1,000 points per series, each the
+minimum or the maximum of its bucket, from the summaries when the range is wide and from the raw
+points when zoomed in.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, NotRequired, cast
+
+import numpy as np
+import orjson
+import psycopg
+from django.db import IntegrityError, connection, transaction
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import TypedDict
+
+from trainer.report import MetricPoint
+from webapp.results.models import SUMMARY_WIDTHS, MetricKey
+
+INT4_MAX = 2**31 - 1
+# Display buckets per series; each gives its minimum and maximum, so at most 2x this many points.
+TARGET_BUCKETS = 490
+RAW_MAX_POINTS = 2 * TARGET_BUCKETS
+
+
+class BadBatch(ValueError):
+    """The batch breaks the schema; the message names the first bad point."""
+
+
+def _point_dict_type() -> Any:
+    """A TypedDict with MetricPoint's fields and constraints: validating into dicts is ~4x faster
+    than building a model object per point, which matters at 10,000 points per request."""
+    fields = {
+        name: Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        for name, info in MetricPoint.model_fields.items()
+    }
+    point = TypedDict("MetricPointDict", fields)  # type: ignore[misc]
+    point.__pydantic_config__ = MetricPoint.model_config  # type: ignore[attr-defined]
+    return point
+
+
+MetricPointDict = _point_dict_type()
+
+
+class MetricBatchDict(TypedDict):
+    batch_id: NotRequired[str]
+    points: list[MetricPointDict]  # type: ignore[valid-type]
+
+
+MetricBatchDict.__pydantic_config__ = MetricPoint.model_config  # type: ignore[attr-defined]
+_BATCH = TypeAdapter(MetricBatchDict)
+
+
+def parse_batch(body: bytes) -> tuple[str | None, list[dict[str, Any]]]:
+    """(batch_id, points) of a MetricBatch JSON body; BadBatch names the first bad point."""
+    try:
+        batch = _BATCH.validate_json(body)
+    except ValidationError as error:
+        raise BadBatch(_describe(error, body)) from None
+    points = cast(list[dict[str, Any]], batch["points"])
+    _check_ranges(points)
+    return batch.get("batch_id"), points
+
+
+def _describe(error: ValidationError, body: bytes) -> str:
+    first = error.errors(include_url=False)[0]
+    loc = first["loc"]
+    if len(loc) >= 2 and loc[0] == "points" and isinstance(loc[1], int):
+        return f"{_name_point(body, loc[1])}: {'.'.join(map(str, loc[2:])) or 'point'}: {first['msg']}"
+    return f"{'.'.join(map(str, loc)) or 'body'}: {first['msg']}"
+
+
+def _name_point(body: bytes, index: int) -> str:
+    try:
+        point = orjson.loads(body)["points"][index]
+        return f"point {index} (key {point.get('key')!r}, step {point.get('step')!r})"
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
+        return f"point {index}"
+
+
+def _check_ranges(points: list[dict[str, Any]]) -> None:
+    """What the wire schema allows but the table cannot hold: steps past int4, non-finite times."""
+    for index, point in enumerate(points):
+        if point["step"] > INT4_MAX:
+            raise BadBatch(_bad(index, point, f"step must be at most {INT4_MAX}"))
+        if not math.isfinite(point["ts"]):
+            raise BadBatch(_bad(index, point, "ts must be a finite Unix time"))
+
+
+def _bad(index: int, point: dict[str, Any], why: str) -> str:
+    return f"point {index} (key {point['key']!r}, step {point['step']}): {why}"
+
+
+# -- keys -------------------------------------------------------------------------------------------
+
+_key_cache: dict[str, int] = {}
+
+
+def key_ids(names: Iterable[str]) -> dict[str, int]:
+    """Ids of metric keys, created when new. Cached per process: a key's id never changes."""
+    wanted = set(names)
+    missing = [name for name in wanted if name not in _key_cache]
+    if missing:
+        # Two batches introducing the same key race to insert it; the loser's insert is ignored.
+        MetricKey.objects.bulk_create([MetricKey(name=n) for n in missing], ignore_conflicts=True)
+        _key_cache.update(MetricKey.objects.filter(name__in=missing).values_list("name", "id"))
+    return {name: _key_cache[name] for name in wanted}
+
+
+def known_key_id(name: str) -> int | None:
+    """The id of an existing key (None when no run ever logged it); never creates one."""
+    if name not in _key_cache:
+        found = MetricKey.objects.filter(name=name).values_list("id", flat=True).first()
+        if found is None:
+            return None
+        _key_cache[name] = found
+    return _key_cache[name]
+
+
+def forget_cached_keys() -> None:
+    """Tests that flush the database call this so ids of deleted keys are not reused."""
+    _key_cache.clear()
+
+
+# -- writing ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Columns:
+    key: np.ndarray
+    step: np.ndarray
+    value: np.ndarray
+    ts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+
+def columns(points: Sequence[dict[str, Any]]) -> Columns:
+    ids = key_ids(p["key"] for p in points)
+    count = len(points)
+    return Columns(
+        key=np.fromiter((ids[p["key"]] for p in points), np.int32, count),
+        step=np.fromiter((p["step"] for p in points), np.int32, count),
+        value=np.fromiter((p["value"] for p in points), np.float64, count),
+        ts=np.fromiter((p["ts"] for p in points), np.float64, count),
+    )
+
+
+_COPY_ROW = np.dtype(
+    [("n", ">i2"), ("l1", ">i4"), ("run", ">i8"), ("l2", ">i4"), ("key", ">i4"), ("l3", ">i4"),
+     ("step", ">i4"), ("l4", ">i4"), ("value", ">f8"), ("l5", ">i4"), ("ts", ">f8")]
+)  # fmt: skip
+_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
+_COPY_TRAILER = struct.pack(">h", -1)
+
+
+def copy_payload(run_id: int, cols: Columns) -> bytes:
+    """The rows in Postgres' binary COPY format, built column-wise (no Python loop per row)."""
+    rows = np.empty(len(cols), dtype=_COPY_ROW)
+    rows["n"], rows["l1"], rows["l2"], rows["l3"], rows["l4"], rows["l5"] = 5, 8, 4, 4, 8, 8
+    rows["run"], rows["key"], rows["step"], rows["value"], rows["ts"] = (
+        run_id, cols.key, cols.step, cols.value, cols.ts,
+    )  # fmt: skip
+    return _COPY_HEADER + rows.tobytes() + _COPY_TRAILER
+
+
+@dataclass
+class WriteResult:
+    duplicate_batch: bool = False
+    stored: int = 0
+    skipped: int = 0
+    keys: list[str] = field(default_factory=list)
+
+
+def claim_batch(run_id: int, batch_id: str, kind: str) -> bool:
+    """Record the batch id; False when it was already stored (a replay)."""
+    with connection.cursor() as cursor:
+        # Race: the same batch delivered twice at once (a client retry after a timeout); the
+        # second insert waits on the primary key until the first commits, then does nothing.
+        cursor.execute(
+            "INSERT INTO results_ingestbatch (run_id, batch_id, kind, received) VALUES (%s, %s, %s, now()) "
+            "ON CONFLICT DO NOTHING RETURNING 1",
+            [run_id, batch_id, kind],
+        )
+        return cursor.fetchone() is not None
+
+
+def write_points(run_id: int, batch_id: str, points: Sequence[dict[str, Any]]) -> WriteResult:
+    """Store a validated batch atomically; a replayed batch id changes nothing."""
+    with transaction.atomic():
+        if not claim_batch(run_id, batch_id, "metrics"):
+            return WriteResult(duplicate_batch=True, skipped=len(points))
+        if not points:
+            return WriteResult()
+        cols = columns(points)
+        new = _copy_new_points(run_id, cols)
+        _update_summaries(run_id, new)
+        _update_latest(run_id, new)
+        return WriteResult(
+            stored=len(new), skipped=len(cols) - len(new), keys=sorted({p["key"] for p in points})
+        )
+
+
+def _copy_new_points(run_id: int, cols: Columns) -> Columns:
+    payload = copy_payload(run_id, cols)
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            _copy(cursor, "results_metricpoint (run_id, key_id, step, value, ts)", payload)
+        return cols
+    except (IntegrityError, psycopg.errors.UniqueViolation):
+        pass  # some points exist already (or the batch repeats one): keep the ones that do not
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS results_metric_stage "
+            "(run_id bigint, key_id int, step int, value float8, ts float8) ON COMMIT DELETE ROWS"
+        )
+        _copy(cursor, "results_metric_stage", payload)
+        # DISTINCT ON: a batch may repeat a (key, step); the first one logged wins, as a replay would.
+        cursor.execute(
+            "INSERT INTO results_metricpoint (run_id, key_id, step, value, ts) "
+            "SELECT DISTINCT ON (key_id, step) run_id, key_id, step, value, ts FROM results_metric_stage "
+            "ORDER BY key_id, step ON CONFLICT DO NOTHING RETURNING key_id, step, value, ts"
+        )
+        rows = cursor.fetchall()
+    if not rows:
+        return Columns(*(np.empty(0, dtype) for dtype in (np.int32, np.int32, np.float64, np.float64)))
+    key, step, value, ts = zip(*rows, strict=True)
+    return Columns(
+        np.array(key, np.int32),
+        np.array(step, np.int32),
+        np.array(value, np.float64),
+        np.array(ts, np.float64),
+    )
+
+
+def _copy(cursor: Any, target: str, payload: bytes) -> None:
+    with cursor.cursor.copy(f"COPY {target} FROM STDIN (FORMAT BINARY)") as copy:
+        copy.write(payload)
+
+
+def bucket_extremes(cols: Columns, width: int) -> list[tuple[Any, ...]]:
+    """Per (key, step // width): n, and the min and max with their step and time.
+
+    Ties go to the smallest step, so the result does not depend on the order points arrived in.
+    Non-finite values are left out: a chart cannot draw them.
+    """
+    finite = np.isfinite(cols.value)
+    key, step, value, ts = cols.key[finite], cols.step[finite], cols.value[finite], cols.ts[finite]
+    if not len(step):
+        return []
+    bucket = step // width
+    group = (key.astype(np.int64) << 32) | bucket.astype(np.int64)
+    lo_order = np.lexsort((step, value, group))
+    hi_order = np.lexsort((step, -value, group))
+    starts = np.flatnonzero(np.r_[True, np.diff(group[lo_order]) != 0])
+    counts = np.diff(np.r_[starts, len(group)])
+    lo, hi = lo_order[starts], hi_order[starts]
+    return list(
+        zip(
+            key[lo].tolist(), bucket[lo].tolist(), counts.tolist(),
+            value[lo].tolist(), step[lo].tolist(), ts[lo].tolist(),
+            value[hi].tolist(), step[hi].tolist(), ts[hi].tolist(),
+            strict=True,
+        )
+    )  # fmt: skip
+
+
+_MERGE_SUMMARY = """
+INSERT INTO results_metricsummary
+    (run_id, key_id, level, bucket, n, min_value, min_step, min_ts, max_value, max_step, max_ts)
+SELECT %s, key_id, %s, bucket, n, min_value, min_step, min_ts, max_value, max_step, max_ts
+FROM unnest(%s::int[], %s::int[], %s::int[], %s::float8[], %s::int[], %s::float8[], %s::float8[], %s::int[],
+            %s::float8[])
+     AS u(key_id, bucket, n, min_value, min_step, min_ts, max_value, max_step, max_ts)
+ON CONFLICT (run_id, key_id, level, bucket) DO UPDATE SET
+    n = results_metricsummary.n + EXCLUDED.n,
+    min_value = CASE WHEN (EXCLUDED.min_value, EXCLUDED.min_step) < (results_metricsummary.min_value,
+        results_metricsummary.min_step) THEN EXCLUDED.min_value ELSE results_metricsummary.min_value END,
+    min_step = CASE WHEN (EXCLUDED.min_value, EXCLUDED.min_step) < (results_metricsummary.min_value,
+        results_metricsummary.min_step) THEN EXCLUDED.min_step ELSE results_metricsummary.min_step END,
+    min_ts = CASE WHEN (EXCLUDED.min_value, EXCLUDED.min_step) < (results_metricsummary.min_value,
+        results_metricsummary.min_step) THEN EXCLUDED.min_ts ELSE results_metricsummary.min_ts END,
+    max_value = CASE WHEN (EXCLUDED.max_value, -EXCLUDED.max_step) > (results_metricsummary.max_value,
+        -results_metricsummary.max_step) THEN EXCLUDED.max_value ELSE results_metricsummary.max_value END,
+    max_step = CASE WHEN (EXCLUDED.max_value, -EXCLUDED.max_step) > (results_metricsummary.max_value,
+        -results_metricsummary.max_step) THEN EXCLUDED.max_step ELSE results_metricsummary.max_step END,
+    max_ts = CASE WHEN (EXCLUDED.max_value, -EXCLUDED.max_step) > (results_metricsummary.max_value,
+        -results_metricsummary.max_step) THEN EXCLUDED.max_ts ELSE results_metricsummary.max_ts END
+"""
+
+
+def _update_summaries(run_id: int, cols: Columns) -> None:
+    with connection.cursor() as cursor:
+        for level, width in enumerate(SUMMARY_WIDTHS, start=1):
+            rows = bucket_extremes(cols, width)
+            if not rows:
+                return
+            # Rows sorted by (key, bucket): two batches of one run touching the same buckets lock
+            # them in the same order, so their upserts wait for each other instead of deadlocking.
+            rows.sort(key=lambda row: (row[0], row[1]))
+            cursor.execute(_MERGE_SUMMARY, [run_id, level, *map(list, zip(*rows, strict=True))])
+
+
+def _update_latest(run_id: int, cols: Columns) -> None:
+    order = np.lexsort((cols.step, cols.key))
+    last = np.flatnonzero(np.r_[np.diff(cols.key[order]) != 0, True])
+    pick = order[last]
+    with connection.cursor() as cursor:
+        # Race: batches arrive out of order after a retry; the WHERE keeps the highest step.
+        cursor.execute(
+            "INSERT INTO results_metriclatest (run_id, key_id, step, value, ts) "
+            "SELECT %s, * FROM unnest(%s::int[], %s::int[], %s::float8[], %s::float8[]) "
+            "ON CONFLICT (run_id, key_id) DO UPDATE SET step = EXCLUDED.step, value = EXCLUDED.value, "
+            "ts = EXCLUDED.ts WHERE EXCLUDED.step >= results_metriclatest.step",
+            [run_id, cols.key[pick].tolist(), cols.step[pick].tolist(),
+             cols.value[pick].tolist(), cols.ts[pick].tolist()],
+        )  # fmt: skip
+
+
+def rebuild_summaries(run_id: int) -> None:
+    """Recompute a run's summaries and latest values from its points (data loaded with plain SQL)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("DELETE FROM results_metricsummary WHERE run_id = %s", [run_id])
+        cursor.execute("DELETE FROM results_metriclatest WHERE run_id = %s", [run_id])
+        for level, width in enumerate(SUMMARY_WIDTHS, start=1):
+            cursor.execute(
+                """
+                INSERT INTO results_metricsummary
+                    (run_id, key_id, level, bucket, n, min_value, min_step, min_ts, max_value, max_step, max_ts)
+                SELECT run_id, key_id, %(level)s, bucket, n, lo[1], lo[2]::int, lo[3], hi[1], (-hi[2])::int, hi[3]
+                FROM (
+                    SELECT run_id, key_id, step / %(width)s AS bucket, count(*) AS n,
+                           min(ARRAY[value, step, ts]) AS lo, max(ARRAY[value, -step, ts]) AS hi
+                    FROM results_metricpoint
+                    WHERE run_id = %(run)s AND value > '-Infinity' AND value < 'Infinity'
+                    GROUP BY run_id, key_id, bucket
+                ) AS b
+                """,
+                {"level": level, "width": width, "run": run_id},
+            )
+        cursor.execute(
+            "INSERT INTO results_metriclatest (run_id, key_id, step, value, ts) "
+            "SELECT DISTINCT ON (key_id) run_id, key_id, step, value, ts FROM results_metricpoint "
+            "WHERE run_id = %s ORDER BY key_id, step DESC",
+            [run_id],
+        )
+
+
+# -- reading ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Series:
+    run_id: int
+    key: str
+    step: list[int] = field(default_factory=list)
+    value: list[float] = field(default_factory=list)
+    ts: list[float] = field(default_factory=list)
+    source: str = "raw"  # or "summary level N"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run": self.run_id, "key": self.key, "step": self.step, "value": self.value, "ts": self.ts,
+                "source": self.source}  # fmt: skip
+
+
+def step_range(run_id: int, key_id: int) -> tuple[int, int] | None:
+    with connection.cursor() as cursor:
+        # Two probes of the primary key index, not a scan.
+        cursor.execute(
+            "SELECT (SELECT step FROM results_metricpoint WHERE run_id = %(r)s AND key_id = %(k)s "
+            "        ORDER BY step LIMIT 1), "
+            "       (SELECT step FROM results_metricpoint WHERE run_id = %(r)s AND key_id = %(k)s "
+            "        ORDER BY step DESC LIMIT 1)",
+            {"r": run_id, "k": key_id},
+        )
+        lo, hi = cursor.fetchone()
+    return None if lo is None else (int(lo), int(hi))
+
+
+def plan(lo: int, hi: int) -> tuple[int, int]:
+    """(level, display bucket width in steps); level 0 reads raw points."""
+    need = max(1, math.ceil((hi - lo + 1) / TARGET_BUCKETS))
+    level = 0
+    for index, width in enumerate(SUMMARY_WIDTHS, start=1):
+        if width <= need:
+            level = index
+    if level == 0:
+        return 0, need
+    width = SUMMARY_WIDTHS[level - 1]
+    return level, math.ceil(need / width) * width
+
+
+_RAW_SQL = """
+SELECT (step - %(lo)s) / %(w)s AS d, min(ARRAY[value, step, ts]), max(ARRAY[value, -step, ts])
+FROM results_metricpoint
+WHERE run_id = %(run)s AND key_id = %(key)s AND step BETWEEN %(lo)s AND %(hi)s
+  AND value > '-Infinity' AND value < 'Infinity'
+GROUP BY d ORDER BY d
+"""
+
+_SUMMARY_SQL = """
+SELECT (bucket - %(b0)s) / %(per)s AS d, min(ARRAY[min_value, min_step, min_ts]),
+       max(ARRAY[max_value, -max_step, max_ts])
+FROM results_metricsummary
+WHERE run_id = %(run)s AND key_id = %(key)s AND level = %(level)s AND bucket BETWEEN %(b0)s AND %(b1)s
+GROUP BY d ORDER BY d
+"""
+
+
+def downsample(run_id: int, key: str, lo: int | None = None, hi: int | None = None) -> Series:
+    """At most 2 x TARGET_BUCKETS points of one series: each bucket's minimum and maximum."""
+    series = Series(run_id, key)
+    key_id = known_key_id(key)
+    if key_id is None:
+        return series
+    bounds = step_range(run_id, key_id)
+    if bounds is None:
+        return series
+    lo = bounds[0] if lo is None else max(lo, bounds[0])
+    hi = bounds[1] if hi is None else min(hi, bounds[1])
+    if hi < lo:
+        return series
+    level, width = plan(lo, hi)
+    with connection.cursor() as cursor:
+        if level == 0:
+            cursor.execute(_RAW_SQL, {"run": run_id, "key": key_id, "lo": lo, "hi": hi, "w": width})
+        else:
+            summary_width = SUMMARY_WIDTHS[level - 1]
+            b0, b1 = lo // summary_width, hi // summary_width
+            params = {"run": run_id, "key": key_id, "level": level, "b0": b0, "b1": b1,
+                      "per": width // summary_width}  # fmt: skip
+            cursor.execute(_SUMMARY_SQL, params)
+            series.source = f"summary level {level} ({summary_width} steps)"
+        rows = cursor.fetchall()
+    for _bucket, low, high in rows:
+        _append_extremes(series, low, high)
+    return series
+
+
+def _append_extremes(series: Series, low: list[float], high: list[float]) -> None:
+    points = {(int(low[1]), low[0], low[2]), (int(-high[1]), high[0], high[2])}
+    for step, value, ts in sorted(points):
+        series.step.append(step)
+        series.value.append(value)
+        series.ts.append(ts)
+
+
+def latest_values(run_id: int) -> dict[str, tuple[int, float]]:
+    """{key: (step, value)} of a run's latest points."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT k.name, l.step, l.value FROM results_metriclatest l JOIN results_metrickey k "
+            "ON k.id = l.key_id WHERE l.run_id = %s ORDER BY k.name",
+            [run_id],
+        )
+        return {name: (step, value) for name, step, value in cursor.fetchall()}
+
+
+def raw_points(
+    run_id: int, key: str, lo: int, hi: int, limit: int = 10_000
+) -> list[tuple[int, float, float]]:
+    """Every point of one series in a step window, for exports and zoomed API reads."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT p.step, p.value, p.ts FROM results_metricpoint p JOIN results_metrickey k ON k.id = p.key_id "
+            "WHERE p.run_id = %s AND k.name = %s AND p.step BETWEEN %s AND %s ORDER BY p.step LIMIT %s",
+            [run_id, key, lo, hi, limit],
+        )
+        return [(int(s), float(v), float(t)) for s, v, t in cursor.fetchall()]

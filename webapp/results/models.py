@@ -1,0 +1,265 @@
+"""What a run produces: metric points, trajectories and their steps, tool calls, logs, checkpoints.
+
+Metric points are append-only rows keyed on (run, key, step) — no surrogate id, so the table and
+its one index stay narrow for COPY. Beside them: a latest-value table for list pages and min/max
+summaries at a few resolutions (``SUMMARY_WIDTHS``) kept up to date as points arrive, so a curve of
+a million points is drawn from a few thousand summary rows (REFERENCE §10). The SQL that writes and
+reads them lives in :mod:`webapp.results.metrics_sql`; the methods here are the doors to it.
+
+The foreign keys of the high-volume tables carry no database constraint: Postgres would fire one
+referential-integrity trigger per COPY row. The ingestion API checks the run once per request and
+Django's collector still cascades deletes (one DELETE per table).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Iterable
+
+from django.db import models
+
+from webapp.experiments.models import Run
+
+# Widths (in steps) of the min/max summary levels; level i has width SUMMARY_WIDTHS[i - 1]. A factor of
+# 8 between levels keeps a curve read under ~8 x 490 summary rows whatever the zoom (measured:
+# ~1.6 µs per row aggregated), at one more small upsert per batch than a factor of 16.
+SUMMARY_WIDTHS: tuple[int, ...] = (16, 128, 1024, 8192)
+
+# Text shorter than this is never worth a zlib header and a decompress on read.
+COMPRESS_MIN_BYTES = 256
+# Keep the compressed form only when it saves at least this fraction.
+COMPRESS_MIN_SAVING = 0.1
+
+
+class MetricKey(models.Model):
+    """Dictionary of metric names, so the point table stores a 4-byte id instead of the text."""
+
+    id = models.AutoField(primary_key=True)
+    name = models.CharField(max_length=200, unique=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class MetricPoint(models.Model):
+    pk = models.CompositePrimaryKey("run_id", "key_id", "step")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, db_constraint=False, related_name="+")
+    key = models.ForeignKey(MetricKey, on_delete=models.CASCADE, db_constraint=False, related_name="+")
+    step = models.IntegerField()
+    value = models.FloatField()
+    ts = models.FloatField(help_text="Unix time the trainer logged the point.")
+
+
+class MetricSummary(models.Model):
+    """Min and max (with the step and time where they occur) of one bucket of one series."""
+
+    pk = models.CompositePrimaryKey("run_id", "key_id", "level", "bucket")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, db_constraint=False, related_name="+")
+    key = models.ForeignKey(MetricKey, on_delete=models.CASCADE, db_constraint=False, related_name="+")
+    level = models.SmallIntegerField()
+    bucket = models.IntegerField(help_text="step // width of the level")
+    n = models.IntegerField()
+    min_value = models.FloatField()
+    min_step = models.IntegerField()
+    min_ts = models.FloatField()
+    max_value = models.FloatField()
+    max_step = models.IntegerField()
+    max_ts = models.FloatField()
+
+
+class MetricLatest(models.Model):
+    pk = models.CompositePrimaryKey("run_id", "key_id")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, db_constraint=False, related_name="latest_metrics")
+    key = models.ForeignKey(MetricKey, on_delete=models.CASCADE, db_constraint=False, related_name="+")
+    step = models.IntegerField()
+    value = models.FloatField()
+    ts = models.FloatField()
+
+    @classmethod
+    def for_runs(cls, run_ids: Iterable[int], names: Iterable[str]) -> dict[int, dict[str, float]]:
+        """{run id: {key: latest value}} for the given keys."""
+        rows = cls.objects.filter(run_id__in=list(run_ids), key__name__in=list(names)).values_list(
+            "run_id", "key__name", "value"
+        )
+        out: dict[int, dict[str, float]] = {}
+        for run_id, name, value in rows:
+            out.setdefault(run_id, {})[name] = value
+        return out
+
+
+class IngestBatch(models.Model):
+    """Batch ids already stored: a replayed batch finds its id here and changes nothing."""
+
+    pk = models.CompositePrimaryKey("run_id", "batch_id")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    batch_id = models.CharField(max_length=64)
+    kind = models.CharField(max_length=16)
+    received = models.DateTimeField(auto_now_add=True)
+
+
+class TextBlob(models.Model):
+    """A piece of model or tool text stored once by content hash; zlib-compressed when that pays."""
+
+    sha256 = models.CharField(max_length=64, primary_key=True)
+    data = models.BinaryField()
+    compressed = models.BooleanField(default=False)
+    size = models.IntegerField(help_text="Length of the text in UTF-8 bytes.")
+
+    @staticmethod
+    def digest(text: str) -> str:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    @staticmethod
+    def encode(text: str) -> tuple[bytes, bool]:
+        raw = text.encode("utf-8")
+        if len(raw) < COMPRESS_MIN_BYTES:
+            return raw, False
+        packed = zlib.compress(raw, 6)
+        if len(packed) <= len(raw) * (1 - COMPRESS_MIN_SAVING):
+            return packed, True
+        return raw, False
+
+    @property
+    def text(self) -> str:
+        data = bytes(self.data)
+        return (zlib.decompress(data) if self.compressed else data).decode("utf-8")
+
+    @classmethod
+    def store_many(cls, texts: Iterable[str]) -> dict[str, str]:
+        """Store every distinct text once; returns {text: sha256}."""
+        hashes = {text: cls.digest(text) for text in set(texts)}
+        blobs: list[TextBlob] = []
+        for text, sha in hashes.items():
+            data, compressed = cls.encode(text)
+            blobs.append(
+                TextBlob(sha256=sha, data=data, compressed=compressed, size=len(text.encode("utf-8")))
+            )
+        # Two batches carrying the same text race to insert it; the content is the same either way.
+        TextBlob.objects.bulk_create(blobs, ignore_conflicts=True, batch_size=500)
+        return hashes
+
+    @classmethod
+    def texts_for(cls, hashes: Iterable[str]) -> dict[str, str]:
+        return {blob.sha256: blob.text for blob in cls.objects.filter(sha256__in=set(hashes))}
+
+
+class Trajectory(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="trajectories")
+    uid = models.CharField(max_length=200, help_text="The trainer's trajectory id; unique in its run.")
+    group_id = models.CharField(max_length=200, help_text="Prompt uid shared by the n samples of one prompt.")
+    sample_index = models.IntegerField(help_text="Dataset row (extra_info.index).")
+    rollout_index = models.IntegerField(default=0)
+    training_step = models.IntegerField()
+    data_source = models.CharField(max_length=100, blank=True)
+    ground_truth = models.JSONField(null=True)
+    total_reward = models.FloatField()
+    success = models.BooleanField()
+    metrics = models.JSONField(default=dict)
+    info = models.JSONField(default=dict)
+    num_steps = models.IntegerField(default=0)
+    response_tokens = models.IntegerField(default=0)
+    num_tool_calls = models.IntegerField(default=0)
+    num_tool_errors = models.IntegerField(default=0)
+    num_malformed = models.IntegerField(default=0)
+    received = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "uid"], name="trajectory_uid_unique_per_run")]
+        indexes = [
+            models.Index(fields=["run", "training_step", "id"], name="traj_run_step"),
+            models.Index(fields=["run", "group_id"], name="traj_run_group"),
+            models.Index(fields=["run", "sample_index", "training_step"], name="traj_run_sample"),
+        ]
+        ordering = ["-training_step", "group_id", "rollout_index"]
+
+    def __str__(self) -> str:
+        return self.uid
+
+
+class TrajectoryStep(models.Model):
+    pk = models.CompositePrimaryKey("trajectory_id", "index")
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="steps")
+    index = models.IntegerField()
+    prompt = models.ForeignKey(TextBlob, on_delete=models.PROTECT, related_name="+", db_constraint=False)
+    response = models.ForeignKey(TextBlob, on_delete=models.PROTECT, related_name="+", db_constraint=False)
+    reward = models.FloatField(null=True)
+    done = models.BooleanField(default=False)
+    advantage = models.FloatField(null=True)
+    value = models.FloatField(null=True)
+    anchor = models.CharField(max_length=200, null=True)
+    num_prompt_tokens = models.IntegerField(default=0)
+    num_response_tokens = models.IntegerField(default=0)
+    info = models.JSONField(default=dict)
+    timings = models.JSONField(default=dict)
+    # prompt_ids, response_ids, response_mask, rollout_log_probs when the trainer sent them.
+    tokens = models.JSONField(null=True)
+
+    class Meta:
+        ordering = ["trajectory_id", "index"]
+
+
+class ToolCall(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, db_constraint=False, related_name="+")
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="tool_calls")
+    step_index = models.IntegerField()
+    position = models.IntegerField(help_text="Order of the call within its step.")
+    training_step = models.IntegerField()
+    name = models.CharField(max_length=200, blank=True)
+    arguments = models.JSONField(null=True)
+    result = models.ForeignKey(TextBlob, on_delete=models.PROTECT, related_name="+", db_constraint=False)
+    error = models.CharField(max_length=100, null=True)
+    reward = models.FloatField(null=True)
+    latency_s = models.FloatField(default=0.0)
+    info = models.JSONField(default=dict)
+
+    class Meta:
+        indexes = [models.Index(fields=["run", "training_step"], name="toolcall_run_step")]
+        ordering = ["trajectory_id", "step_index", "position"]
+
+    @property
+    def malformed(self) -> bool:
+        return self.error == "malformed"
+
+
+class LogChunk(models.Model):
+    """A chunk of the trainer's log as it sent it (numbered from 0); the run page shows their tail."""
+
+    pk = models.CompositePrimaryKey("run_id", "seq")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="log_chunks")
+    seq = models.IntegerField()
+    text = models.TextField()
+    received = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run_id", "seq"]
+
+
+class Checkpoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.IntegerField()
+    path = models.TextField()
+    metrics = models.JSONField(default=dict)
+    received = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run_id", "step"]
+
+
+class ReferenceResult(models.Model):
+    """Published numbers shown beside ours, never mixed into them (e.g. the Agent-R1 paper)."""
+
+    source = models.CharField(max_length=200, help_text="Where the numbers come from, shown as the label.")
+    method = models.CharField(max_length=100, help_text="Algorithm or baseline as the source names it.")
+    algorithm = models.CharField(max_length=50, blank=True, help_text="Our preset name when there is one.")
+    task = models.CharField(max_length=100)
+    metric = models.CharField(max_length=100, help_text="e.g. acc, success_seen, score.")
+    value = models.FloatField(help_text="As published (percent).")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "method", "task", "metric"], name="reference_result_unique"
+            )
+        ]
+        ordering = ["source", "task", "metric", "method"]

@@ -1,0 +1,22 @@
+"""Team-scoped pages of the results app (included under /t/<team_slug>/ beside the project's own)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from webapp.results import views
+
+urlpatterns = [
+    path("dashboard/running/", views.dashboard_running, name="dashboard_running"),
+    path("compare/export.<str:fmt>", views.compare_export, name="compare_export"),
+    path("compare/cell/", views.compare_cell, name="compare_cell"),
+    path("curves/", views.curves, name="curves"),
+    path("curves.json", views.curves_data, name="curves_data"),
+    path("runs/<int:run_id>/curves/", views.run_curves, name="run_curves"),
+    path("runs/<int:run_id>/rollouts/", views.rollouts, name="rollouts"),
+    path("runs/<int:run_id>/rollouts/at/<int:step>/", views.rollouts_at, name="rollouts_at"),
+    path("runs/<int:run_id>/rollouts/<int:pk>/", views.trajectory, name="trajectory"),
+    path("runs/<int:run_id>/groups/<str:group_id>/", views.group, name="rollout_group"),
+    path("runs/<int:run_id>/tools/", views.tools, name="run_tools"),
+    path("runs/<int:run_id>/prompts/", views.prompts, name="run_prompts"),
+]

@@ -1,0 +1,32 @@
+"""The access helpers for tools: a tool or trial outside the user's teams is a 404."""
+
+from __future__ import annotations
+
+from django.http import Http404, HttpRequest
+from django.shortcuts import get_object_or_404
+
+from trainer.tools import BaseTool
+from webapp.accounts.access import get_team_for_user
+from webapp.accounts.models import Role, Team
+from webapp.tools.models import TeamTool, ToolTrial, builtin_tools
+
+
+def get_tool_for_user(request: HttpRequest, team_slug: str, pk: int, *, write: bool = False) -> TeamTool:
+    team = get_team_for_user(request, team_slug, role=Role.MEMBER if write else Role.VIEWER)
+    return get_object_or_404(TeamTool.objects.select_related("team"), pk=pk, team=team)
+
+
+def get_builtin_for_user(
+    request: HttpRequest, team_slug: str, name: str, *, write: bool = False
+) -> tuple[Team, type[BaseTool]]:
+    """Built-in tools belong to everyone, but are reached (and tried) through one of the user's teams."""
+    team = get_team_for_user(request, team_slug, role=Role.MEMBER if write else Role.VIEWER)
+    for tool in builtin_tools():
+        if tool.name == name:
+            return team, tool
+    raise Http404("No such built-in tool")
+
+
+def get_trial_for_user(request: HttpRequest, team_slug: str, pk: int) -> ToolTrial:
+    team = get_team_for_user(request, team_slug)
+    return get_object_or_404(ToolTrial.objects.select_related("team", "tool"), pk=pk, team=team)

@@ -1,0 +1,166 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+from django import forms
+from django.conf import settings
+
+from trainer.tools import TOOLS, BaseTool, check_tool_definition
+from webapp.accounts.models import Team
+from webapp.tools.models import ENTRY_POINT, MAX_TIMEOUT_S, TeamTool, ToolKind, builtin_tools, host_allowed
+
+EXAMPLE_SCHEMA = {
+    "type": "object",
+    "properties": {"query": {"type": "string", "description": "What to look up."}},
+    "required": ["query"],
+    "additionalProperties": False,
+}
+_HTTP_FIELDS = ("url", "method", "timeout_s", "secret_header", "secret")
+
+
+class ToolForm(forms.Form):
+    name = forms.CharField(
+        max_length=64, help_text="Letters, digits, '_' or '-': the function name the model calls."
+    )
+    description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+    parameters = forms.JSONField(
+        label="Arguments (JSON Schema)",
+        initial=EXAMPLE_SCHEMA,
+        widget=forms.Textarea(attrs={"rows": 8, "class": "code"}),
+        help_text="A JSON Schema of type object; every call's arguments are checked against it.",
+    )
+    kind = forms.ChoiceField(choices=ToolKind.choices, initial=ToolKind.HTTP, widget=forms.RadioSelect)
+    url = forms.URLField(max_length=500, required=False, label="URL", assume_scheme="http")
+    method = forms.ChoiceField(
+        choices=[("POST", "POST (JSON body)"), ("GET", "GET (query string)")], initial="POST"
+    )
+    timeout_s = forms.FloatField(
+        label="Timeout (seconds)", initial=10.0, min_value=0.1, max_value=MAX_TIMEOUT_S
+    )
+    secret_header = forms.CharField(max_length=100, initial="X-Tool-Secret", label="Secret header name")
+    secret = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        label="Secret header value",
+        help_text="Sent with every call; stored encrypted and never shown again.",
+    )
+    entry_point = forms.CharField(
+        max_length=200,
+        required=False,
+        help_text="package.module:Class, a BaseTool subclass installed on the workers.",
+    )
+
+    def __init__(self, *args: Any, team: Team, is_staff: bool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.team = team
+        self.is_staff = is_staff
+
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"].strip()
+        try:
+            check_tool_definition(name, {"type": "object"})
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        builtin_tools()  # the registry is complete only once every recipe is loaded
+        if name in TOOLS:
+            raise forms.ValidationError(f"{name!r} is a built-in tool; choose another name.")
+        if TeamTool.objects.filter(team=self.team, name=name).exists():
+            raise forms.ValidationError(f"This team already has a tool named {name!r}.")
+        return name
+
+    def clean_parameters(self) -> dict[str, Any]:
+        value = self.cleaned_data["parameters"]
+        if not isinstance(value, dict):
+            raise forms.ValidationError("Expected a JSON object (a JSON Schema with type 'object').")
+        try:
+            check_tool_definition("schema", value)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc).removeprefix("tool 'schema': ")) from None
+        return value
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if cleaned.get("kind") == ToolKind.PYTHON:
+            self._clean_python(cleaned)
+        elif cleaned.get("kind") == ToolKind.HTTP:
+            self._clean_http(cleaned)
+        return cleaned
+
+    def _clean_python(self, cleaned: dict[str, Any]) -> None:
+        if not self.is_staff:
+            self.add_error("kind", "Only staff can register python tools.")
+            return
+        if not ENTRY_POINT.match(cleaned.get("entry_point") or ""):
+            self.add_error("entry_point", "Give the class as package.module:Class.")
+
+    def _clean_http(self, cleaned: dict[str, Any]) -> None:
+        url = cleaned.get("url") or ""
+        if not url:
+            self.add_error("url", "An HTTP tool needs the URL it is served at.")
+        elif urlsplit(url).scheme not in ("http", "https"):
+            self.add_error("url", "The URL must start with http:// or https://.")
+        elif not host_allowed(url):
+            allowed = ", ".join(settings.TOOL_HOST_ALLOWLIST) or "(none)"
+            self.add_error(
+                "url",
+                f"{urlsplit(url).hostname} is not an allowed host; STUDIO_TOOL_HOST_ALLOWLIST allows: {allowed}.",
+            )
+
+    def registration(self) -> dict[str, Any]:
+        """The fields TeamTool.register takes, only those the chosen kind uses."""
+        data = self.cleaned_data
+        fields = {"name": data["name"], "description": data["description"], "parameters": data["parameters"], "kind": data["kind"]}  # fmt: skip
+        if data["kind"] == ToolKind.HTTP:
+            fields.update({key: data[key] for key in _HTTP_FIELDS})
+        else:
+            fields["entry_point"] = data["entry_point"]
+        return fields
+
+
+def argument_problem(parameters: dict[str, Any], arguments: Any) -> str | None:
+    """Why ``arguments`` fail the schema, in the words the trainer uses at run time (None: they pass)."""
+    probe = BaseTool()
+    probe.parameters = parameters
+    return probe.argument_error(arguments)
+
+
+class TryForm(forms.Form):
+    arguments = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 5, "class": "code"}),
+        help_text="A JSON object matching the schema.",
+    )
+
+    def __init__(self, *args: Any, parameters: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parameters = parameters
+        if not self.is_bound:
+            self.initial["arguments"] = json.dumps(example_arguments(parameters), indent=2)
+
+    def clean_arguments(self) -> dict[str, Any]:
+        try:
+            arguments = json.loads(self.cleaned_data["arguments"])
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc}") from None
+        problem = argument_problem(self.parameters, arguments)
+        if problem is not None:
+            raise forms.ValidationError(f"The arguments do not match the schema: {problem}")
+        return dict(arguments)
+
+
+def example_arguments(parameters: dict[str, Any]) -> dict[str, Any]:
+    """A starting point for the try-it box: each property with an empty value of its type."""
+    empty: dict[str, Any] = {
+        "string": "",
+        "integer": 0,
+        "number": 0,
+        "boolean": False,
+        "array": [],
+        "object": {},
+    }
+    properties = parameters.get("properties") or {}
+    return {
+        name: empty.get(str(spec.get("type")), "") if isinstance(spec, dict) else ""
+        for name, spec in properties.items()
+    }
