@@ -70,7 +70,7 @@ test: install-test browser lint
 	$(PY) -m webapp.launcher test $(PYTEST_ARGS)
 
 bench: install-test
-	$(PY) -m bench $(BENCH_ARGS)
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var

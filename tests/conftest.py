@@ -5,11 +5,25 @@ alice owns team Acme, bob is a member of Acme, charlie is an outsider with a tea
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_metric_key_cache(request: pytest.FixtureRequest) -> Iterator[None]:
+    # Metric key ids are cached per process; each test starts from an empty database.
+    if "db" not in request.fixturenames and "transactional_db" not in request.fixturenames:
+        yield
+        return
+    from webapp.results.metrics_store import forget_cached_keys
+
+    forget_cached_keys()
+    yield
+    forget_cached_keys()
 
 
 @pytest.fixture

@@ -206,12 +206,37 @@ class ValueHeadModel(nn.Module):
 
 # Names that ``model.path`` may hold instead of a folder: models this module provides offline.
 MODEL_ALIASES = frozenset({"smollm2", "smollm2-135m-instruct", "SmolLM2-135M-Instruct"})
+# A tiny random model with SmolLM2's real tokenizer: smoke runs of the whole product in seconds.
+TINY_TEST_ALIAS = "tiny-test"
+
+
+def tiny_test_path() -> Path:
+    """The ``tiny-test`` model folder (seed 0), built once beside the converted SmolLM2."""
+    smol = smollm2_path()
+    target = smol.parent / TINY_TEST_ALIAS
+    if (target / _DONE_MARKER).is_file():
+        return target
+    # Same staging-and-rename as smollm2_path: concurrent runs may both build, one folder wins.
+    staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        tiny_model(staging, smol, seed=0)
+        (staging / _DONE_MARKER).write_text("tiny_model(seed=0)\n")
+        if not (target / _DONE_MARKER).is_file():
+            if target.exists():
+                shutil.rmtree(target)
+            staging.rename(target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
 
 
 def resolve_model_path(path: str) -> Path:
     """A model folder from ``model.path``: an existing folder, or an alias of an offline model."""
     if path in MODEL_ALIASES:
         return smollm2_path()
+    if path == TINY_TEST_ALIAS:
+        return tiny_test_path()
     if not path:
         raise ValueError(
             "model.path is empty: set it to a Hugging Face model folder (or smollm2-135m-instruct)"

@@ -15,6 +15,7 @@ training must not fail because the webapp restarted.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import logging
 import math
@@ -570,7 +571,7 @@ class HttpReporter(Reporter):
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.run_id = run_id
-        self.spool_dir = Path(spool_dir) if spool_dir else _default_spool_dir(run_id)
+        self.spool_dir = Path(spool_dir) if spool_dir else _default_spool_dir(api_url, run_id, token)
         self.rejected_dir = self.spool_dir / "rejected"
         self.spool_dir.mkdir(parents=True, exist_ok=True)
         self.max_batch_points = max_batch_points
@@ -860,8 +861,11 @@ class HttpReporter(Reporter):
         log("report delivery failed (%s); attempt %d, retrying in %.1fs", error, state.attempt_number, wait)
 
 
-def _default_spool_dir(run_id: int | str) -> Path:
-    return Path(tempfile.gettempdir()) / "agent-r1-studio-spool" / f"run-{run_id}"
+def _default_spool_dir(api_url: str, run_id: int | str, token: str) -> Path:
+    # Keyed by server and token as well as the run id: a restarted process of the same run replays
+    # what its predecessor left, but run 1 of another server (or database) never sees it.
+    key = hashlib.sha256(f"{api_url}\n{token}".encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / "agent-r1-studio-spool" / f"run-{run_id}-{key}"
 
 
 class RunApiClient:

@@ -14,6 +14,7 @@ import argparse
 import logging
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -126,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
 
 def test(args: argparse.Namespace) -> int:
     var_dir = Path(os.environ.get("STUDIO_TEST_VAR_DIR", ROOT / "var" / "test")).resolve()
+    # Run folders are keyed by run id, which restarts with every test database.
+    shutil.rmtree(var_dir / "app", ignore_errors=True)
     with embedded_services(
         var_dir,
         pg_port=free_port(),
@@ -143,6 +146,8 @@ def test(args: argparse.Namespace) -> int:
             "DJANGO_ALLOW_ASYNC_UNSAFE": "true",
             "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1",
             "DJANGO_LIVE_TEST_SERVER_ADDRESS": "127.0.0.1",  # live_server on loopback only
+            # torch's idle OpenMP threads otherwise spin and stall everything else on 2 cores.
+            "OMP_WAIT_POLICY": "PASSIVE",
         }
         return subprocess.run(
             [PYTHON, "-m", "pytest", *args.pytest_args], env=env, cwd=ROOT, check=False

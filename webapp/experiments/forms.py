@@ -68,13 +68,19 @@ class ExperimentForm(forms.Form):
     name = forms.CharField(max_length=200)
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
     task = forms.ChoiceField(help_text="The recipe whose reward, tools and defaults the runs use.")
-    preset = forms.ChoiceField(help_text="Fills estimator, loss and defaults below (all editable under Advanced).")
+    preset = forms.ChoiceField(
+        help_text="Fills estimator, loss and defaults below (all editable under Advanced)."
+    )
     train_dataset = forms.ChoiceField(label="Training dataset")
     val_dataset = forms.ChoiceField(label="Validation dataset", required=False)
     model_choice = forms.ChoiceField(label="Model", choices=MODEL_CHOICES)
-    model_path = forms.CharField(label="Local model folder", required=False, help_text="Used when Model is a local folder.")
+    model_path = forms.CharField(
+        label="Local model folder", required=False, help_text="Used when Model is a local folder."
+    )
     tools = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
-    seeds = forms.CharField(initial="1", help_text="Comma-separated seeds; each seed is one run (e.g. 1,2,3).")
+    seeds = forms.CharField(
+        initial="1", help_text="Comma-separated seeds; each seed is one run (e.g. 1,2,3)."
+    )
     launch = forms.BooleanField(initial=True, required=False, label="Launch the runs now")
 
     def __init__(self, *args: Any, choices: Mapping[str, list[tuple[str, str]]], **kwargs: Any) -> None:
@@ -87,7 +93,17 @@ class ExperimentForm(forms.Form):
 
     @property
     def main_fields(self) -> list[forms.BoundField]:
-        names = ["name", "description", "task", "train_dataset", "val_dataset", "model_choice", "model_path", "tools", "seeds"]
+        names = [
+            "name",
+            "description",
+            "task",
+            "train_dataset",
+            "val_dataset",
+            "model_choice",
+            "model_path",
+            "tools",
+            "seeds",
+        ]
         return [self[name] for name in names]
 
     @property
@@ -103,7 +119,9 @@ class ExperimentForm(forms.Form):
         try:
             seeds = [int(part) for part in str(raw).replace(" ", "").split(",") if part]
         except ValueError:
-            raise forms.ValidationError("Seeds must be whole numbers separated by commas, e.g. 1,2,3.") from None
+            raise forms.ValidationError(
+                "Seeds must be whole numbers separated by commas, e.g. 1,2,3."
+            ) from None
         if not seeds or len(seeds) != len(set(seeds)) or len(seeds) > 20:
             raise forms.ValidationError("Give between 1 and 20 different seeds.")
         return seeds
@@ -113,7 +131,9 @@ class ExperimentForm(forms.Form):
         RunConfig's errors put on the fields."""
         data = self.cleaned_data
         overrides = dict(task_settings or {})
-        overrides |= {path: data[path] for path in BASIC_PATHS + ADVANCED_PATHS if data.get(path) not in (None, "")}
+        overrides |= {
+            path: data[path] for path in BASIC_PATHS + ADVANCED_PATHS if data.get(path) not in (None, "")
+        }
         overrides.update(
             {
                 "name": data["name"],
@@ -142,7 +162,10 @@ class ExperimentForm(forms.Form):
         for path, messages in errors.items():
             field = aliases.get(path, path)
             for message in messages:
-                self.add_error(field if field in self.fields else None, f"{message}" if field in self.fields else f"{path}: {message}")
+                self.add_error(
+                    field if field in self.fields else None,
+                    f"{message}" if field in self.fields else f"{path}: {message}",
+                )
 
 
 def initial_from_config(config: RunConfig) -> dict[str, Any]:

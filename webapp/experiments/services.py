@@ -17,7 +17,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from trainer.config import RunConfig
-
 from webapp.experiments.executors import EXECUTORS, ExecutorState, submission_id
 from webapp.experiments.models import Experiment, Run, RunStatus
 

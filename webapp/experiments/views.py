@@ -68,7 +68,11 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
                 messages.success(request, f"Launched {len(runs)} run(s).")
             return redirect("experiment", team_slug=team.slug, pk=experiment.pk)
     context = {"team": team, "form": form, "source": source}
-    template = "experiments/new.html#advanced" if request.htmx and request.GET.get("partial") else "experiments/new.html"
+    template = (
+        "experiments/new.html#advanced"
+        if request.htmx and request.GET.get("partial")
+        else "experiments/new.html"
+    )
     return render(request, template, context)
 
 
@@ -109,7 +113,9 @@ def detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
                "changes": changes, "runs": runs}  # fmt: skip
     if request.htmx and request.GET.get("partial") == "runs":
         active = any(not run.is_terminal for run in runs)
-        return render(request, "experiments/detail.html#runs", context, status=200 if active else STOP_POLLING)
+        return render(
+            request, "experiments/detail.html#runs", context, status=200 if active else STOP_POLLING
+        )
     return render(request, "experiments/detail.html", context)
 
 
@@ -125,9 +131,16 @@ def launch(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
 @login_required
 def run_detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     run = get_run_for_user(request, team_slug, pk)
-    context = {"team": run.team, "run": run, "log": log_tail(run), "config_yaml": RunConfig.model_validate(run.config).to_yaml()}
+    context = {
+        "team": run.team,
+        "run": run,
+        "log": log_tail(run),
+        "config_yaml": RunConfig.model_validate(run.config).to_yaml(),
+    }
     if request.htmx and request.GET.get("partial") == "live":
-        return render(request, "experiments/run.html#live", context, status=STOP_POLLING if run.is_terminal else 200)
+        return render(
+            request, "experiments/run.html#live", context, status=STOP_POLLING if run.is_terminal else 200
+        )
     return render(request, "experiments/run.html", context)
 
 
@@ -143,4 +156,3 @@ def cancel(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
         cancel_run.delay_on_commit(run.pk)  # stops the process group or the Ray job
         messages.success(request, "Cancelling: the run finishes its current step and stops.")
     return redirect("run", team_slug=team_slug, pk=run.pk)
-

@@ -23,7 +23,7 @@ def form_data(datasets: dict[str, Any], **changes: Any) -> dict[str, Any]:
     response = client.get(f"/t/{team.slug}/experiments/new/?task=arithmetic&preset=grpo")
     form = response.context["form"]
     data = {}
-    for name, field in form.fields.items():
+    for name in form.fields:
         value = form[name].value()
         if value is None:
             continue
@@ -36,7 +36,9 @@ def form_data(datasets: dict[str, Any], **changes: Any) -> dict[str, Any]:
 
 def test_saving_the_form_stores_the_runconfig_and_one_run_per_seed(personas: Any, arithmetic: Any) -> None:
     acme = personas["acme"]
-    response = client_for("alice").post(f"/t/{acme.slug}/experiments/new/", form_data(arithmetic, launch="on"))
+    response = client_for("alice").post(
+        f"/t/{acme.slug}/experiments/new/", form_data(arithmetic, launch="on")
+    )
     assert response.status_code == 302, response.context["form"].errors if response.context else response
     experiment = Experiment.objects.get(team=acme, name="arith grpo")
     config = RunConfig.model_validate(experiment.config)
@@ -44,14 +46,19 @@ def test_saving_the_form_stores_the_runconfig_and_one_run_per_seed(personas: Any
     assert config.data.train_path == f"dataset:{arithmetic['train'].pk}"
     runs = list(experiment.runs.order_by("seed"))
     assert [run.seed for run in runs] == [1, 2]
-    assert all(run.status in (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING, RunStatus.FAILED) for run in runs)
+    assert all(
+        run.status in (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING, RunStatus.FAILED)
+        for run in runs
+    )
     assert [RunConfig.model_validate(run.config).trainer.seed for run in runs] == [1, 2]
     assert all(RunConfig.model_validate(run.config).trainer.checkpoint_dir for run in runs)
 
 
 def test_runconfig_errors_land_on_their_fields(personas: Any, arithmetic: Any) -> None:
     acme = personas["acme"]
-    response = client_for("alice").post(f"/t/{acme.slug}/experiments/new/", form_data(arithmetic, **{"rollout.n": "1"}))
+    response = client_for("alice").post(
+        f"/t/{acme.slug}/experiments/new/", form_data(arithmetic, **{"rollout.n": "1"})
+    )
     assert response.status_code == 200
     errors = response.context["form"].errors
     assert "rollout.n" in errors, errors
@@ -60,7 +67,9 @@ def test_runconfig_errors_land_on_their_fields(personas: Any, arithmetic: Any) -
 
 
 def test_bad_seeds_are_refused(personas: Any, arithmetic: Any) -> None:
-    response = client_for("alice").post(f"/t/{personas['acme'].slug}/experiments/new/", form_data(arithmetic, seeds="1,x"))
+    response = client_for("alice").post(
+        f"/t/{personas['acme'].slug}/experiments/new/", form_data(arithmetic, seeds="1,x")
+    )
     assert "Seeds must be whole numbers" in response.content.decode()
 
 
@@ -88,12 +97,16 @@ def test_a_clone_shows_only_the_differences(personas: Any, arithmetic: Any) -> N
     assert clone.cloned_from == source
     detail = client.get(f"/t/{acme.slug}/experiments/{clone.pk}/")
     changes = detail.context["changes"]
-    assert changes == {"name": ("arith grpo", "arith grpo lr"), "optim.lr": (source.config["optim"]["lr"], 3e-6)}
+    assert changes == {
+        "name": ("arith grpo", "arith grpo lr"),
+        "optim.lr": (source.config["optim"]["lr"], 3e-6),
+    }
 
 
 def test_the_preset_switch_refills_the_advanced_fields(personas: Any, arithmetic: Any) -> None:
     response = client_for("alice").get(
-        f"/t/{personas['acme'].slug}/experiments/new/?partial=advanced&preset=ppo&task=arithmetic", HTTP_HX_REQUEST="true"
+        f"/t/{personas['acme'].slug}/experiments/new/?partial=advanced&preset=ppo&task=arithmetic",
+        HTTP_HX_REQUEST="true",
     )
     html = response.content.decode()
     assert html.lstrip().startswith('<details id="advanced"')
@@ -122,7 +135,10 @@ def test_every_experiment_page_is_a_404_for_outsiders(personas: Any, arithmetic:
     for url in [f"/t/{acme.slug}/experiments/", f"/t/{acme.slug}/experiments/new/", f"/t/{acme.slug}/experiments/{experiment.pk}/",
                 f"/t/{acme.slug}/runs/{run.pk}/", f"/t/{acme.slug}/experiments/new/?clone={experiment.pk}"]:  # fmt: skip
         assert charlie.get(url).status_code == 404, url
-    for url in [f"/t/{acme.slug}/experiments/{experiment.pk}/launch/", f"/t/{acme.slug}/runs/{run.pk}/cancel/"]:
+    for url in [
+        f"/t/{acme.slug}/experiments/{experiment.pk}/launch/",
+        f"/t/{acme.slug}/runs/{run.pk}/cancel/",
+    ]:
         assert charlie.post(url).status_code == 404, url
     # charlie's own team cannot reach acme's objects by id either
     other = personas["other"].slug

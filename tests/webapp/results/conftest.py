@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.test import Client
 
 from trainer.report import METRICS_PATH, TRAJECTORIES_PATH
-
-
-@pytest.fixture(autouse=True)
-def _fresh_key_cache() -> Iterator[None]:
-    # Metric key ids are cached per process; each test starts from an empty database.
-    from webapp.results.metrics_store import forget_cached_keys
-
-    forget_cached_keys()
-    yield
-    forget_cached_keys()
 
 
 @pytest.fixture

@@ -6,70 +6,150 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('accounts', '0001_initial'),
+        ("accounts", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Experiment',
+            name="Experiment",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('description', models.TextField(blank=True)),
-                ('task', models.CharField(blank=True, help_text='Task / data source, e.g. gsm8k.', max_length=100)),
-                ('preset', models.CharField(blank=True, help_text='Algorithm preset, e.g. grpo.', max_length=50)),
-                ('config', models.JSONField(default=dict)),
-                ('seeds', models.JSONField(default=list, help_text='One run per seed.')),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('external', models.BooleanField(default=False)),
-                ('cloned_from', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='clones', to='experiments.experiment')),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='experiments', to='accounts.team')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("description", models.TextField(blank=True)),
+                (
+                    "task",
+                    models.CharField(blank=True, help_text="Task / data source, e.g. gsm8k.", max_length=100),
+                ),
+                (
+                    "preset",
+                    models.CharField(blank=True, help_text="Algorithm preset, e.g. grpo.", max_length=50),
+                ),
+                ("config", models.JSONField(default=dict)),
+                ("seeds", models.JSONField(default=list, help_text="One run per seed.")),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                ("external", models.BooleanField(default=False)),
+                (
+                    "cloned_from",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="clones",
+                        to="experiments.experiment",
+                    ),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="experiments",
+                        to="accounts.team",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created'],
+                "ordering": ["-created"],
             },
         ),
         migrations.CreateModel(
-            name='Run',
+            name="Run",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(blank=True, max_length=200)),
-                ('seed', models.IntegerField(default=0)),
-                ('config', models.JSONField(default=dict, help_text='The frozen RunConfig this run trains with.')),
-                ('status', models.CharField(choices=[('draft', 'Draft'), ('queued', 'Queued'), ('starting', 'Starting'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled'), ('stalled', 'Stalled')], db_index=True, default='draft', max_length=12)),
-                ('executor', models.CharField(default='local', max_length=10)),
-                ('executor_ref', models.CharField(blank=True, max_length=200)),
-                ('token_hash', models.CharField(blank=True, db_index=True, max_length=64)),
-                ('cancel_requested', models.BooleanField(default=False)),
-                ('cancel_requested_at', models.DateTimeField(blank=True, null=True)),
-                ('step', models.IntegerField(default=0)),
-                ('total_steps', models.IntegerField(default=0)),
-                ('message', models.TextField(blank=True, help_text='Last status message or the error that ended the run.')),
-                ('claimed_by', models.CharField(blank=True, max_length=200)),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('queued_at', models.DateTimeField(blank=True, null=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('progress_at', models.DateTimeField(blank=True, help_text='When the step counter last moved.', null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('external', models.BooleanField(default=False)),
-                ('params', models.JSONField(blank=True, default=dict)),
-                ('tags', models.JSONField(blank=True, default=dict)),
-                ('experiment', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='runs', to='experiments.experiment')),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='runs', to='accounts.team')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(blank=True, max_length=200)),
+                ("seed", models.IntegerField(default=0)),
+                (
+                    "config",
+                    models.JSONField(default=dict, help_text="The frozen RunConfig this run trains with."),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("draft", "Draft"),
+                            ("queued", "Queued"),
+                            ("starting", "Starting"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                            ("stalled", "Stalled"),
+                        ],
+                        db_index=True,
+                        default="draft",
+                        max_length=12,
+                    ),
+                ),
+                ("executor", models.CharField(default="local", max_length=10)),
+                ("executor_ref", models.CharField(blank=True, max_length=200)),
+                ("token_hash", models.CharField(blank=True, db_index=True, max_length=64)),
+                ("cancel_requested", models.BooleanField(default=False)),
+                ("cancel_requested_at", models.DateTimeField(blank=True, null=True)),
+                ("step", models.IntegerField(default=0)),
+                ("total_steps", models.IntegerField(default=0)),
+                (
+                    "message",
+                    models.TextField(
+                        blank=True, help_text="Last status message or the error that ended the run."
+                    ),
+                ),
+                ("claimed_by", models.CharField(blank=True, max_length=200)),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                ("queued_at", models.DateTimeField(blank=True, null=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "progress_at",
+                    models.DateTimeField(
+                        blank=True, help_text="When the step counter last moved.", null=True
+                    ),
+                ),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("external", models.BooleanField(default=False)),
+                ("params", models.JSONField(blank=True, default=dict)),
+                ("tags", models.JSONField(blank=True, default=dict)),
+                (
+                    "experiment",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="runs",
+                        to="experiments.experiment",
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="runs", to="accounts.team"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created'],
+                "ordering": ["-created"],
             },
         ),
         migrations.AddConstraint(
-            model_name='experiment',
-            constraint=models.UniqueConstraint(fields=('team', 'name'), name='experiment_name_unique_per_team'),
+            model_name="experiment",
+            constraint=models.UniqueConstraint(
+                fields=("team", "name"), name="experiment_name_unique_per_team"
+            ),
         ),
     ]
