@@ -120,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
             env = {**os.environ, **urls, "DJANGO_SETTINGS_MODULE": "webapp.settings", "PYTHONUNBUFFERED": "1"}
             _manage(env, "migrate", "--noinput")
             _manage(env, "ensure_admin")
+            _manage(env, "seed_demo")
             return _supervise(env, port, args.web_workers, var_dir)
     finally:
         pid_file.unlink(missing_ok=True)

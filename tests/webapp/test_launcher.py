@@ -95,6 +95,7 @@ def test_it_runs_everything_stops_on_sigterm_and_reuses_its_data(
     health = first.wait_healthy()
     assert health["status"] == "ok", health
     assert "Created admin account 'admin' with password:" in first.log()
+    assert "Demo team ready" in first.log()  # the first-run demo: datasets and a ready experiment
     children = first.descendants()
     names = {p.name() for p in children}
     assert {"postgres", "valkey-server", "gunicorn", "celery"} <= names, names

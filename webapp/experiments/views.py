@@ -56,9 +56,12 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     source = _clone_source(request, team_slug)
     initial = _initial(request, source)
     form = ExperimentForm(request.POST or None, initial=initial, choices=form_choices(team))
+    preview = None
     if request.method == "POST" and form.is_valid():
         config = form.build_config(task_settings(form.cleaned_data["task"]))
-        if config is not None:
+        if config is not None and "preview" in request.POST:
+            preview = config.to_yaml()
+        elif config is not None:
             experiment = services.create_experiment(
                 team, request.user, config, form.cleaned_data["seeds"],
                 description=form.cleaned_data["description"], cloned_from=source,
@@ -67,7 +70,7 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
                 runs = services.launch(experiment)
                 messages.success(request, f"Launched {len(runs)} run(s).")
             return redirect("experiment", team_slug=team.slug, pk=experiment.pk)
-    context = {"team": team, "form": form, "source": source}
+    context = {"team": team, "form": form, "source": source, "preview": preview}
     template = (
         "experiments/new.html#advanced"
         if request.htmx and request.GET.get("partial")

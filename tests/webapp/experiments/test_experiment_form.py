@@ -145,3 +145,14 @@ def test_every_experiment_page_is_a_404_for_outsiders(personas: Any, arithmetic:
     assert charlie.get(f"/t/{other}/experiments/{experiment.pk}/").status_code == 404
     assert charlie.get(f"/t/{other}/runs/{run.pk}/").status_code == 404
     assert Run.objects.filter(experiment=experiment, cancel_requested=True).count() == 0
+
+
+def test_preview_shows_the_config_yaml_without_saving(personas: Any, arithmetic: Any) -> None:
+    acme = personas["acme"]
+    response = client_for("alice").post(
+        f"/t/{acme.slug}/experiments/new/", form_data(arithmetic, preview="1")
+    )
+    assert response.status_code == 200
+    preview = response.context["preview"]
+    assert "estimator: grpo" in preview and "path: tiny-test" in preview
+    assert not Experiment.objects.filter(team=acme).exists()

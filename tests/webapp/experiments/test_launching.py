@@ -196,3 +196,47 @@ def test_a_retried_launch_task_starts_one_process(
     assert run.executor_ref == ref
     poll_until(lambda: settled(run), every_s=0.5)
     assert run.status == RunStatus.SUCCEEDED, run.message
+
+
+@pytest.mark.browser
+def test_in_the_browser_a_grpo_experiment_is_created_launched_watched_and_cloned(
+    personas: Any, arithmetic: Any, launch_env: Any, start_worker: Any, login: Any
+) -> None:
+    start_worker()
+    page = login("alice")
+    base = f"{launch_env.url}/t/{personas['acme'].slug}"
+    page.goto(f"{base}/experiments/new/?task=arithmetic&preset=grpo")
+    page.fill("#id_name", "browser grpo")
+    page.select_option("#id_train_dataset", str(arithmetic["train"].pk))
+    page.select_option("#id_model_choice", "tiny-test")
+    page.click("#advanced summary")
+    for path, value in {"rollout.n": "2", "rollout.max_new_tokens": "8", "trainer.total_steps": "2",
+                        "trainer.batch_size": "2", "optim.mini_batch_size": "4"}.items():  # fmt: skip
+        page.fill(f"[name='{path}']", value)
+    page.fill("[name='rollout.max_steps']", "2")
+    page.check("#id_launch")
+    page.click("#experiment-form button[type=submit]")
+    page.wait_for_selector("text=Launched 1 run(s).")
+
+    page.click("#runs a[href*='/runs/']")
+    # The live section polls every 2 s and stops once the run is terminal.
+    page.wait_for_function(
+        "document.querySelector('#run-status').textContent.trim() === 'succeeded'", timeout=240_000
+    )
+    assert "status succeeded" in page.locator("#log").inner_text()
+
+    page.click("text=← browser grpo")
+    page.click("text=Clone")
+    page.fill("#id_name", "browser grpo clone")
+    page.click("#advanced summary")
+    page.fill("[name='optim.lr']", "0.00002")
+    page.uncheck("#id_launch")
+    page.click("#experiment-form button[type=submit]")
+    page.wait_for_selector("text=Differences from browser grpo")
+    rows = {
+        row.split("\t")[0]: row.split("\t")[1:]
+        for row in page.locator("table.diff tbody tr").all_inner_texts()
+    }
+    assert set(rows) == {"name", "optim.lr"}, rows
+    assert rows["name"] == ["browser grpo", "browser grpo clone"]
+    assert [float(v) for v in rows["optim.lr"]] == [1e-6, 2e-5]
