@@ -80,7 +80,10 @@ def start_worker(transactional_db: Any) -> Iterator[Callable[[], WorkerProcess]]
         worker.stop()
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an event loop running in the main thread
+# while it is open, and the trainer tests (which pytest-django runs after the database tests) call
+# asyncio.run().
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
