@@ -7,6 +7,7 @@ validation and land on the field whose path they name.
 
 from __future__ import annotations
 
+import importlib.util
 import typing
 from collections.abc import Mapping
 from typing import Any
@@ -145,6 +146,9 @@ class ExperimentForm(forms.Form):
                 "trainer.seed": data["seeds"][0],
             }
         )
+        if data.get("backend") == "verl" and importlib.util.find_spec("trainer.backends.verl") is None:
+            self.add_error("backend", "The verl backend is not part of this installation yet: choose torch.")
+            return None
         if data["model_choice"] == "path" and not data["model_path"]:
             self.add_error("model_path", "Give the folder of a Hugging Face model on the workers.")
             return None
