@@ -44,10 +44,10 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("teams/", accounts.teams, name="teams"),
-    path("account/tokens/", accounts.api_tokens, name="api_tokens"),  # results
-    path("account/tokens/<int:pk>/revoke/", accounts.revoke_api_token, name="revoke_api_token"),  # results
+    path("account/tokens/", accounts.api_tokens, name="api_tokens"),
+    path("account/tokens/<int:pk>/revoke/", accounts.revoke_api_token, name="revoke_api_token"),
     path("teams/switch/", accounts.switch_team, name="switch_team"),
     path("t/<slug:team_slug>/", include(team_patterns)),
-    path("t/<slug:team_slug>/", include("webapp.results.urls")),  # results
+    path("t/<slug:team_slug>/", include("webapp.results.urls")),
     path("admin/", admin.site.urls),
 ]

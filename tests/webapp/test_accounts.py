@@ -84,3 +84,15 @@ def test_switching_to_a_team_you_are_not_in_is_a_404(personas: Any) -> None:
 def test_the_admin_is_for_staff_only(personas: Any, admin_client: Client) -> None:
     assert admin_client.get("/admin/accounts/team/").status_code == 200
     assert client_for("alice").get("/admin/accounts/team/").status_code == 302
+
+
+def test_visiting_a_teams_page_makes_it_the_current_team(personas: Any) -> None:
+    personas["other"].add_member(personas["alice"], "viewer")
+    alice = client_for("alice")
+    page = alice.get(f"/t/{personas['other'].slug}/datasets/")
+    assert page.context["current_team"] == personas["other"]
+    assert alice.get("/")["Location"] == f"/t/{personas['other'].slug}/"
+    # an outsider's current team does not move to a team he cannot see
+    charlie = client_for("charlie")
+    charlie.get(f"/t/{personas['acme'].slug}/")
+    assert charlie.get("/")["Location"] == f"/t/{personas['other'].slug}/"
