@@ -12,6 +12,7 @@ import asyncio
 import logging
 import re
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,7 +49,7 @@ def check_tool_definition(name: str, parameters: Mapping[str, Any]) -> None:
         raise ValueError(f"tool {name!r}: parameters is not a valid JSON Schema: {exc.message}") from exc
 
 
-class BaseTool:
+class BaseTool(ABC):
     """A tool: subclass, set ``name``/``description``/``parameters`` and implement ``execute``.
 
     Register the class with ``@TOOLS.register("name")`` under the same name as its ``name``.
@@ -72,8 +73,8 @@ class BaseTool:
         self.tool_kwargs = tool_kwargs
         self._validator: jsonschema.Draft202012Validator | None = None
 
-    async def execute(self, args: dict[str, Any], **ctx: Any) -> ToolResult:
-        raise NotImplementedError(f"tool {self.name!r} does not implement execute()")
+    @abstractmethod
+    async def execute(self, args: dict[str, Any], **ctx: Any) -> ToolResult: ...
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function schema that chat templates render."""
@@ -84,15 +85,20 @@ class BaseTool:
 
     def argument_error(self, args: Any) -> str | None:
         """The reason ``args`` does not satisfy ``parameters``, or None when it does."""
-        if not isinstance(args, dict):
-            return f"arguments must be a JSON object, got {type(args).__name__}"
         if self._validator is None:
             self._validator = jsonschema.Draft202012Validator(self.parameters)
-        error = jsonschema.exceptions.best_match(self._validator.iter_errors(args))
-        if error is None:
-            return None
-        where = "/".join(str(part) for part in error.absolute_path)
-        return f"{where}: {error.message}" if where else error.message
+        return argument_error(self._validator, args)
+
+
+def argument_error(validator: jsonschema.Draft202012Validator, args: Any) -> str | None:
+    """Why ``args`` fails a tool's parameter schema, in the words the model sees (None: it passes)."""
+    if not isinstance(args, dict):
+        return f"arguments must be a JSON object, got {type(args).__name__}"
+    error = jsonschema.exceptions.best_match(validator.iter_errors(args))
+    if error is None:
+        return None
+    where = "/".join(str(part) for part in error.absolute_path)
+    return f"{where}: {error.message}" if where else error.message
 
 
 TOOLS: Registry[type[BaseTool]] = Registry("tool")

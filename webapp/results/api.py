@@ -48,18 +48,6 @@ class PointsOut(Schema):
     next_after: int | None = Field(description="pass as `after` for the next page; null on the last")
 
 
-class TrajectoryFilters(Schema):
-    step: int | None = None
-    step_min: int | None = None
-    step_max: int | None = None
-    reward_min: float | None = None
-    reward_max: float | None = None
-    success: bool | None = None
-    tool_errors: bool | None = None
-    data_source: str = ""
-    group: str = ""
-
-
 class TrajectoryOut(Schema):
     id: str = Field(description="The trainer's trajectory id.")
     group_id: str
@@ -132,12 +120,12 @@ def trajectories(
     request: HttpRequest,
     team_slug: str,
     run_id: int,
-    filters: Query[TrajectoryFilters],
+    filters: Query[rollouts.RolloutFilter],
     paging: Query[PageParams],
 ) -> dict[str, Any]:
     """Filtered by step, reward range, success, tool errors, data source or group; paginated."""
     run = get_run_for_user(request, team_slug, run_id)
-    chosen = rollouts.RolloutFilter(**filters.model_dump()).apply(Trajectory.objects.filter(run=run))
+    chosen = filters.apply(Trajectory.objects.filter(run=run))
     return paginate(chosen.order_by("-training_step", "group_id", "rollout_index", "id"), paging)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Q, QuerySet
+from ninja import Schema
 
 from trainer.report import StepWire, TrajectoryBatch, TrajectoryWire
 from webapp.experiments.models import Run
@@ -130,9 +131,9 @@ def _step_row(trajectory: Trajectory, step: StepWire, hashes: dict[str, str]) ->
 # -- the viewer -------------------------------------------------------------------------------------
 
 
-@dataclass
-class RolloutFilter:
-    """The rollout list's filters, from query parameters; every field optional."""
+class RolloutFilter(Schema):
+    """The rollout list's filters, from query parameters; every field optional. The viewer's form
+    and the REST API (as its query schema) share it."""
 
     step: int | None = None
     step_min: int | None = None

@@ -4,10 +4,12 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
+import jsonschema
 from django import forms
 from django.conf import settings
 
-from trainer.tools import TOOLS, BaseTool, check_tool_definition
+from trainer.tools import TOOLS, check_tool_definition
+from trainer.tools.base import argument_error
 from webapp.accounts.models import Team
 from webapp.tools.models import ENTRY_POINT, MAX_TIMEOUT_S, TeamTool, ToolKind, builtin_tools, host_allowed
 
@@ -121,9 +123,7 @@ class ToolForm(forms.Form):
 
 def argument_problem(parameters: dict[str, Any], arguments: Any) -> str | None:
     """Why ``arguments`` fail the schema, in the words the trainer uses at run time (None: they pass)."""
-    probe = BaseTool()
-    probe.parameters = parameters
-    return probe.argument_error(arguments)
+    return argument_error(jsonschema.Draft202012Validator(parameters), arguments)
 
 
 class TryForm(forms.Form):
