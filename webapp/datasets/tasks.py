@@ -1,8 +1,15 @@
 from __future__ import annotations
 
-from celery import shared_task
+from datetime import timedelta
 
-from webapp.datasets.models import Dataset, RecipeImport
+from celery import shared_task
+from django.utils import timezone
+
+from webapp.datasets.models import Dataset, DatasetStatus, ImportStatus, RecipeImport
+
+# Validation of the largest allowed upload takes well under a minute; anything still pending after
+# this long lost its task (a worker died, the broker was flushed) and is sent again.
+RESEND_PENDING_AFTER = timedelta(minutes=10)
 
 
 @shared_task
@@ -20,3 +27,26 @@ def prepare_recipe(import_id: int) -> None:
     if recipe_import is None:
         return
     recipe_import.run()
+
+
+@shared_task
+def resend_lost_work() -> tuple[list[int], list[int]]:
+    """Periodic: validations and recipe imports still pending long after upload are sent again.
+
+    Both tasks settle their object with a guarded UPDATE, so a late original delivery racing the
+    resent one is harmless: the second to finish changes nothing.
+    """
+    cutoff = timezone.now() - RESEND_PENDING_AFTER
+    datasets = list(
+        Dataset.objects.filter(status=DatasetStatus.PENDING, created__lt=cutoff).values_list("pk", flat=True)
+    )
+    imports = list(
+        RecipeImport.objects.filter(status=ImportStatus.PENDING, created__lt=cutoff).values_list(
+            "pk", flat=True
+        )
+    )
+    for dataset_id in datasets:
+        validate_dataset.delay(dataset_id)
+    for import_id in imports:
+        prepare_recipe.delay(import_id)
+    return datasets, imports

@@ -47,6 +47,21 @@ class RunOut(Schema):
     created: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    external: bool = Field(description="Logged by an MLflow client through /mlflow/, not launched by us.")
+    mlflow_run_id: str = Field(description="The run's id on the MLflow-compatible endpoint (MLFLOW_RUN_ID).")
+
+
+class RunDetailOut(RunOut):
+    params: dict[str, str] = Field(description="Params logged through MLflow.")
+    tags: dict[str, str] = Field(description="Tags set through MLflow.")
+
+    @staticmethod
+    def resolve_params(obj: Run) -> dict[str, str]:
+        return dict(obj.params.values_list("key", "value"))
+
+    @staticmethod
+    def resolve_tags(obj: Run) -> dict[str, str]:
+        return dict(obj.tags.values_list("key", "value"))
 
 
 class RunFilters(Schema):
@@ -120,7 +135,9 @@ def runs(
     return paginate(chosen.order_by("-created", "-id"), paging)
 
 
-@router.get("/{team_slug}/runs/{int:run_id}", response=RunOut, summary="One run")
+@router.get(
+    "/{team_slug}/runs/{int:run_id}", response=RunDetailOut, summary="One run, with its params and tags"
+)
 def run(request: HttpRequest, team_slug: str, run_id: int) -> Run:
     return get_run_for_user(request, team_slug, run_id)
 

@@ -15,12 +15,14 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import psutil
 from django.conf import settings
 
+from trainer.config import RunConfig
 from trainer.registry import Registry
+from webapp.experiments import cluster
 from webapp.experiments.models import Run
 
 logger = logging.getLogger(__name__)
@@ -35,6 +37,7 @@ class ExecutorState:
     exit_code: int | None = None
     message: str = ""
     stopped: bool = False  # ended because someone stopped it
+    pending: bool = False  # alive but not started: a Ray job still waiting for its entrypoint's resources
 
 
 class Executor(Protocol):
@@ -150,19 +153,77 @@ def submission_id(run: Run) -> str:
     return f"studio-{install}-run-{run.pk}"
 
 
+class ClusterTooSmall(RuntimeError):
+    """The precheck's refusal: the message says what the run needs and what the cluster has."""
+
+
+# verl's TaskRunner (where trainer.logger=[console,mlflow] runs) and every other worker of the job
+# import our estimators and agent loop through this hook; metrics leave through MLflow's client.
+VERL_SETUP_HOOK = "trainer.backends.verl.setup_hook.setup_worker"
+
+
+def ray_env_vars(run: Run, token: str) -> dict[str, str]:
+    """The job's environment: every process of the job gets it (Ray's job-level runtime_env).
+
+    verl's workers run our agent loop, which reports trajectories to this run; verl's own metrics
+    reach the run through the MLflow-compatible endpoint with the same per-run token.
+    """
+    env = {**TRAINER_ENV, "STUDIO_RUN_TOKEN": token}
+    if run.config.get("backend") != "verl":
+        return env
+    api = str(settings.PUBLIC_URL).rstrip("/")
+    env |= {
+        "STUDIO_RUN_ID": str(run.pk),
+        "STUDIO_API_URL": api,
+        "STUDIO_PROJECT": run.experiment.name,  # verl's trainer.project_name
+        "MLFLOW_TRACKING_URI": f"{api}/mlflow",
+        "MLFLOW_TRACKING_TOKEN": token,
+        # verl's Tracking attaches to this run instead of creating one (verl/utils/tracking.py).
+        "MLFLOW_RUN_ID": run.mlflow_run_id,
+    }
+    return env
+
+
+def ray_job_options(run: Run, token: str) -> dict[str, Any]:
+    """submit_job's runtime_env and entrypoint resources for this run."""
+    resources = run.config.get("resources") or {}
+    runtime_env: dict[str, Any] = {"env_vars": ray_env_vars(run, token)}
+    options: dict[str, Any] = {"entrypoint_num_cpus": resources.get("cpus", 1)}
+    if run.config.get("backend") == "verl":
+        # The driver only supervises verl's main_ppo; verl's placement groups take the GPUs.
+        runtime_env["worker_process_setup_hook"] = VERL_SETUP_HOOK
+    elif resources.get("gpus_per_node"):
+        options["entrypoint_num_gpus"] = resources["gpus_per_node"]  # the torch backend trains in the driver
+    return {"runtime_env": runtime_env, **options}
+
+
+def precheck_verl(run: Run, address: str) -> None:
+    """Refuse (ClusterTooSmall) a verl run the cluster cannot hold, before anything is submitted."""
+    if run.config.get("backend") != "verl" or not settings.VERL_PRECHECK:
+        return
+    config = RunConfig.model_validate(run.config)
+    problem = cluster.shortfall(cluster.verl_needs(config), cluster.cluster_nodes(address))
+    if problem:
+        raise ClusterTooSmall(problem)
+
+
 class RayExecutor:
     name = "ray"
 
     def client(self) -> object:
         from ray.job_submission import JobSubmissionClient
 
+        return JobSubmissionClient(self.address())
+
+    def address(self) -> str:
         if not settings.RAY_ADDRESS:
             raise RuntimeError(
                 "RAY_ADDRESS is not set: the ray executor needs the Ray dashboard URL of a cluster"
             )
-        return JobSubmissionClient(settings.RAY_ADDRESS)
+        return str(settings.RAY_ADDRESS)
 
     def start(self, run: Run, token: str) -> str:
+        precheck_verl(run, self.address())
         client = self.client()
         job_id = submission_id(run)
         entrypoint = " ".join(["python", *map(_quote, trainer_argv(run))])
@@ -170,9 +231,8 @@ class RayExecutor:
             client.submit_job(  # type: ignore[attr-defined]
                 entrypoint=entrypoint,
                 submission_id=job_id,
-                runtime_env={"env_vars": {**TRAINER_ENV, "STUDIO_RUN_TOKEN": token}},
                 metadata={"studio_run": str(run.pk), "experiment": run.experiment.name[:100]},
-                entrypoint_num_cpus=1,
+                **ray_job_options(run, token),
             )
         except RuntimeError as exc:
             # A retried launch: the job exists already, which is exactly what we wanted.
@@ -188,7 +248,7 @@ class RayExecutor:
         job_id = run.executor_ref.removeprefix("ray:")
         info = client.get_job_info(job_id)  # type: ignore[attr-defined]
         if info.status in (JobStatus.PENDING, JobStatus.RUNNING):
-            return ExecutorState(alive=True)
+            return ExecutorState(alive=True, pending=info.status == JobStatus.PENDING)
         message = f"ray job {job_id} {info.status.value}"
         if info.message:
             message += f": {info.message}"

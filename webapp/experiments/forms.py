@@ -7,7 +7,6 @@ validation and land on the field whose path they name.
 
 from __future__ import annotations
 
-import importlib.util
 import typing
 from collections.abc import Mapping
 from typing import Any
@@ -146,24 +145,44 @@ class ExperimentForm(forms.Form):
                 "trainer.seed": data["seeds"][0],
             }
         )
-        if data.get("backend") == "verl" and importlib.util.find_spec("trainer.backends.verl") is None:
-            self.add_error("backend", "The verl backend is not part of this installation yet: choose torch.")
-            return None
         if data["model_choice"] == "path" and not data["model_path"]:
             self.add_error("model_path", "Give the folder of a Hugging Face model on the workers.")
             return None
         try:
-            return RunConfig.from_preset(data["preset"], **overrides)
+            config = RunConfig.from_preset(data["preset"], **overrides)
         except ValueError:
             full = flatten_paths(RunConfig.from_preset(data["preset"]).model_dump())
             full.update(overrides)
             self._place_errors(config_errors(nest_paths(full)))
             return None
+        return config if self._verl_accepts(config) else None
+
+    def _verl_accepts(self, config: RunConfig) -> bool:
+        """verl's own validate_config on the command a verl run would get, its objections on our fields."""
+        if config.backend != "verl":
+            return True
+        try:
+            from trainer.backends.verl.command import verl_problems
+
+            problems = verl_problems(config)
+        except ImportError as error:  # the web host lacks verl's CPU core: nothing can check the config
+            self.add_error("backend", f"The verl backend cannot be checked on this server ({error}): "
+                                      f"install verl's CPU core (see README) or choose torch.")  # fmt: skip
+            return False
+        errors: dict[str, list[str]] = {}
+        for path, message in problems:
+            errors.setdefault(path, []).append(message)
+        self._place_errors(errors)
+        return not problems
 
     def _place_errors(self, errors: Mapping[str, list[str]]) -> None:
         aliases = {"data.train_path": "train_dataset", "data.val_path": "val_dataset", "model.path": "model_path",
                    "rollout.tools": "tools", "trainer.seed": "seeds", "preset": "preset", "task": "task", "name": "name"}  # fmt: skip
         for path, messages in errors.items():
+            if path == "__all__":  # verl's message names no field of ours
+                for message in messages:
+                    self.add_error(None, message)
+                continue
             field = aliases.get(path, path)
             for message in messages:
                 self.add_error(

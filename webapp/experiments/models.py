@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -22,7 +23,8 @@ from webapp.accounts.models import Team
 
 class Experiment(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="experiments")
-    name = models.CharField(max_length=200)
+    # 500: MLflow's limit for experiment names, so every MLflow experiment fits (issue 8).
+    name = models.CharField(max_length=500)
     description = models.TextField(blank=True)
     task = models.CharField(max_length=100, blank=True, help_text="Task / data source, e.g. gsm8k.")
     preset = models.CharField(max_length=50, blank=True, help_text="Algorithm preset, e.g. grpo.")
@@ -66,10 +68,14 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def new_mlflow_run_id() -> str:
+    return uuid.uuid4().hex
+
+
 class Run(models.Model):
     experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="runs")
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="runs")
-    name = models.CharField(max_length=200, blank=True)
+    name = models.CharField(max_length=250, blank=True)
     seed = models.IntegerField(default=0)
     config = models.JSONField(default=dict, help_text="The frozen RunConfig this run trains with.")
     status = models.CharField(
@@ -91,9 +97,12 @@ class Run(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     progress_at = models.DateTimeField(null=True, blank=True, help_text="When the step counter last moved.")
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Created by an MLflow client through /mlflow/ (executor "external"): its status is whatever the
+    # client reports; no executor or reaper ever touches it.
     external = models.BooleanField(default=False)
-    params = models.JSONField(default=dict, blank=True)
-    tags = models.JSONField(default=dict, blank=True)
+    # The run's id on the MLflow-compatible endpoint; launched runs have one too, so a trainer that
+    # logs through MLflow (verl's MLFLOW_RUN_ID) attaches to its own run.
+    mlflow_run_id = models.CharField(max_length=32, unique=True, default=new_mlflow_run_id, editable=False)
 
     class Meta:
         ordering = ["-created"]
@@ -139,18 +148,22 @@ class Run(models.Model):
         return self._transition((RunStatus.QUEUED,), status=RunStatus.STARTING, executor_ref=executor_ref)
 
     def claim(self, worker: str) -> bool:
-        # Race: two trainer processes for one run (a retried submit); only one may own it.
+        # Race: two trainer processes for one run (a retried submit); only one may own it. A run
+        # stalled before any process claimed it (a Ray job pending for resources) may still be.
         now = timezone.now()
-        return self._transition(
-            (RunStatus.QUEUED, RunStatus.STARTING),
+        never_claimed = Q(status=RunStatus.STALLED, claimed_by="")
+        claimable = Q(status__in=(RunStatus.QUEUED, RunStatus.STARTING)) | never_claimed
+        changed = Run.objects.filter(claimable, pk=self.pk).update(
             status=RunStatus.RUNNING, claimed_by=worker, started_at=now, heartbeat_at=now, progress_at=now,
         )  # fmt: skip
+        self.refresh_from_db()
+        return changed == 1
 
     def heartbeat(self, step: int | None = None, total_steps: int | None = None) -> bool:
-        # Race: a late heartbeat after the reaper marked the run stalled revives it; after a
-        # terminal state it changes nothing.
+        # After a terminal state a heartbeat changes nothing; a stalled run is revived only by
+        # progress (see _revive_if_progressing).
         now = timezone.now()
-        changes: dict[str, Any] = {"heartbeat_at": now, "status": RunStatus.RUNNING}
+        changes: dict[str, Any] = {"heartbeat_at": now}
         if total_steps is not None:
             changes["total_steps"] = total_steps
         updated = Run.objects.filter(pk=self.pk, status__in=(RunStatus.RUNNING, RunStatus.STALLED))
@@ -158,8 +171,27 @@ class Run(models.Model):
             Run.objects.filter(pk=self.pk, step__lt=step).update(progress_at=now)
             changes["step"] = step
         changed = updated.update(**changes)
+        self._revive_if_progressing()
         self.refresh_from_db()
         return changed == 1
+
+    def note_progress(self) -> None:
+        """Work arrived for the run (trajectories, metrics through MLflow): progress, even for a
+        trainer like verl that has no step counter of ours to move."""
+        now = timezone.now()
+        Run.objects.filter(pk=self.pk, status__in=(RunStatus.RUNNING, RunStatus.STALLED)).update(
+            heartbeat_at=now, progress_at=now
+        )
+        self._revive_if_progressing()
+
+    def _revive_if_progressing(self) -> None:
+        # Race: a late heartbeat after the reaper marked the run stalled. It revives the run only if
+        # the run progressed within the limit: a process that beats while waiting (verl's driver
+        # while verl waits for GPUs) must not mask a no-progress stall.
+        cutoff = timezone.now() - timedelta(seconds=settings.STALL_AFTER_S)
+        Run.objects.filter(pk=self.pk, status=RunStatus.STALLED, progress_at__gte=cutoff).update(
+            status=RunStatus.RUNNING
+        )
 
     def finish(self, status: str, message: str = "") -> bool:
         if status not in TERMINAL:
@@ -194,8 +226,25 @@ class Run(models.Model):
 
     @classmethod
     def silent_since(cls, seconds: float) -> models.QuerySet[Run]:
-        """Running runs without a heartbeat, or without progress, for ``seconds``."""
+        """Running runs without a heartbeat, or without progress, for ``seconds``; starting runs
+        that no trainer claimed within ``seconds`` of being queued."""
         return cls.objects.filter(_silent_filter(seconds))
+
+    def update_from_mlflow(self, status: str | None, finished_at: Any, name: str | None) -> None:
+        """An MLflow update-run. Only external runs take its status and end time: a launched run's
+        state belongs to its executor and the reaper, so a trainer's MLflow end_run must not move it."""
+        if name:
+            Run.objects.filter(pk=self.pk).update(name=name)
+        changes: dict[str, Any] = {}
+        if status:
+            changes["status"] = status
+        if finished_at is not None:
+            changes["finished_at"] = finished_at
+        if changes:
+            # Race: none to guard between MLflow writers (last write wins, as on MLflow); the
+            # external filter is what keeps a launched run's state machine out of reach.
+            Run.objects.filter(pk=self.pk, external=True).update(**changes)
+        self.refresh_from_db()
 
     def finished_in_s(self) -> float | None:
         if self.started_at and self.finished_at:
@@ -206,4 +255,36 @@ class Run(models.Model):
 def _silent_filter(seconds: float) -> Q:
     cutoff = timezone.now() - timedelta(seconds=seconds)
     silent = Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True) | Q(progress_at__lt=cutoff)
-    return Q(status=RunStatus.RUNNING) & silent
+    # A run whose trainer never claimed it (a Ray job PENDING for want of resources) is stuck too.
+    never_claimed = Q(status=RunStatus.STARTING, queued_at__lt=cutoff)
+    return (Q(status=RunStatus.RUNNING) & silent) | never_claimed
+
+
+class RunParam(models.Model):
+    """A run's MLflow param: logged once; a different value for the same key is refused, as on MLflow."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="params")
+    key = models.CharField(max_length=250)
+    value = models.TextField()
+
+    class Meta:
+        ordering = ["key"]
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="one_param_per_run_key")]
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}"
+
+
+class RunTag(models.Model):
+    """A run's MLflow tag; setting it again replaces the value. The run name is kept on Run.name."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tags")
+    key = models.CharField(max_length=250)
+    value = models.TextField()
+
+    class Meta:
+        ordering = ["key"]
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="one_tag_per_run_key")]
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}"

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from trainer.config import RunConfig
-from webapp.experiments.executors import EXECUTORS, ExecutorState, submission_id
+from webapp.experiments.executors import EXECUTORS, ClusterTooSmall, ExecutorState, submission_id
 from webapp.experiments.models import Experiment, Run, RunStatus
 
 logger = logging.getLogger(__name__)
@@ -34,6 +34,10 @@ def start_run(run: Run) -> None:
     executor = EXECUTORS.get(run.executor)
     try:
         ref = executor.start(run, run.issue_token())
+    except ClusterTooSmall as exc:
+        logger.info("run %s refused by the cluster precheck: %s", run.pk, exc)
+        run.finish(RunStatus.FAILED, str(exc))
+        return
     except Exception as exc:  # any failure to start is the run's failure, shown on its page
         logger.exception("run %s could not start", run.pk)
         run.finish(RunStatus.FAILED, f"could not start on the {run.executor} executor: {exc}")
@@ -47,6 +51,12 @@ def reconcile(run: Run) -> None:
         return
     state = _poll(run)
     if state is None:
+        return
+    if state.alive and state.pending and run.cancel_requested:
+        # Ray cannot stop a PENDING job (ray-project/ray#58353): stop_job only queues a stop for a
+        # supervisor that does not exist yet. Nothing of the run has started, so it ends here; if
+        # the job ever starts, its trainer finds the run cancelled, cannot claim it and exits.
+        run.finish(RunStatus.CANCELLED, "cancelled while the Ray job was still waiting for resources")
         return
     if state.alive:
         _watch_live_run(run)
@@ -79,10 +89,19 @@ def _watch_live_run(run: Run) -> None:
             EXECUTORS.get(run.executor).stop(run, force=True)
         return
     if Run.silent_since(settings.STALL_AFTER_S).filter(pk=run.pk).exists():
-        run.mark_stalled(
-            f"no heartbeat or progress for {settings.STALL_AFTER_S} s while the process is alive",
-            settings.STALL_AFTER_S,
-        )
+        run.mark_stalled(_stall_message(run), settings.STALL_AFTER_S)
+
+
+def _stall_message(run: Run) -> str:
+    limit = settings.STALL_AFTER_S
+    if run.status == RunStatus.STARTING:
+        # A Ray job stays PENDING while the cluster cannot place its entrypoint.
+        return f"the {run.executor} executor has not started the trainer within {limit} s (waiting for resources?)"
+    if run.config.get("backend") == "verl":
+        # verl waits for placement groups and TransferQueue actors without a word.
+        return (f"no training progress for {limit} s while the Ray job is alive: verl may be waiting for "
+                f"GPUs or CPUs the cluster cannot give it (see the job's log)")  # fmt: skip
+    return f"no heartbeat or progress for {limit} s while the process is alive"
 
 
 def stop_executor(run: Run) -> None:

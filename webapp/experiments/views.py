@@ -139,6 +139,8 @@ def run_detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpRespons
         "run": run,
         "log": log_tail(run),
         "config_yaml": RunConfig.model_validate(run.config).to_yaml(),
+        "params": run.params.all(),
+        "tags": run.tags.all(),
     }
     if request.htmx and request.GET.get("partial") == "live":
         return render(

@@ -74,6 +74,7 @@ def post_metrics(request: HttpRequest, run_id: int) -> dict[str, Any]:
 def post_trajectories(request: HttpRequest, run_id: int, batch: TrajectoryBatch) -> dict[str, Any]:
     run = _own_run(request, run_id)
     result = rollouts.store_batch(run, batch, _batch_id(request, batch.batch_id, request.body))
+    run.note_progress()  # verl's rollouts have no step counter of ours: their arrival is the progress
     return {"stored": result.stored, "skipped": result.skipped, "duplicate": result.duplicate_batch}
 
 

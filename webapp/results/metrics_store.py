@@ -322,6 +322,8 @@ def _update_summaries(run_id: int, cols: Columns) -> None:
 
 
 def _update_latest(run_id: int, cols: Columns) -> None:
+    if not len(cols):
+        return  # every point of the batch was stored before
     order = np.lexsort((cols.step, cols.key))
     last = np.flatnonzero(np.r_[np.diff(cols.key[order]) != 0, True])
     pick = order[last]

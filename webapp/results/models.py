@@ -36,7 +36,7 @@ class MetricKey(models.Model):
     """Dictionary of metric names, so the point table stores a 4-byte id instead of the text."""
 
     id = models.AutoField(primary_key=True)
-    name = models.CharField(max_length=200, unique=True)
+    name = models.CharField(max_length=250, unique=True)  # 250: MLflow metric keys fit
 
     def __str__(self) -> str:
         return self.name

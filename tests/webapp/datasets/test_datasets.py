@@ -265,3 +265,31 @@ def test_a_recipe_on_a_missing_server_path_fails_with_its_reason(
     assert recipe_import.status == ImportStatus.FAILED
     assert "/nonexistent/raw" in recipe_import.message
     assert not Dataset.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_validation_whose_task_was_lost_is_sent_again_and_settles(
+    personas: dict[str, Any], good_parquet: Path, start_worker: Any
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webapp.celery import app
+    from webapp.datasets.tasks import RESEND_PENDING_AFTER, resend_lost_work
+
+    acme = personas["acme"]
+    _upload(_client("bob"), acme.slug, good_parquet)
+    app.control.purge()  # the broker lost the validation task before any worker took it
+    dataset = Dataset.objects.get(team=acme)
+    assert resend_lost_work() == ([], [])  # a fresh upload is left to its own task
+    Dataset.objects.filter(pk=dataset.pk).update(
+        created=timezone.now() - RESEND_PENDING_AFTER - timedelta(seconds=1)
+    )
+    assert resend_lost_work() == ([dataset.pk], [])
+    start_worker()
+    settled = poll_until(
+        lambda: Dataset.objects.exclude(status=DatasetStatus.PENDING).filter(pk=dataset.pk).first()
+    )
+    assert settled.status == DatasetStatus.VALID and settled.stats["rows"] > 0
+    assert resend_lost_work() == ([], [])

@@ -156,13 +156,3 @@ def test_preview_shows_the_config_yaml_without_saving(personas: Any, arithmetic:
     preview = response.context["preview"]
     assert "estimator: grpo" in preview and "path: tiny-test" in preview
     assert not Experiment.objects.filter(team=acme).exists()
-
-
-def test_the_verl_backend_is_refused_until_it_is_installed(personas: Any, arithmetic: Any) -> None:
-    acme = personas["acme"]
-    data = form_data(arithmetic, backend="verl", **{"resources.gpus_per_node": "1"})
-    response = client_for("alice").post(f"/t/{acme.slug}/experiments/new/", data)
-    assert "The verl backend is not part of this installation yet" in " ".join(
-        response.context["form"].errors["backend"]
-    )
-    assert not Experiment.objects.filter(team=acme).exists()

@@ -59,6 +59,18 @@ def test_points_replayed_under_a_new_batch_id_are_skipped(trainer: Trainer) -> N
     assert (top.n, top.max_value, top.max_step) == (150, 99.0, 100)
 
 
+def test_a_batch_of_points_all_stored_before_under_a_new_batch_id_stores_nothing(trainer: Trainer) -> None:
+    assert trainer.metrics(points(["reward/mean"], range(100)), batch_id="a").json()["stored"] == 100
+    before = _snapshot()
+    response = trainer.metrics(points(["reward/mean"], range(100), value=5.0), batch_id="b")
+    assert response.status_code == 200 and response.json() == {
+        "stored": 0,
+        "skipped": 100,
+        "duplicate": False,
+    }
+    assert _snapshot() == before
+
+
 def test_a_batch_with_a_bad_point_is_rejected_whole(trainer: Trainer) -> None:
     batch = points(["reward/mean"], range(10))
     batch[7]["value"] = "not a number"

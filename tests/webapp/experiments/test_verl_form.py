@@ -1,0 +1,50 @@
+"""The experiment form with backend verl: verl's own checks land on our fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.webapp.experiments.test_experiment_form import client_for, form_data
+from trainer.config import RunConfig
+from webapp.experiments.models import Experiment
+
+VERL = {"backend": "verl", "executor": "ray", "resources.gpus_per_node": "2"}
+
+
+def post(team: Any, data: dict[str, Any]) -> Any:
+    return client_for("alice").post(f"/t/{team.slug}/experiments/new/", data)
+
+
+def test_a_verl_experiment_that_verl_accepts_is_saved(personas: Any, arithmetic: Any) -> None:
+    acme = personas["acme"]
+    data = form_data(
+        arithmetic, **VERL, **{"trainer.batch_size": "4", "rollout.n": "2", "optim.mini_batch_size": "4"}
+    )
+    response = post(acme, data)
+    assert response.status_code == 302, response.context["form"].errors
+    config = RunConfig.model_validate(Experiment.objects.get(team=acme).config)
+    assert (config.backend, config.resources.gpus_per_node) == ("verl", 2)
+
+
+def test_a_batch_that_does_not_split_over_the_gpus_is_a_batch_size_error(
+    personas: Any, arithmetic: Any
+) -> None:
+    acme = personas["acme"]
+    data = form_data(
+        arithmetic, **VERL, **{"trainer.batch_size": "3", "rollout.n": "3", "optim.mini_batch_size": "3"}
+    )
+    errors = post(acme, data).context["form"].errors
+    assert "multiple of 2" in " ".join(errors["trainer.batch_size"])
+    assert not Experiment.objects.filter(team=acme).exists()
+
+
+def test_what_verl_cannot_express_is_an_error_on_the_field_to_change(personas: Any, arithmetic: Any) -> None:
+    # RunConfig accepts 2 trajectories per mini-batch; verl counts mini-batches in whole prompts of
+    # rollout.n trajectories each, so trainer.backends.verl.command.verl_problems refuses it.
+    acme = personas["acme"]
+    data = form_data(
+        arithmetic, **VERL, **{"trainer.batch_size": "4", "rollout.n": "4", "optim.mini_batch_size": "2"}
+    )
+    errors = post(acme, data).context["form"].errors
+    assert "multiple of 4" in " ".join(errors["optim.mini_batch_size"])
+    assert not Experiment.objects.filter(team=acme).exists()

@@ -1,0 +1,429 @@
+"""RunConfig → the ``python -m verl.trainer.main_ppo`` command (Hydra overrides), and verl's own checks.
+
+Pure functions: nothing here starts Ray or touches a GPU. :func:`verl_problems` composes verl's real
+``ppo_trainer`` config with our overrides and runs verl's ``validate_config`` so the experiment form
+can put verl's objections on our fields.
+
+verl counts batches in prompts (``data.train_batch_size``, ``ppo_mini_batch_size``) and multiplies by
+``rollout.n`` itself; RunConfig counts mini-batches in trajectories. Micro-batch sizes are per GPU
+in verl and count trajectory rows (one row = every turn of one trajectory, see ``agent_loop.py``).
+
+    python -m trainer.backends.verl.command CONFIG.yaml --shared-dir DIR   prints the command
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import io
+import json
+import os
+import re
+import shlex
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer.config import RunConfig
+
+# Our estimators as verl's registry names. verl lacks the step-level ones; ours are registered
+# into its registry by trainer.backends.verl.estimators (imported by the job's setup hook).
+ESTIMATORS = {
+    "gae": "gae",  # verl's GAE branch; the setup hook makes it step-level, see GAE_MODE_ENV
+    "token_gae": "gae",
+    "grpo": "grpo",
+    "rloo": "rloo",
+    "reinforce": "agent_r1_step_reinforce",
+    "gigpo": "agent_r1_gigpo",
+}
+# verl's "gpg" loss is -A·logπ with no ratio and no clip: our reinforce loss.
+POLICY_LOSSES = {"vanilla": "vanilla", "gspo": "gspo", "reinforce": "gpg"}
+# verl calls GAE through a fixed branch that no registry entry can replace (it alone receives the
+# critic's values), so the step-level variant is switched on by this variable in every Ray worker.
+GAE_MODE_ENV = "AGENT_R1_GAE_MODE"
+GIGPO_WEIGHT_ENV = "AGENT_R1_GIGPO_STEP_WEIGHT"
+LOGGERS = ("console", "mlflow")
+AGENT_LOOP_WORKERS = 8  # verl's default rollout.agent.num_workers (one CPU each on the cluster)
+
+
+@dataclass(frozen=True)
+class VerlPaths:
+    """Absolute paths on storage that every Ray node sees."""
+
+    train_files: str
+    val_files: str | None
+    checkpoint_dir: str
+    rollout_dir: str
+    validation_dir: str
+    agent_loop_config: str
+
+
+def _value(value: Any) -> str:
+    """A Hydra override value: bools lower-case, None as null, floats in round-trip form."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def prompts_per_mini_batch(config: RunConfig) -> int:
+    """verl's ``ppo_mini_batch_size`` (prompts); exact when optim.mini_batch_size is a multiple of n."""
+    return max(1, config.optim.mini_batch_size // config.rollout.n)
+
+
+def _algorithm(config: RunConfig) -> dict[str, Any]:
+    algo = config.algorithm
+    in_reward = algo.kl_mode == "reward"
+    return {
+        "algorithm.adv_estimator": ESTIMATORS[algo.estimator],
+        "algorithm.gamma": algo.gamma,
+        "algorithm.lam": algo.lam,
+        "algorithm.norm_adv_by_std_in_grpo": algo.norm_adv_by_std,
+        "algorithm.use_kl_in_reward": in_reward,
+        "algorithm.kl_penalty": algo.kl_kind,
+        "algorithm.kl_ctrl.type": "fixed",
+        "algorithm.kl_ctrl.kl_coef": algo.kl_coef if in_reward else 0.0,
+    }
+
+
+def _data(config: RunConfig, paths: VerlPaths) -> dict[str, Any]:
+    return {
+        "data.train_files": paths.train_files,
+        "data.val_files": paths.val_files or paths.train_files,
+        "data.train_batch_size": config.trainer.batch_size,
+        "data.max_prompt_length": config.data.max_prompt_length,
+        "data.max_response_length": config.data.max_response_length,
+        "data.shuffle": config.data.shuffle,
+        "data.seed": config.trainer.seed,
+        "data.val_max_samples": config.data.val_max_samples or -1,
+        # A prompt over the limit ends our episode before any step; verl cannot train an empty
+        # response, so such rows are dropped when the dataset loads.
+        "data.filter_overlong_prompts": True,
+        "data.return_raw_chat": True,
+    }
+
+
+def _actor(config: RunConfig) -> dict[str, Any]:
+    algo, optim = config.algorithm, config.optim
+    in_loss = algo.kl_mode == "loss"
+    prefix = "actor_rollout_ref.actor."
+    values = {
+        "optim.lr": optim.lr,
+        "optim.weight_decay": optim.weight_decay,
+        "optim.lr_warmup_steps": optim.warmup_steps if optim.warmup_steps > 0 else -1,
+        "grad_clip": optim.grad_clip,
+        "ppo_epochs": optim.ppo_epochs,
+        "ppo_mini_batch_size": prompts_per_mini_batch(config),
+        "ppo_micro_batch_size_per_gpu": optim.micro_batch_size,
+        "use_kl_loss": in_loss,
+        "kl_loss_coef": algo.kl_coef if in_loss else 0.0,
+        "kl_loss_type": algo.kl_kind,
+        "entropy_coeff": algo.entropy_coef,
+        "clip_ratio_low": algo.clip_low,
+        "clip_ratio_high": algo.clip_high,
+        "clip_ratio_c": algo.dual_clip_c,
+        "loss_agg_mode": algo.loss_agg_mode,
+        "policy_loss.loss_mode": POLICY_LOSSES[algo.policy_loss],
+        "data_loader_seed": config.trainer.seed,
+    }
+    return {prefix + key: value for key, value in values.items()}
+
+
+def _model_and_rollout(config: RunConfig, paths: VerlPaths) -> dict[str, Any]:
+    rollout, micro = config.rollout, config.optim.micro_batch_size
+    return {
+        "actor_rollout_ref.model.path": config.model.path,
+        "actor_rollout_ref.model.trust_remote_code": config.model.trust_remote_code,
+        "actor_rollout_ref.model.enable_gradient_checkpointing": config.model.gradient_checkpointing,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.rollout.name": "vllm",
+        "actor_rollout_ref.rollout.mode": "async",
+        # One vLLM engine per GPU: the tiny and small models this product targets fit on one.
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
+        "actor_rollout_ref.rollout.n": rollout.n,
+        "actor_rollout_ref.rollout.temperature": rollout.temperature,
+        "actor_rollout_ref.rollout.top_p": rollout.top_p,
+        "actor_rollout_ref.rollout.seed": config.trainer.seed,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.rollout.calculate_log_probs": True,
+        "actor_rollout_ref.rollout.val_kwargs.n": 1,
+        "actor_rollout_ref.rollout.val_kwargs.do_sample": False,
+        "actor_rollout_ref.rollout.multi_turn.enable": True,
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns": rollout.max_steps,
+        "actor_rollout_ref.rollout.agent.agent_loop_config_path": paths.agent_loop_config,
+        "actor_rollout_ref.rollout.agent.default_agent_loop": rollout.agent_name,
+        "actor_rollout_ref.rollout.agent.num_workers": AGENT_LOOP_WORKERS,
+    }
+
+
+def _critic(config: RunConfig) -> dict[str, Any]:
+    if not config.use_critic:
+        return {"critic.enable": False}
+    return {
+        "critic.enable": True,
+        "critic.model.path": config.model.path,
+        "critic.model.trust_remote_code": config.model.trust_remote_code,
+        "critic.optim.lr": config.optim.critic_lr,
+        "critic.optim.weight_decay": config.optim.weight_decay,
+        "critic.grad_clip": config.optim.grad_clip,
+        "critic.ppo_micro_batch_size_per_gpu": config.optim.micro_batch_size,
+    }
+
+
+def _trainer(
+    config: RunConfig, paths: VerlPaths, project: str, run_name: str, loggers: Sequence[str]
+) -> dict[str, Any]:
+    trainer, total = config.trainer, config.trainer.total_steps
+    return {
+        "trainer.total_training_steps": total,
+        # verl saves at every multiple of save_freq and always at the last step (0 = the end only).
+        "trainer.save_freq": trainer.save_every if trainer.save_every > 0 else total,
+        "trainer.test_freq": (trainer.val_every if trainer.val_every > 0 else total)
+        if paths.val_files
+        else -1,
+        "trainer.val_before_train": False,
+        "trainer.resume_mode": "auto" if trainer.resume else "disable",
+        "trainer.n_gpus_per_node": config.resources.gpus_per_node,
+        "trainer.nnodes": config.resources.nodes,
+        "trainer.logger": "[" + ",".join(loggers) + "]",
+        "trainer.project_name": _quoted(project),
+        "trainer.experiment_name": _quoted(run_name),
+        "trainer.default_local_dir": paths.checkpoint_dir,
+        "trainer.rollout_data_dir": paths.rollout_dir,
+        "trainer.validation_data_dir": paths.validation_dir,
+    }
+
+
+def _quoted(text: str) -> str:
+    """A Hydra string value that may hold spaces, commas, brackets or quotes."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _worker_env(config: RunConfig) -> dict[str, Any]:
+    """Settings our estimators read in every Ray worker (verl's AlgoConfig takes no extra keys).
+
+    They ride on ``ray_kwargs.ray_init.runtime_env.env_vars``, which Ray merges into the job's
+    runtime env, so the job itself must not set these names.
+    """
+    mode = "step" if config.algorithm.estimator == "gae" else "token"
+    prefix = "+ray_kwargs.ray_init.runtime_env.env_vars."
+    return {
+        prefix + GAE_MODE_ENV: mode,
+        prefix + GIGPO_WEIGHT_ENV: _quoted(repr(config.algorithm.gigpo_step_weight)),
+    }
+
+
+def overrides(
+    config: RunConfig, paths: VerlPaths, *, project: str, run_name: str, loggers: Sequence[str] = LOGGERS
+) -> list[str]:
+    """Hydra overrides that make verl's ``ppo_trainer`` config train ``config``.
+
+    ``loggers`` keeps mlflow for webapp runs (their metrics reach the run through the MLflow-compatible
+    endpoint); a run with no tracking server (the GPU smoke run) logs to the console only.
+    """
+    for name in ("train_files", "checkpoint_dir", "rollout_dir", "validation_dir", "agent_loop_config"):
+        if not os.path.isabs(getattr(paths, name)):
+            raise ValueError(f"VerlPaths.{name} must be absolute (Ray workers run elsewhere)")
+    values: dict[str, Any] = {}
+    for part in (
+        _algorithm(config),
+        _data(config, paths),
+        _actor(config),
+        _model_and_rollout(config, paths),
+        _critic(config),
+        _trainer(config, paths, project, run_name, loggers),
+        _worker_env(config),
+    ):
+        values.update(part)
+    return [f"{key}={_value(value)}" for key, value in values.items()]
+
+
+def command(
+    config: RunConfig,
+    paths: VerlPaths,
+    *,
+    project: str,
+    run_name: str,
+    python: str = "python",
+    loggers: Sequence[str] = LOGGERS,
+) -> list[str]:
+    """The argv that runs verl's trainer for ``config``."""
+    return [
+        python,
+        "-m",
+        "verl.trainer.main_ppo",
+        *overrides(config, paths, project=project, run_name=run_name, loggers=loggers),
+    ]
+
+
+# -- verl's own checks ----------------------------------------------------------------------------
+
+_DUMMY_PATHS = VerlPaths(
+    train_files="/shared/data/train.parquet",
+    val_files="/shared/data/val.parquet",
+    checkpoint_dir="/shared/checkpoints",
+    rollout_dir="/shared/rollouts",
+    validation_dir="/shared/validation",
+    agent_loop_config="/shared/agent_loops.yaml",
+)
+
+# verl's words in an error message → the RunConfig field that sets them (first match wins).
+_ERROR_FIELDS: tuple[tuple[str, str], ...] = (
+    (r"real_train_batch_size|minimal possible batch size|train_batch_size", "trainer.batch_size"),
+    (r"micro_batch_size", "optim.micro_batch_size"),
+    (r"mini_batch_size", "optim.mini_batch_size"),
+    (r"loss_agg_mode", "algorithm.loss_agg_mode"),
+    (r"temperature|do_sample", "rollout.temperature"),
+    (r"n_gpus|nnodes|n_gpus_per_node", "resources.gpus_per_node"),
+    (r"loss_mode|policy loss", "algorithm.policy_loss"),
+    (r"adv_estimator|estimator", "algorithm.estimator"),
+)
+
+
+def field_for_error(message: str) -> str:
+    """The RunConfig field a verl config error is about ("__all__" when none matches)."""
+    for pattern, field in _ERROR_FIELDS:
+        if re.search(pattern, message):
+            return field
+    return "__all__"
+
+
+def mapping_problems(config: RunConfig) -> list[tuple[str, str]]:
+    """What our mapping onto verl cannot express exactly (checked before verl's own validation)."""
+    problems = []
+    mini, n = config.optim.mini_batch_size, config.rollout.n
+    if mini % n:
+        problems.append(
+            (
+                "optim.mini_batch_size",
+                f"verl counts mini-batches in prompts, each with its rollout.n ({n}) trajectories: set "
+                f"optim.mini_batch_size to a multiple of {n}",
+            )
+        )
+    world = config.resources.gpus_per_node * config.resources.nodes
+    per_gpu = (prompts_per_mini_batch(config) * n) // max(world, 1)
+    if world and per_gpu < 1:
+        problems.append(
+            (
+                "optim.mini_batch_size",
+                f"verl splits each mini-batch ({mini} trajectories) across {world} GPUs: set "
+                f"optim.mini_batch_size to at least {world}",
+            )
+        )
+    return problems
+
+
+@functools.cache
+def _config_dir() -> str:
+    import verl
+
+    return str(Path(verl.__file__).parent / "trainer" / "config")
+
+
+@functools.cache
+def _stand_in_model() -> str:
+    """A folder holding only a tiny Llama config.json.
+
+    verl's checks build the critic's HFModelConfig, which reads the model's config from disk; the
+    real model usually lives on the cluster, and its architecture is not what these checks are about.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="agent-r1-verl-check-"))
+    stand_in = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": 256,
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+    }
+    (folder / "config.json").write_text(json.dumps(stand_in), encoding="utf-8")
+    return str(folder)
+
+
+def compose(config: RunConfig, paths: VerlPaths = _DUMMY_PATHS, *, extra: Sequence[str] = ()) -> Any:
+    """verl's ``ppo_trainer`` DictConfig with our overrides (then ``extra``) applied (Hydra, no Ray)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=_config_dir(), version_base=None):
+        ours = overrides(config, paths, project="p", run_name="r")
+        return hydra_compose("ppo_trainer", overrides=[*ours, *extra])
+
+
+def _check_overrides() -> list[str]:
+    model = _stand_in_model()
+    return [
+        f"actor_rollout_ref.model.path={model}",
+        f"critic.model.path={model}",
+        "+critic.model.load_tokenizer=false",
+    ]
+
+
+def verl_problems(config: RunConfig) -> list[tuple[str, str]]:
+    """verl's objections to ``config`` as (RunConfig field path, message); [] when verl accepts it.
+
+    Runs verl's own ``validate_config`` as ``main_ppo`` does (with its role flags). About a second
+    warm; the first call in a process also imports Hydra and verl (a few seconds).
+    """
+    if config.backend != "verl":
+        return []
+    problems = mapping_problems(config)
+    if problems:
+        return problems
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    try:
+        composed = compose(config, extra=_check_overrides())
+        # validate_config prints its verdict; a form check must not write to stdout.
+        with contextlib.redirect_stdout(io.StringIO()):
+            validate_config(
+                config=composed,
+                use_reference_policy=need_reference_policy(composed),
+                use_critic=need_critic(composed),
+            )
+    except Exception as error:  # verl raises AssertionError, ValueError and Hydra errors alike
+        message = str(error) or type(error).__name__
+        return [(field_for_error(message), f"verl rejects this config: {message}")]
+    return []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer.backends.verl.command", description="Print the verl command for a config."
+    )
+    parser.add_argument("config", type=Path, help="RunConfig YAML (backend verl)")
+    parser.add_argument("--shared-dir", type=Path, required=True, help="storage every Ray node sees")
+    parser.add_argument("--project", default="agent-r1-studio")
+    parser.add_argument("--run-name", default=None)
+    args = parser.parse_args(argv)
+    config = RunConfig.from_yaml_file(args.config)
+    paths = shared_paths(config, args.shared_dir.resolve())
+    argv_out = command(config, paths, project=args.project, run_name=args.run_name or config.name)
+    print(shlex.join(argv_out))
+    return 0
+
+
+def shared_paths(config: RunConfig, shared_dir: Path) -> VerlPaths:
+    """The standard layout under one run's shared folder (data/, checkpoints/, rollouts/, ...)."""
+    return VerlPaths(
+        train_files=str(shared_dir / "data" / "train.parquet"),
+        val_files=str(shared_dir / "data" / "val.parquet") if config.data.val_path else None,
+        checkpoint_dir=str(shared_dir / "checkpoints"),
+        rollout_dir=str(shared_dir / "rollouts"),
+        validation_dir=str(shared_dir / "validation"),
+        agent_loop_config=str(shared_dir / "agent_loops.yaml"),
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

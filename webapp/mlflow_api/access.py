@@ -1,0 +1,137 @@
+"""Who is calling, and the one access helper per object type.
+
+The client sends ``MLFLOW_TRACKING_TOKEN`` as ``Authorization: Bearer <token>``. Two kinds work:
+
+- a personal API token (``sk_...``): the user's team — the one named in the URL
+  (``/mlflow/t/<team>/``), else their first team — with their role in it;
+- a run's own token (what a launched trainer holds): that one run, and a read of its experiment.
+
+Anything outside the caller's reach answers RESOURCE_DOES_NOT_EXIST (404), as if it did not exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import HttpRequest
+
+from webapp.accounts.models import ApiToken, Membership, Role, Team
+from webapp.experiments.models import Experiment, Run
+from webapp.mlflow_api.errors import PERMISSION_DENIED, UNAUTHENTICATED, MlflowError, invalid, not_found
+
+DEFAULT_EXPERIMENT_ID = "0"
+DEFAULT_EXPERIMENT_NAME = "Default"
+
+
+@dataclass(frozen=True)
+class Caller:
+    team: Team
+    user: Any | None = None  # personal token
+    run: Run | None = None  # a run's token: the only run it may touch
+    can_write: bool = False
+
+    @property
+    def user_name(self) -> str:
+        return self.user.get_username() if self.user is not None else ""
+
+
+def authenticate(request: HttpRequest, team_slug: str | None) -> Caller:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise MlflowError(
+            "A Bearer token is required: set MLFLOW_TRACKING_TOKEN to a personal API token or a run's token.",
+            UNAUTHENTICATED,
+        )
+    token = token.strip()
+    user = ApiToken.authenticate(token)
+    if user is not None:
+        return _member(user, team_slug)
+    run = Run.for_token(token)
+    if run is None:
+        raise MlflowError("The token is not valid (revoked, or never issued).", UNAUTHENTICATED)
+    if team_slug and run.team.slug != team_slug:
+        raise not_found(f"No team {team_slug!r}")
+    return Caller(team=run.team, run=run, can_write=True)
+
+
+def _member(user: Any, team_slug: str | None) -> Caller:
+    memberships = Membership.objects.select_related("team").filter(user=user)
+    # Without a team in the URL: the user's first team, the same one the web UI opens with.
+    membership = (
+        memberships.filter(team__slug=team_slug).first()
+        if team_slug
+        else memberships.order_by("team__name", "team_id").first()
+    )
+    if membership is None:
+        raise not_found(f"No team {team_slug!r}" if team_slug else "The token's user belongs to no team.")
+    return Caller(team=membership.team, user=user, can_write=membership.allows(Role.MEMBER))
+
+
+def _check_write(caller: Caller) -> None:
+    if not caller.can_write:
+        raise MlflowError(f"Logging needs the member role in {caller.team.name}.", PERMISSION_DENIED)
+
+
+def check_can_create(caller: Caller) -> None:
+    """Creating experiments and runs: people only; a run's token logs to its own run."""
+    if caller.run is not None:
+        raise MlflowError("A run's token can only log to its own run.", PERMISSION_DENIED)
+    _check_write(caller)
+
+
+def parse_experiment_id(experiment_id: Any) -> int:
+    try:
+        return int(experiment_id)
+    except (TypeError, ValueError):
+        raise invalid(
+            f"Invalid experiment ID '{experiment_id}'. Experiment ID must be a valid integer."
+        ) from None
+
+
+def get_experiment_for_caller(
+    caller: Caller, experiment_id: Any, *, create_default: bool = False
+) -> Experiment:
+    """The experiment, or RESOURCE_DOES_NOT_EXIST. MLflow's default experiment "0" is the team's
+    "Default" experiment, made on first use by a caller who may create experiments."""
+    if str(experiment_id) == DEFAULT_EXPERIMENT_ID and caller.run is None:
+        return _default_experiment(caller, create_default)
+    pk = parse_experiment_id(experiment_id)
+    experiments = Experiment.objects.filter(team=caller.team)
+    if caller.run is not None:
+        experiments = experiments.filter(pk=caller.run.experiment_id)
+    found = experiments.filter(pk=pk).first()
+    if found is None:
+        raise not_found(f"No Experiment with id={pk} exists")
+    return found
+
+
+def _default_experiment(caller: Caller, create: bool) -> Experiment:
+    found = Experiment.objects.filter(team=caller.team, name=DEFAULT_EXPERIMENT_NAME).first()
+    if found is not None:
+        return found
+    if not create:
+        raise not_found(f"No Experiment with id={DEFAULT_EXPERIMENT_ID} exists")
+    check_can_create(caller)
+    experiment, _ = Experiment.objects.get_or_create(
+        team=caller.team,
+        name=DEFAULT_EXPERIMENT_NAME,
+        defaults={"external": True, "created_by": caller.user, "preset": ""},
+    )
+    return experiment
+
+
+def get_run_for_caller(caller: Caller, mlflow_run_id: str, *, write: bool = False) -> Run:
+    if caller.run is not None:
+        if caller.run.mlflow_run_id != mlflow_run_id:
+            raise not_found(f"Run with id={mlflow_run_id} not found")
+        return caller.run
+    found = (
+        Run.objects.select_related("experiment").filter(team=caller.team, mlflow_run_id=mlflow_run_id).first()
+    )
+    if found is None:
+        raise not_found(f"Run with id={mlflow_run_id} not found")
+    if write:
+        _check_write(caller)
+    return found

@@ -1,0 +1,129 @@
+"""Our experiments and runs in the JSON shapes of MLflow's protos (service.proto: Experiment,
+RunInfo, RunData), which the client parses strictly: only proto fields, int64 times in ms."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connection
+
+from webapp.experiments.models import Experiment, Run, RunParam, RunStatus, RunTag
+from webapp.mlflow_api.validation import finite_or_name
+
+RUN_NAME_TAG = "mlflow.runName"
+USER_TAG = "mlflow.user"
+
+# Ours → MLflow's RunStatus names.
+MLFLOW_STATUS = {
+    RunStatus.DRAFT: "SCHEDULED",
+    RunStatus.QUEUED: "SCHEDULED",
+    RunStatus.STARTING: "SCHEDULED",
+    RunStatus.RUNNING: "RUNNING",
+    RunStatus.STALLED: "RUNNING",
+    RunStatus.SUCCEEDED: "FINISHED",
+    RunStatus.FAILED: "FAILED",
+    RunStatus.CANCELLED: "KILLED",
+}
+# MLflow's → ours, for external runs (update-run).
+OUR_STATUS = {
+    "SCHEDULED": RunStatus.QUEUED,
+    "RUNNING": RunStatus.RUNNING,
+    "FINISHED": RunStatus.SUCCEEDED,
+    "FAILED": RunStatus.FAILED,
+    "KILLED": RunStatus.CANCELLED,
+}
+
+
+def ms(moment: datetime | None) -> int | None:
+    return None if moment is None else int(moment.timestamp() * 1000)
+
+
+def from_ms(value: int | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value / 1000, tz=UTC)
+
+
+def _drop_none(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def experiment(found: Experiment) -> dict[str, Any]:
+    created = ms(found.created)
+    return {
+        "experiment_id": str(found.pk),
+        "name": found.name,
+        "artifact_location": f"mlflow-artifacts:/{found.pk}",
+        "lifecycle_stage": "active",
+        "creation_time": created,
+        "last_update_time": created,
+    }
+
+
+def run_info(run: Run, user_id: str = "") -> dict[str, Any]:
+    return _drop_none(
+        {
+            "run_id": run.mlflow_run_id,
+            "run_uuid": run.mlflow_run_id,
+            "run_name": display_name(run),
+            "experiment_id": str(run.experiment_id),
+            "user_id": user_id,
+            "status": MLFLOW_STATUS[RunStatus(run.status)],
+            "start_time": ms(run.started_at or run.created),
+            "end_time": ms(run.finished_at),
+            "artifact_uri": f"mlflow-artifacts:/{run.experiment_id}/{run.mlflow_run_id}/artifacts",
+            "lifecycle_stage": "active",
+        }
+    )
+
+
+def display_name(run: Run) -> str:
+    return run.name or f"run-{run.pk}"
+
+
+def runs(found: Iterable[Run]) -> list[dict[str, Any]]:
+    """Runs with their data (latest metrics, params, tags), in three queries for the whole list."""
+    found = list(found)
+    ids = [run.pk for run in found]
+    params = _by_run(RunParam.objects.filter(run_id__in=ids).values_list("run_id", "key", "value"))
+    tags = _by_run(RunTag.objects.filter(run_id__in=ids).values_list("run_id", "key", "value"))
+    metrics = _latest_metrics(ids)
+    out = []
+    for run in found:
+        run_tags = [{"key": k, "value": v} for k, v in tags.get(run.pk, [])]
+        run_tags.append({"key": RUN_NAME_TAG, "value": display_name(run)})
+        user = next((t["value"] for t in run_tags if t["key"] == USER_TAG), "")
+        data = {
+            "metrics": metrics.get(run.pk, []),
+            "params": [{"key": k, "value": v} for k, v in params.get(run.pk, [])],
+            "tags": run_tags,
+        }
+        out.append({"info": run_info(run, user), "data": data, "inputs": {}})
+    return out
+
+
+def _by_run(rows: Iterable[tuple[int, str, str]]) -> dict[int, list[tuple[str, str]]]:
+    grouped: dict[int, list[tuple[str, str]]] = {}
+    for run_id, key, value in rows:
+        grouped.setdefault(run_id, []).append((key, value))
+    return grouped
+
+
+def _latest_metrics(run_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    if not run_ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT l.run_id, k.name, l.value, l.ts, l.step FROM results_metriclatest l "
+            "JOIN results_metrickey k ON k.id = l.key_id WHERE l.run_id = ANY(%s) ORDER BY k.name",
+            [run_ids],
+        )
+        rows = cursor.fetchall()
+    grouped: dict[int, list[dict[str, Any]]] = {}
+    for run_id, key, value, ts, step in rows:
+        grouped.setdefault(run_id, []).append(metric(key, value, ts, step))
+    return grouped
+
+
+def metric(key: str, value: float, ts: float, step: int) -> dict[str, Any]:
+    return {"key": key, "value": finite_or_name(value), "timestamp": round(ts * 1000), "step": step}

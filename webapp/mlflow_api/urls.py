@@ -1,0 +1,14 @@
+"""Mounted at /mlflow/: MLFLOW_TRACKING_URI=<server>/mlflow (the user's first team) or
+<server>/mlflow/t/<team> (a chosen team, for people in several)."""
+
+from __future__ import annotations
+
+from django.urls import path, re_path
+
+from webapp.mlflow_api import views
+
+urlpatterns = [
+    path("api/2.0/mlflow/<path:path>", views.endpoint),
+    path("t/<slug:team_slug>/api/2.0/mlflow/<path:path>", views.endpoint),
+    re_path(r"^", views.unknown),
+]

@@ -1,0 +1,236 @@
+"""The REST 2.0 tracking calls, one small function each: read the fields MLflow's handler reads,
+check them the way it does, make one store call, answer in the proto's JSON shape.
+
+Every handler takes (caller, body, request body bytes) and returns the response dict; errors are
+MlflowError, which :func:`endpoint` turns into MLflow's error body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.views.decorators.csrf import csrf_exempt
+
+from webapp.experiments.models import Experiment, Run
+from webapp.mlflow_api import entities, search, store
+from webapp.mlflow_api import validation as check
+from webapp.mlflow_api.access import (
+    Caller,
+    authenticate,
+    check_can_create,
+    get_experiment_for_caller,
+    get_run_for_caller,
+)
+from webapp.mlflow_api.errors import ENDPOINT_NOT_FOUND, MlflowError, invalid, not_found
+
+Body = dict[str, Any]
+Handler = Callable[[Caller, Body, bytes], Body]
+
+
+# -- experiments -----------------------------------------------------------------------------------
+
+
+def get_experiment_by_name(caller: Caller, body: Body, raw: bytes) -> Body:
+    name = check.required_string(body, "experiment_name")
+    experiments = Experiment.objects.filter(team=caller.team, name=name)
+    if caller.run is not None:
+        experiments = experiments.filter(pk=caller.run.experiment_id)
+    found = experiments.first()
+    if found is None:
+        raise not_found(f"Could not find experiment with name '{name}'")
+    return {"experiment": entities.experiment(found)}
+
+
+def create_experiment(caller: Caller, body: Body, raw: bytes) -> Body:
+    name = check.experiment_name(check.required_string(body, "name"))
+    check.array(body, "tags")
+    check_can_create(caller)
+    return {"experiment_id": str(store.create_experiment(caller, name).pk)}
+
+
+def get_experiment(caller: Caller, body: Body, raw: bytes) -> Body:
+    found = get_experiment_for_caller(caller, check.required_string(body, "experiment_id"))
+    return {"experiment": entities.experiment(found)}
+
+
+def search_experiments(caller: Caller, body: Body, raw: bytes) -> Body:
+    size = check.max_results(check.optional_int(body, "max_results"), default=1000)
+    experiments = Experiment.objects.filter(team=caller.team)
+    if caller.run is not None:
+        experiments = experiments.filter(pk=caller.run.experiment_id)
+    experiments = search.filter_experiments(experiments, check.optional_string(body, "filter"))
+    experiments = search.order_experiments(experiments, check.array(body, "order_by"))
+    found, token = search.page(experiments, check.optional_string(body, "page_token"), size)
+    return _with_token({"experiments": [entities.experiment(e) for e in found]}, token)
+
+
+# -- runs ------------------------------------------------------------------------------------------
+
+
+def create_run(caller: Caller, body: Body, raw: bytes) -> Body:
+    start_time = check.optional_int(body, "start_time")
+    run_name = check.optional_string(body, "run_name")
+    tags = [
+        check.tag(t.get("key"), t.get("value"), f"tags[{i}]") for i, t in enumerate(check.array(body, "tags"))
+    ]
+    check_can_create(caller)
+    experiment = get_experiment_for_caller(caller, body.get("experiment_id") or "0", create_default=True)
+    run = store.create_run(caller, experiment, run_name, start_time, tags)
+    return {"run": entities.runs([run])[0]}
+
+
+def get_run(caller: Caller, body: Body, raw: bytes) -> Body:
+    run = get_run_for_caller(caller, check.required_string(body, "run_id", alias="run_uuid"))
+    return {"run": entities.runs([run])[0]}
+
+
+def update_run(caller: Caller, body: Body, raw: bytes) -> Body:
+    run_id = check.required_string(body, "run_id", alias="run_uuid")
+    end_time = check.optional_int(body, "end_time")
+    status = check.optional_string(body, "status")
+    run_name = check.optional_string(body, "run_name")
+    run = store.update_run(get_run_for_caller(caller, run_id, write=True), status, end_time, run_name)
+    return {"run_info": entities.runs([run])[0]["info"]}
+
+
+def search_runs(caller: Caller, body: Body, raw: bytes) -> Body:
+    experiment_ids = check.array(body, "experiment_ids")
+    size = check.max_results(check.optional_int(body, "max_results"), default=1000)
+    pks = [get_experiment_for_caller(caller, value).pk for value in experiment_ids]
+    runs = Run.objects.filter(team=caller.team, experiment_id__in=pks)
+    if caller.run is not None:
+        runs = runs.filter(pk=caller.run.pk)
+    runs = search.filter_runs(runs, check.optional_string(body, "filter"))
+    runs = search.order_runs(runs, check.array(body, "order_by"))
+    found, token = search.page(runs, check.optional_string(body, "page_token"), size)
+    return _with_token({"runs": entities.runs(found)}, token)
+
+
+# -- logging ---------------------------------------------------------------------------------------
+
+
+def log_batch(caller: Caller, body: Body, raw: bytes) -> Body:
+    run_id = check.run_id(check.required_string(body, "run_id"))
+    metric_items, param_items, tag_items = (
+        check.array(body, "metrics"),
+        check.array(body, "params"),
+        check.array(body, "tags"),
+    )
+    check.fields_present(param_items, "params", ("key",))
+    check.fields_present(tag_items, "tags", ("key",))
+    metrics = check.metrics(metric_items)
+    params = [check.param(p.get("key"), p.get("value"), f"params[{i}]") for i, p in enumerate(param_items)]
+    tags = [check.tag(t.get("key"), t.get("value"), f"tags[{i}]") for i, t in enumerate(tag_items)]
+    check.batch_limits(len(metric_items), len(params), len(tags))
+    check.unique_param_keys(params)
+    store.log_batch(get_run_for_caller(caller, run_id, write=True), metrics, params, tags, raw)
+    return {}
+
+
+def log_metric(caller: Caller, body: Body, raw: bytes) -> Body:
+    run_id = check.required_string(body, "run_id", alias="run_uuid")
+    for name in ("key", "value", "timestamp"):
+        check.required(body, name)
+    metrics = check.metrics([body], single=True)
+    store.log_batch(get_run_for_caller(caller, run_id, write=True), metrics, [], [], raw)
+    return {}
+
+
+def log_param(caller: Caller, body: Body, raw: bytes) -> Body:
+    run_id = check.required_string(body, "run_id", alias="run_uuid")
+    check.required_string(body, "key")
+    param = check.param(body.get("key"), body.get("value"))
+    store.log_params(get_run_for_caller(caller, run_id, write=True), [param])
+    return {}
+
+
+def set_tag(caller: Caller, body: Body, raw: bytes) -> Body:
+    run_id = check.required_string(body, "run_id", alias="run_uuid")
+    check.required_string(body, "key")
+    tag = check.tag(body.get("key"), body.get("value"))
+    store.set_tags(get_run_for_caller(caller, run_id, write=True), [tag])
+    return {}
+
+
+def get_metric_history(caller: Caller, body: Body, raw: bytes) -> Body:
+    run_id = check.required_string(body, "run_id", alias="run_uuid")
+    key = check.required_string(body, "metric_key")
+    limit = check.optional_int(body, "max_results")
+    if limit is not None and limit <= 0:
+        raise invalid(
+            f"Invalid value {limit} for parameter 'max_results' supplied. It must be a positive integer."
+        )
+    run = get_run_for_caller(caller, run_id)
+    after = search.page_offset(check.optional_string(body, "page_token")) - 1
+    points = store.metric_history(run, key, after, limit)
+    token = search.page_token(points[-1][0] + 1) if limit and len(points) == limit else None
+    return _with_token({"metrics": [entities.metric(key, v, t, s) for s, v, t in points]}, token)
+
+
+# -- plumbing --------------------------------------------------------------------------------------
+
+
+def _with_token(response: Body, token: str | None) -> Body:
+    if token:
+        response["next_page_token"] = token
+    return response
+
+
+ENDPOINTS: dict[str, tuple[str, Handler]] = {
+    "experiments/get-by-name": ("GET", get_experiment_by_name),
+    "experiments/create": ("POST", create_experiment),
+    "experiments/get": ("GET", get_experiment),
+    "experiments/search": ("POST", search_experiments),
+    "runs/create": ("POST", create_run),
+    "runs/get": ("GET", get_run),
+    "runs/update": ("POST", update_run),
+    "runs/search": ("POST", search_runs),
+    "runs/log-batch": ("POST", log_batch),
+    "runs/log-metric": ("POST", log_metric),
+    "runs/log-parameter": ("POST", log_param),
+    "runs/set-tag": ("POST", set_tag),
+    "metrics/get-history": ("GET", get_metric_history),
+}
+
+
+@csrf_exempt
+def endpoint(request: HttpRequest, path: str, team_slug: str | None = None) -> HttpResponse:
+    entry = ENDPOINTS.get(path)
+    if entry is None:
+        return unknown(request, path)
+    method, handler = entry
+    if request.method != method:
+        return HttpResponseNotAllowed([method])
+    try:
+        caller = authenticate(request, team_slug)
+        body = _request_body(request)
+        answer = handler(caller, body, request.body if request.method == "POST" else b"")
+    except MlflowError as error:
+        return error.response()
+    return HttpResponse(orjson.dumps(answer), content_type="application/json")
+
+
+def _request_body(request: HttpRequest) -> Body:
+    if request.method == "GET":
+        return dict(request.GET.items())
+    try:
+        body = orjson.loads(request.body or b"{}")
+    except orjson.JSONDecodeError:
+        raise invalid("The request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise invalid("The request body must be a JSON object.")
+    return body
+
+
+@csrf_exempt
+def unknown(request: HttpRequest, path: str = "", team_slug: str | None = None) -> HttpResponse:
+    """Calls this server does not speak (artifacts, traces, the model registry): MLflow's
+    ENDPOINT_NOT_FOUND, so the client fails at once instead of retrying."""
+    return MlflowError(
+        f"Agent-R1 Studio's MLflow endpoint does not support {request.path}: it speaks MLflow's tracking "
+        "calls for experiments, runs, metrics, params and tags (no artifacts, traces or models).",
+        ENDPOINT_NOT_FOUND,
+    ).response()
