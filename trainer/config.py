@@ -428,16 +428,6 @@ def _backend_problems(config: RunConfig) -> list[tuple[str, str]]:
                 "backend verl needs GPUs: set resources.gpus_per_node to 1 or more, or use backend torch",
             )
         ]
-    if config.rollout.context_policy != "append":
-        # verl trains one row per trajectory: every turn must extend the previous prompt
-        # (trainer/backends/verl/agent_loop.py), which a sliding window does not.
-        return [
-            (
-                "rollout.context_policy",
-                "backend verl trains each trajectory as one growing sequence: set rollout.context_policy "
-                "to append, or use backend torch for a sliding window",
-            )
-        ]
     world = resources.gpus_per_node * resources.nodes
     trajectories = config.trainer.batch_size * config.rollout.n
     if trajectories % world:

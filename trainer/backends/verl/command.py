@@ -307,6 +307,15 @@ def mapping_problems(config: RunConfig) -> list[tuple[str, str]]:
                 f"optim.mini_batch_size to a multiple of {n}",
             )
         )
+    if config.rollout.context_policy != "append":
+        # One verl row per trajectory: every turn must extend the previous prompt (agent_loop.py).
+        problems.append(
+            (
+                "rollout.context_policy",
+                "backend verl trains each trajectory as one growing sequence: set rollout.context_policy "
+                "to append, or use backend torch for a sliding window",
+            )
+        )
     world = config.resources.gpus_per_node * config.resources.nodes
     per_gpu = (prompts_per_mini_batch(config) * n) // max(world, 1)
     if world and per_gpu < 1:

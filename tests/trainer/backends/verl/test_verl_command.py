@@ -213,15 +213,16 @@ def test_the_composed_config_carries_our_settings(monkeypatch: pytest.MonkeyPatc
 
 
 def test_a_sliding_window_is_refused_for_verl_on_its_field() -> None:
-    from trainer.config import config_errors
-
-    errors = config_errors(
-        {
-            "backend": "verl",
-            "executor": "ray",
-            "resources": {"gpus_per_node": 1},
-            "rollout": {"context_policy": "sliding_window"},
-        }
+    config = RunConfig.from_preset(
+        "grpo",
+        backend="verl",
+        executor="ray",
+        **{
+            "resources.gpus_per_node": 1,
+            "optim.mini_batch_size": 8,
+            "rollout.context_policy": "sliding_window",
+        },
     )
-    assert list(errors) == ["rollout.context_policy"]
-    assert "set rollout.context_policy to append" in errors["rollout.context_policy"][0]
+    problems = verl_problems(config)
+    assert [field for field, _ in problems] == ["rollout.context_policy"]
+    assert "set rollout.context_policy to append" in problems[0][1]
