@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from django.urls import path, re_path
 
-from webapp.mlflow_api import views
+from webapp.mlflow_api import links, views
 
 urlpatterns = [
+    # Where the links the MLflow client prints land (MLflow's UI is not served here).
+    path("", links.browse, name="mlflow_browse"),
+    path("open/", links.open_link, name="mlflow_open"),
     path("api/2.0/mlflow/<path:path>", views.endpoint),
     path("t/<slug:team_slug>/api/2.0/mlflow/<path:path>", views.endpoint),
     re_path(r"^", views.unknown),
