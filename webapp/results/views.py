@@ -24,7 +24,21 @@ HTMX_STOP_POLLING = 286  # htmx stops an `every Ns` trigger on this status
 PAGE_SIZE = 50
 MAX_OVERLAID_RUNS = 12
 MAX_CURVE_KEYS = 16
-DEFAULT_KEYS = ("reward/mean",)
+DEFAULT_KEYS = ("reward/mean", "critic/score/mean")  # the second: verl runs
+
+
+def _default_keys(latest: Any) -> list[str]:
+    """The first default key every chosen run has (torch and verl runs together overlay on verl's
+    name), else the first any run has."""
+    by_run: dict[int, set[str]] = {}
+    for row in latest:
+        by_run.setdefault(row.run_id, set()).add(row.key.name)
+    shared = set.intersection(*by_run.values()) if by_run else set()
+    present = set().union(*by_run.values())
+    first = next((k for k in DEFAULT_KEYS if k in shared), None) or next(
+        (k for k in DEFAULT_KEYS if k in present), None
+    )
+    return [first] if first else []
 
 
 def _int_list(values: list[str]) -> list[int]:
@@ -126,11 +140,7 @@ def run_curves(request: HttpRequest, team_slug: str, run_id: int) -> HttpRespons
 def _curves_page(request: HttpRequest, team: Any, chosen: list[Run]) -> HttpResponse:
     latest = MetricLatest.objects.filter(run__in=chosen).select_related("key")
     keys = sorted({row.key.name for row in latest})
-    selected = (
-        [k for k in request.GET.getlist("key") if k in keys]
-        or [k for k in DEFAULT_KEYS if k in keys]
-        or keys[:1]
-    )
+    selected = [k for k in request.GET.getlist("key") if k in keys] or _default_keys(latest) or keys[:1]
     context = {
         "team": team,
         "chosen": chosen,

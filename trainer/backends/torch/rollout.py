@@ -142,6 +142,9 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "reward/std": float(statistics.pstdev(rewards)) if len(rewards) > 1 else 0.0,
         "reward/max": max(rewards, default=0.0),
         "reward/min": min(rewards, default=0.0),
+        # verl's name for the same number (it reports no reward/mean), so torch and verl runs of a
+        # task overlay on one curve.
+        "critic/score/mean": _mean(rewards),
         "tools/calls_per_traj": calls / max(len(trajectories), 1),
         "tools/error_rate": errors / calls if calls else 0.0,
         "tools/malformed_rate": malformed / calls if calls else 0.0,
