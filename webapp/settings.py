@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 
@@ -89,6 +90,11 @@ PUBLIC_URL = env.url(
     f"http://127.0.0.1:{PORT}",
     help="URL at which training processes reach this server's API.",
 )
+# Trainers (Ray jobs, verl's MLflow logger) call the API at PUBLIC_URL's host, e.g. web:8000 under
+# docker compose: the server must answer to it whatever STUDIO_ALLOWED_HOSTS lists.
+_PUBLIC_HOST = urlsplit(str(PUBLIC_URL)).hostname
+if _PUBLIC_HOST and _PUBLIC_HOST not in ALLOWED_HOSTS:
+    ALLOWED_HOSTS = [*ALLOWED_HOSTS, _PUBLIC_HOST]
 RAY_ADDRESS = env.string(
     "RAY_ADDRESS", None, help="Ray dashboard URL for the `ray` executor, e.g. http://127.0.0.1:8265."
 )

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
@@ -38,3 +42,12 @@ def test_urls_must_have_an_allowed_scheme(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("STUDIO_T_URL", "http://example.com")
     with pytest.raises(ImproperlyConfigured, match="STUDIO_T_URL must be a URL starting with redis://"):
         env.url("STUDIO_T_URL", ("redis",))
+
+
+def test_the_server_answers_to_the_host_trainers_reach_it_at() -> None:
+    # A fresh interpreter: settings are read once per process.
+    env = {**os.environ, "STUDIO_PUBLIC_URL": "http://web:8000", "STUDIO_ALLOWED_HOSTS": "studio.example.com"}
+    code = "from django.conf import settings; print(settings.ALLOWED_HOSTS)"
+    env["DJANGO_SETTINGS_MODULE"] = "webapp.settings"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "['studio.example.com', 'web']"
