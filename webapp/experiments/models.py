@@ -15,7 +15,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import Q, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from webapp.accounts.models import Team
@@ -175,13 +176,14 @@ class Run(models.Model):
         self.refresh_from_db()
         return changed == 1
 
-    def note_progress(self) -> None:
+    def note_progress(self, step: int | None = None) -> None:
         """Work arrived for the run (trajectories, metrics through MLflow): progress, even for a
-        trainer like verl that has no step counter of ours to move."""
+        trainer like verl that has no step counter of ours to move; ``step`` moves it forward only."""
         now = timezone.now()
-        Run.objects.filter(pk=self.pk, status__in=(RunStatus.RUNNING, RunStatus.STALLED)).update(
-            heartbeat_at=now, progress_at=now
-        )
+        changes: dict[str, Any] = {"heartbeat_at": now, "progress_at": now}
+        if step is not None:
+            changes["step"] = Greatest("step", Value(step))
+        Run.objects.filter(pk=self.pk, status__in=(RunStatus.RUNNING, RunStatus.STALLED)).update(**changes)
         self._revive_if_progressing()
 
     def _revive_if_progressing(self) -> None:

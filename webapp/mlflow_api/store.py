@@ -90,9 +90,8 @@ def _count_as_progress(run: Run, step: int) -> None:
     own): the stall watchdog sees it alive and progressing. External runs only move their counter."""
     if run.external:
         Run.objects.filter(pk=run.pk, step__lt=step).update(step=step)
-    elif run.status in (RunStatus.RUNNING, RunStatus.STALLED):
-        run.heartbeat(step=max(step, run.step))
-        run.note_progress()
+    else:
+        run.note_progress(step)
 
 
 def log_params(run: Run, params: list[tuple[str, str]]) -> None:

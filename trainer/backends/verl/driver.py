@@ -10,6 +10,7 @@ Ray resources shows no progress and the webapp's watchdog can mark it stalled.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -94,15 +95,9 @@ def stage(config: RunConfig) -> tuple[VerlPaths, Path]:
     from trainer.backends.verl.agent_loop import write_agent_loop_config
 
     folder = run_dir(config)
-    paths = shared_paths(config, folder)
-    paths = VerlPaths(
-        train_files=paths.train_files,
-        val_files=paths.val_files,
-        checkpoint_dir=str(Path(config.trainer.checkpoint_dir or "").expanduser().resolve()),
-        rollout_dir=paths.rollout_dir,
-        validation_dir=paths.validation_dir,
-        agent_loop_config=paths.agent_loop_config,
-    )
+    # verl saves where the config says, whatever that folder's name (the layout assumes "checkpoints").
+    checkpoint_dir = str(Path(config.trainer.checkpoint_dir or "").expanduser().resolve())
+    paths = dataclasses.replace(shared_paths(config, folder), checkpoint_dir=checkpoint_dir)
     _copy(config.data.train_path, paths.train_files)
     if config.data.val_path and paths.val_files:
         _copy(config.data.val_path, paths.val_files)
