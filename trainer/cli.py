@@ -36,10 +36,10 @@ import yaml
 from pydantic import ValidationError
 
 from trainer.config import RunConfig, validation_errors
+from trainer.contract import API_ENV, TOKEN_ENV
 from trainer.plugins import load_plugins
 from trainer.registry import RegistryError
 from trainer.report import (
-    TOKEN_ENV,
     ConsoleReporter,
     HttpReporter,
     JsonlReporter,
@@ -57,7 +57,6 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_SIGINT = 128 + signal.SIGINT  # 130, the shell's convention for "killed by signal N"
 EXIT_SIGTERM = 128 + signal.SIGTERM  # 143
-API_ENV = "STUDIO_API_URL"
 
 TrainFn = Callable[..., Any]
 

@@ -25,218 +25,46 @@ import re
 import tempfile
 import threading
 import time
-import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any
 
 import httpx
 import tenacity
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel
 
-from trainer.mdp import Step, ToolCallRecord, Trajectory
+from trainer.contract import (
+    CHECKPOINTS_PATH,
+    CLAIM_PATH,
+    CONFIG_PATH,
+    DATASET_PATH,
+    HEARTBEAT_PATH,
+    IDEMPOTENCY_HEADER,
+    LOGS_PATH,
+    METRICS_PATH,
+    STATUS_PATH,
+    TRAJECTORIES_PATH,
+    CheckpointRecord,
+    Heartbeat,
+    LogChunk,
+    MetricBatch,
+    MetricPoint,
+    RunStatus,
+    StatusUpdate,
+    TrajectoryBatch,
+    TrajectoryWire,
+    to_floats,
+)
+from trainer.mdp import Trajectory
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
 
 logger = logging.getLogger(__name__)
 console_logger = logging.getLogger("trainer.console")
-
-# -- endpoints ------------------------------------------------------------------------------------
-
-METRICS_PATH = "/api/ingest/runs/{run_id}/metrics"
-TRAJECTORIES_PATH = "/api/ingest/runs/{run_id}/trajectories"
-STATUS_PATH = "/api/ingest/runs/{run_id}/status"
-HEARTBEAT_PATH = "/api/ingest/runs/{run_id}/heartbeat"
-LOGS_PATH = "/api/ingest/runs/{run_id}/logs"
-CHECKPOINTS_PATH = "/api/ingest/runs/{run_id}/checkpoints"
-CONFIG_PATH = "/api/runs/{run_id}/config"
-CLAIM_PATH = "/api/runs/{run_id}/claim"
-DATASET_PATH = "/api/runs/{run_id}/dataset/{split}"
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-TOKEN_ENV = "STUDIO_RUN_TOKEN"
-
-RunStatus = Literal["starting", "running", "succeeded", "failed", "cancelled"]
-TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
-
-
-def new_batch_id() -> str:
-    return uuid.uuid4().hex
-
-
-# -- wire schema ----------------------------------------------------------------------------------
-
-
-class _Wire(BaseModel):
-    # NaN and infinities travel as the strings "NaN"/"Infinity" (plain JSON has no such numbers);
-    # pydantic reads them back as floats. A NaN loss is news the user must see, not drop.
-    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
-
-
-class MetricPoint(_Wire):
-    key: str = Field(min_length=1, max_length=200, description="Namespaced metric key, e.g. reward/mean.")
-    step: int = Field(ge=0, description="Training step the value belongs to.")
-    value: float = Field(description="The value.")
-    ts: float = Field(description="Unix time the trainer logged it.")
-
-
-class MetricBatch(_Wire):
-    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key of this batch.")
-    points: list[MetricPoint] = Field(description="Points in the order they were logged.")
-
-
-class ToolCallWire(_Wire):
-    name: str
-    arguments: JsonValue = None
-    result: str = ""
-    error: str | None = None
-    reward: float | None = None
-    latency_s: float = 0.0
-    info: dict[str, JsonValue] = Field(default_factory=dict)
-
-
-class StepWire(_Wire):
-    """One LLM call of a trajectory, as the rollout viewer shows it. Token ids are optional (size)."""
-
-    index: int = Field(ge=0, description="Position of the step in its trajectory.")
-    prompt_text: str = ""
-    response_text: str = ""
-    reward: float | None = None
-    done: bool = False
-    advantage: float | None = None
-    value: float | None = None
-    anchor: str | None = None
-    num_prompt_tokens: int = 0
-    num_response_tokens: int = 0
-    info: dict[str, JsonValue] = Field(default_factory=dict)
-    timings: dict[str, float] = Field(default_factory=dict)
-    tool_calls: list[ToolCallWire] = Field(default_factory=list)
-    prompt_ids: list[int] | None = None
-    response_ids: list[int] | None = None
-    response_mask: list[int] | None = None
-    rollout_log_probs: list[float] | None = None
-
-
-class TrajectoryWire(_Wire):
-    """mdp.Trajectory on the wire."""
-
-    id: str
-    group_id: str
-    sample_index: int
-    rollout_index: int = 0
-    data_source: str = ""
-    ground_truth: JsonValue = None
-    total_reward: float = 0.0
-    metrics: dict[str, float] = Field(default_factory=dict)
-    info: dict[str, JsonValue] = Field(default_factory=dict)
-    steps: list[StepWire] = Field(default_factory=list)
-
-    @classmethod
-    def from_trajectory(cls, trajectory: Trajectory, *, include_token_ids: bool = False) -> TrajectoryWire:
-        return cls(
-            id=trajectory.id,
-            group_id=trajectory.group_id,
-            sample_index=trajectory.sample_index,
-            rollout_index=trajectory.rollout_index,
-            data_source=trajectory.data_source,
-            ground_truth=_jsonable(trajectory.ground_truth),
-            total_reward=trajectory.total_reward,
-            metrics=_floats(trajectory.metrics),
-            info=_jsonable(trajectory.info),
-            steps=[_step_wire(i, step, include_token_ids) for i, step in enumerate(trajectory.steps)],
-        )
-
-
-def _step_wire(index: int, step: Step, include_token_ids: bool) -> StepWire:
-    tokens: dict[str, Any] = {}
-    if include_token_ids:
-        tokens = {
-            "prompt_ids": list(step.prompt_ids),
-            "response_ids": list(step.response_ids),
-            "response_mask": list(step.response_mask),
-            "rollout_log_probs": [float(x) for x in step.rollout_log_probs],
-        }
-    return StepWire(
-        index=index,
-        prompt_text=step.prompt_text,
-        response_text=step.response_text,
-        reward=None if step.reward is None else float(step.reward),
-        done=step.done,
-        advantage=None if step.advantage is None else float(step.advantage),
-        value=None if step.value is None else float(step.value),
-        anchor=step.anchor,
-        num_prompt_tokens=len(step.prompt_ids),
-        num_response_tokens=len(step.response_ids),
-        info=_jsonable(step.info),
-        timings=_floats(step.timings),
-        tool_calls=[_tool_call_wire(call) for call in step.tool_calls],
-        **tokens,
-    )
-
-
-def _tool_call_wire(call: ToolCallRecord) -> ToolCallWire:
-    return ToolCallWire(
-        name=call.name,
-        arguments=_jsonable(call.arguments),
-        result=call.result,
-        error=call.error,
-        reward=None if call.reward is None else float(call.reward),
-        latency_s=float(call.latency_s),
-        info=_jsonable(call.info),
-    )
-
-
-class TrajectoryBatch(_Wire):
-    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key of this batch.")
-    training_step: int = Field(ge=0, description="Training step whose rollouts these are.")
-    trajectories: list[TrajectoryWire]
-
-
-class StatusUpdate(_Wire):
-    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key.")
-    status: RunStatus
-    message: str = ""
-    progress: float | None = Field(default=None, ge=0.0, le=1.0, description="Fraction of the run done.")
-
-
-class Heartbeat(_Wire):
-    step: int = Field(ge=0)
-    total_steps: int = Field(ge=0)
-    ts: float
-
-
-class LogChunk(_Wire):
-    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key.")
-    seq: int = Field(ge=0, description="Chunks are numbered from 0 in order within one trainer process.")
-    text: str
-
-
-class CheckpointRecord(_Wire):
-    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key.")
-    step: int = Field(ge=0)
-    path: str
-    metrics: dict[str, float] = Field(default_factory=dict)
-
-
-def _floats(values: Mapping[str, Any]) -> dict[str, float]:
-    # Metric values arrive as Python, numpy or 0-d torch numbers; float() takes all of them.
-    return {str(key): float(value) for key, value in values.items()}
-
-
-def _jsonable(value: Any) -> Any:
-    """Info dicts may hold numpy or torch scalars, tuples or other objects; make them plain JSON values."""
-
-    def fallback(obj: Any) -> Any:
-        for method in ("item", "tolist"):
-            if hasattr(obj, method):
-                return getattr(obj, method)()
-        return str(obj)
-
-    return json.loads(json.dumps(value, default=fallback))
-
 
 # -- the interface --------------------------------------------------------------------------------
 
@@ -293,7 +121,7 @@ class ConsoleReporter(Reporter):
         self._bar: Any = None
 
     def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
-        values = _floats(metrics)
+        values = to_floats(metrics)
         shown = [key for key in values if key in self.keys or key.startswith("val/")]
         console_logger.info("step %d  %s", step, "  ".join(f"{key}={values[key]:.4g}" for key in shown))
         if self._bar is not None and "reward/mean" in values:
@@ -350,7 +178,7 @@ class JsonlReporter(Reporter):
 
     def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
         self._write(
-            "metrics", {"step": step, "values": {k: _json_float(v) for k, v in _floats(metrics).items()}}
+            "metrics", {"step": step, "values": {k: _json_float(v) for k, v in to_floats(metrics).items()}}
         )
 
     def log_trajectories(self, step: int, trajectories: Sequence[Trajectory]) -> None:
@@ -369,7 +197,7 @@ class JsonlReporter(Reporter):
         self._write("log", {"text": text})
 
     def log_checkpoint(self, step: int, path: str, metrics: Mapping[str, float] | None = None) -> None:
-        self._write("checkpoint", CheckpointRecord(step=step, path=path, metrics=_floats(metrics or {})))
+        self._write("checkpoint", CheckpointRecord(step=step, path=path, metrics=to_floats(metrics or {})))
 
     def close(self) -> None:
         if self._file is not None:
@@ -402,7 +230,7 @@ class MemoryReporter(Reporter):
     closed: bool = False
 
     def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
-        self.metrics.append((step, _floats(metrics)))
+        self.metrics.append((step, to_floats(metrics)))
 
     def log_trajectories(self, step: int, trajectories: Sequence[Trajectory]) -> None:
         self.trajectories.append((step, list(trajectories)))
@@ -417,7 +245,7 @@ class MemoryReporter(Reporter):
         self.texts.append(text)
 
     def log_checkpoint(self, step: int, path: str, metrics: Mapping[str, float] | None = None) -> None:
-        self.checkpoints.append((step, path, _floats(metrics or {})))
+        self.checkpoints.append((step, path, to_floats(metrics or {})))
 
     def close(self) -> None:
         self.closed = True
@@ -610,7 +438,7 @@ class HttpReporter(Reporter):
     def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
         now = time.time()
         points = [
-            MetricPoint(key=key, step=step, value=value, ts=now) for key, value in _floats(metrics).items()
+            MetricPoint(key=key, step=step, value=value, ts=now) for key, value in to_floats(metrics).items()
         ]
         with self._lock:
             self._points.extend(points)
@@ -658,7 +486,7 @@ class HttpReporter(Reporter):
             self._wake.set()
 
     def log_checkpoint(self, step: int, path: str, metrics: Mapping[str, float] | None = None) -> None:
-        record = CheckpointRecord(step=step, path=str(path), metrics=_floats(metrics or {}))
+        record = CheckpointRecord(step=step, path=str(path), metrics=to_floats(metrics or {}))
         with self._lock:
             self._cut_all_locked()
             self._spool_locked("checkpoints", record)

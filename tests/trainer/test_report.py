@@ -11,21 +11,17 @@ from typing import Any
 import pytest
 from loopback import RUN_ID, TOKEN, LoopbackServer, Recorded, Recorder, free_port, wait_until
 
+from trainer.contract import IDEMPOTENCY_HEADER, MetricBatch, StatusUpdate, TrajectoryBatch, TrajectoryWire
 from trainer.mdp import Step, ToolCallRecord, Trajectory
 from trainer.report import (
-    IDEMPOTENCY_HEADER,
     ConsoleReporter,
     HttpReporter,
     JsonlReporter,
     MemoryReporter,
-    MetricBatch,
     MultiReporter,
     PermanentHttpError,
     Reporter,
     RunApiClient,
-    StatusUpdate,
-    TrajectoryBatch,
-    TrajectoryWire,
     read_jsonl,
 )
 

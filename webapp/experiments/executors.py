@@ -21,6 +21,15 @@ import psutil
 from django.conf import settings
 
 from trainer.config import RunConfig
+from trainer.contract import (
+    API_ENV,
+    MLFLOW_RUN_ID_ENV,
+    MLFLOW_TRACKING_TOKEN_ENV,
+    MLFLOW_TRACKING_URI_ENV,
+    PROJECT_ENV,
+    RUN_ID_ENV,
+    TOKEN_ENV,
+)
 from trainer.registry import Registry
 from webapp.experiments import cluster
 from webapp.experiments.models import Run
@@ -97,7 +106,7 @@ class LocalExecutor:
         script = (
             f"{command} >> {_quote(str(directory / 'train.log'))} 2>&1; echo $? > {_quote(str(exit_file))}"
         )
-        env = {**os.environ, **TRAINER_ENV, "STUDIO_RUN_TOKEN": token}
+        env = {**os.environ, **TRAINER_ENV, TOKEN_ENV: token}
         env.pop("DJANGO_SETTINGS_MODULE", None)  # the trainer never imports Django
         # Double fork through a helper that exits at once: the trainer outlives this worker.
         helper = subprocess.run(
@@ -168,18 +177,18 @@ def ray_env_vars(run: Run, token: str) -> dict[str, str]:
     verl's workers run our agent loop, which reports trajectories to this run; verl's own metrics
     reach the run through the MLflow-compatible endpoint with the same per-run token.
     """
-    env = {**TRAINER_ENV, "STUDIO_RUN_TOKEN": token}
+    env = {**TRAINER_ENV, TOKEN_ENV: token}
     if run.config.get("backend") != "verl":
         return env
     api = str(settings.PUBLIC_URL).rstrip("/")
     env |= {
-        "STUDIO_RUN_ID": str(run.pk),
-        "STUDIO_API_URL": api,
-        "STUDIO_PROJECT": run.experiment.name,  # verl's trainer.project_name
-        "MLFLOW_TRACKING_URI": f"{api}/mlflow",
-        "MLFLOW_TRACKING_TOKEN": token,
+        RUN_ID_ENV: str(run.pk),
+        API_ENV: api,
+        PROJECT_ENV: run.experiment.name,  # verl's trainer.project_name
+        MLFLOW_TRACKING_URI_ENV: f"{api}/mlflow",
+        MLFLOW_TRACKING_TOKEN_ENV: token,
         # verl's Tracking attaches to this run instead of creating one (verl/utils/tracking.py).
-        "MLFLOW_RUN_ID": run.mlflow_run_id,
+        MLFLOW_RUN_ID_ENV: run.mlflow_run_id,
     }
     return env
 

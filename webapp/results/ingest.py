@@ -15,7 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Router, Schema, Status
 from ninja.errors import HttpError
 
-from trainer.report import (
+from trainer.contract import (
     IDEMPOTENCY_HEADER,
     CheckpointRecord,
     Heartbeat,

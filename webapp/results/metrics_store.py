@@ -33,7 +33,7 @@ from django.db import IntegrityError, connection, transaction
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
-from trainer.report import MetricPoint
+from trainer.contract import MetricPoint
 from webapp.results.models import SUMMARY_WIDTHS, MetricKey
 
 INT4_MAX = 2**31 - 1

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from ninja import Schema
 
-from trainer.report import StepWire, TrajectoryBatch, TrajectoryWire
+from trainer.contract import StepWire, TrajectoryBatch, TrajectoryWire
 from webapp.experiments.models import Run
 from webapp.results.metrics_store import claim_batch
 from webapp.results.models import TextBlob, ToolCall, Trajectory, TrajectoryStep

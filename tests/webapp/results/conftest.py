@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from trainer.report import METRICS_PATH, TRAJECTORIES_PATH
+from trainer.contract import METRICS_PATH, TRAJECTORIES_PATH
 
 
 @pytest.fixture

@@ -142,7 +142,7 @@ def test_errors_are_json_with_the_right_status(client: Client, alice_token: str)
 def test_the_metric_batch_schema_matches_the_trainers_model() -> None:
     from pydantic import TypeAdapter
 
-    from trainer.report import MetricPoint
+    from trainer.contract import MetricPoint
     from webapp.results.metrics_store import MetricPointDict
 
     ours = TypeAdapter(MetricPointDict).json_schema()

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.webapp.results.conftest import trajectory
-from trainer.report import TrajectoryBatch
+from trainer.contract import TrajectoryBatch
 from webapp.results import metrics_store, rollouts
 
 pytestmark = pytest.mark.browser

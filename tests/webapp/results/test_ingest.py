@@ -6,7 +6,7 @@ from typing import Any
 from django.db import connection
 
 from tests.webapp.results.conftest import Trainer, points, trajectory
-from trainer.report import CHECKPOINTS_PATH, CONFIG_PATH, HEARTBEAT_PATH, LOGS_PATH, STATUS_PATH
+from trainer.contract import CHECKPOINTS_PATH, CONFIG_PATH, HEARTBEAT_PATH, LOGS_PATH, STATUS_PATH
 from webapp.results.metrics_store import rebuild_summaries
 from webapp.results.models import (
     Checkpoint,

@@ -36,15 +36,14 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 from trainer.backends.torch.rollout import make_flow, score_trajectory
 from trainer.config import RunConfig
+from trainer.contract import API_ENV, RUN_ID_ENV, TOKEN_ENV
 from trainer.flows import FLOWS
 from trainer.llm import Generation, SamplingParams
 from trainer.mdp import Trajectory
-from trainer.report import TOKEN_ENV, HttpReporter, Reporter
+from trainer.report import HttpReporter, Reporter
 
 logger = logging.getLogger(__name__)
 
-API_ENV = "STUDIO_API_URL"
-RUN_ID_ENV = "STUDIO_RUN_ID"
 AGENT_LOOP_CLASS = "trainer.backends.verl.agent_loop.StudioAgentLoop"
 
 

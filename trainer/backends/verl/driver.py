@@ -28,6 +28,7 @@ from typing import IO, TYPE_CHECKING, Literal
 
 from trainer.backends.verl.command import VerlPaths, command, shared_paths
 from trainer.backends.verl.setup_hook import HOOK
+from trainer.contract import MLFLOW_TRACKING_URI_ENV, PROJECT_ENV, RUN_ID_ENV
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -37,8 +38,6 @@ logger = logging.getLogger(__name__)
 verl_output = logging.getLogger("trainer.verl")
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
-PROJECT_ENV = "STUDIO_PROJECT"
-RUN_ID_ENV = "STUDIO_RUN_ID"
 # Ray puts the submitted job's config (runtime_env included) into the entrypoint's environment.
 RAY_JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 POLL_S = 2.0
@@ -124,7 +123,7 @@ def verl_command(config: RunConfig, paths: VerlPaths) -> list[str]:
     name = f"{config.name}-run{run_id}" if run_id else config.name
     # Webapp runs get MLFLOW_TRACKING_URI from their Ray job; without it verl's mlflow logger would
     # fall back to a local sqlite file, so a run outside the webapp logs to the console only.
-    loggers = ("console", "mlflow") if os.environ.get("MLFLOW_TRACKING_URI") else ("console",)
+    loggers = ("console", "mlflow") if os.environ.get(MLFLOW_TRACKING_URI_ENV) else ("console",)
     argv = command(
         config,
         paths,

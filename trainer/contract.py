@@ -1,0 +1,265 @@
+"""The trainer ↔ web app contract: one module both sides import, so nothing is spelled twice.
+
+It holds the API paths a launched trainer calls, the environment variables a launched run reads,
+the run statuses the trainer reports, the metric-key names with the one alias table for verl's keys,
+and the pydantic wire models of every body the trainer sends. The Django routes are mounted from
+these paths; the executors set these variables; the reporters send these models.
+
+Every body the trainer POSTs carries a ``batch_id`` (also sent as the ``Idempotency-Key`` header): a
+replayed batch has the same id, so the server can answer 2xx without storing it twice.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from trainer.mdp import Step, ToolCallRecord, Trajectory
+
+# -- environment of a launched run ----------------------------------------------------------------
+
+TOKEN_ENV = "STUDIO_RUN_TOKEN"  # the run's own API token (never in the frozen config)
+API_ENV = "STUDIO_API_URL"  # the web app's base URL, as the trainer reaches it
+RUN_ID_ENV = "STUDIO_RUN_ID"  # the run's primary key
+PROJECT_ENV = "STUDIO_PROJECT"  # the experiment's name (verl's trainer.project_name)
+# MLflow's own variables: verl's Tracking reads them and attaches to the run (docs/verl.md).
+MLFLOW_TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+MLFLOW_TRACKING_TOKEN_ENV = "MLFLOW_TRACKING_TOKEN"
+MLFLOW_RUN_ID_ENV = "MLFLOW_RUN_ID"
+
+# -- metric keys ----------------------------------------------------------------------------------
+# Namespaced keys shared by the trainer and the UI. verl logs some of the same quantities under its
+# own names; VERL_KEY_ALIASES maps them to ours once, as they arrive (docs/contract.md).
+
+REWARD_MEAN = "reward/mean"
+REWARD_STD = "reward/std"
+REWARD_MAX = "reward/max"
+REWARD_MIN = "reward/min"
+RESPONSE_LENGTH_MEAN = "response_length/mean"
+NUM_TURNS_MEAN = "num_turns/mean"
+TOOLS_CALLS_PER_TRAJ = "tools/calls_per_traj"
+TOOLS_ERROR_RATE = "tools/error_rate"
+TOOLS_MALFORMED_RATE = "tools/malformed_rate"
+VAL_PREFIX = "val/"
+
+
+def val_key(task: str, metric: str = "acc") -> str:
+    """The validation key of one task: ``val/<task>/acc``."""
+    return f"{VAL_PREFIX}{task}/{metric}"
+
+
+# verl's key → ours, for keys that name the same quantity.
+VERL_KEY_ALIASES: Mapping[str, str] = {
+    "critic/score/mean": REWARD_MEAN,
+    "critic/score/max": REWARD_MAX,
+    "critic/score/min": REWARD_MIN,
+}
+# verl's validation keys, val-core/<data_source>/<metric>/mean@N; MLflow's client logs "@" as "_at_".
+VERL_VAL_KEY = re.compile(r"^val-core/(?P<task>[^/]+)/(?P<metric>[^/]+)/mean(?:@|_at_)(?P<n>\d+)$")
+
+
+def canonical_key(key: str) -> str | None:
+    """Our name for a verl metric key, or None when the key has no alias."""
+    if key in VERL_KEY_ALIASES:
+        return VERL_KEY_ALIASES[key]
+    match = VERL_VAL_KEY.match(key)
+    if match:
+        return val_key(match["task"], match["metric"])
+    return None
+
+
+# -- API paths ------------------------------------------------------------------------------------
+
+METRICS_PATH = "/api/ingest/runs/{run_id}/metrics"
+TRAJECTORIES_PATH = "/api/ingest/runs/{run_id}/trajectories"
+STATUS_PATH = "/api/ingest/runs/{run_id}/status"
+HEARTBEAT_PATH = "/api/ingest/runs/{run_id}/heartbeat"
+LOGS_PATH = "/api/ingest/runs/{run_id}/logs"
+CHECKPOINTS_PATH = "/api/ingest/runs/{run_id}/checkpoints"
+CONFIG_PATH = "/api/runs/{run_id}/config"
+CLAIM_PATH = "/api/runs/{run_id}/claim"
+DATASET_PATH = "/api/runs/{run_id}/dataset/{split}"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+RunStatus = Literal["starting", "running", "succeeded", "failed", "cancelled"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+
+
+def new_batch_id() -> str:
+    return uuid.uuid4().hex
+
+
+# -- wire schema ----------------------------------------------------------------------------------
+
+
+class _Wire(BaseModel):
+    # NaN and infinities travel as the strings "NaN"/"Infinity" (plain JSON has no such numbers);
+    # pydantic reads them back as floats. A NaN loss is news the user must see, not drop.
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
+
+
+class MetricPoint(_Wire):
+    key: str = Field(min_length=1, max_length=200, description="Namespaced metric key, e.g. reward/mean.")
+    step: int = Field(ge=0, description="Training step the value belongs to.")
+    value: float = Field(description="The value.")
+    ts: float = Field(description="Unix time the trainer logged it.")
+
+
+class MetricBatch(_Wire):
+    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key of this batch.")
+    points: list[MetricPoint] = Field(description="Points in the order they were logged.")
+
+
+class ToolCallWire(_Wire):
+    name: str
+    arguments: JsonValue = None
+    result: str = ""
+    error: str | None = None
+    reward: float | None = None
+    latency_s: float = 0.0
+    info: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class StepWire(_Wire):
+    """One LLM call of a trajectory, as the rollout viewer shows it. Token ids are optional (size)."""
+
+    index: int = Field(ge=0, description="Position of the step in its trajectory.")
+    prompt_text: str = ""
+    response_text: str = ""
+    reward: float | None = None
+    done: bool = False
+    advantage: float | None = None
+    value: float | None = None
+    anchor: str | None = None
+    num_prompt_tokens: int = 0
+    num_response_tokens: int = 0
+    info: dict[str, JsonValue] = Field(default_factory=dict)
+    timings: dict[str, float] = Field(default_factory=dict)
+    tool_calls: list[ToolCallWire] = Field(default_factory=list)
+    prompt_ids: list[int] | None = None
+    response_ids: list[int] | None = None
+    response_mask: list[int] | None = None
+    rollout_log_probs: list[float] | None = None
+
+
+class TrajectoryWire(_Wire):
+    """mdp.Trajectory on the wire."""
+
+    id: str
+    group_id: str
+    sample_index: int
+    rollout_index: int = 0
+    data_source: str = ""
+    ground_truth: JsonValue = None
+    total_reward: float = 0.0
+    metrics: dict[str, float] = Field(default_factory=dict)
+    info: dict[str, JsonValue] = Field(default_factory=dict)
+    steps: list[StepWire] = Field(default_factory=list)
+
+    @classmethod
+    def from_trajectory(cls, trajectory: Trajectory, *, include_token_ids: bool = False) -> TrajectoryWire:
+        return cls(
+            id=trajectory.id,
+            group_id=trajectory.group_id,
+            sample_index=trajectory.sample_index,
+            rollout_index=trajectory.rollout_index,
+            data_source=trajectory.data_source,
+            ground_truth=to_jsonable(trajectory.ground_truth),
+            total_reward=trajectory.total_reward,
+            metrics=to_floats(trajectory.metrics),
+            info=to_jsonable(trajectory.info),
+            steps=[_step_wire(i, step, include_token_ids) for i, step in enumerate(trajectory.steps)],
+        )
+
+
+def _step_wire(index: int, step: Step, include_token_ids: bool) -> StepWire:
+    tokens: dict[str, Any] = {}
+    if include_token_ids:
+        tokens = {
+            "prompt_ids": list(step.prompt_ids),
+            "response_ids": list(step.response_ids),
+            "response_mask": list(step.response_mask),
+            "rollout_log_probs": [float(x) for x in step.rollout_log_probs],
+        }
+    return StepWire(
+        index=index,
+        prompt_text=step.prompt_text,
+        response_text=step.response_text,
+        reward=None if step.reward is None else float(step.reward),
+        done=step.done,
+        advantage=None if step.advantage is None else float(step.advantage),
+        value=None if step.value is None else float(step.value),
+        anchor=step.anchor,
+        num_prompt_tokens=len(step.prompt_ids),
+        num_response_tokens=len(step.response_ids),
+        info=to_jsonable(step.info),
+        timings=to_floats(step.timings),
+        tool_calls=[_tool_call_wire(call) for call in step.tool_calls],
+        **tokens,
+    )
+
+
+def _tool_call_wire(call: ToolCallRecord) -> ToolCallWire:
+    return ToolCallWire(
+        name=call.name,
+        arguments=to_jsonable(call.arguments),
+        result=call.result,
+        error=call.error,
+        reward=None if call.reward is None else float(call.reward),
+        latency_s=float(call.latency_s),
+        info=to_jsonable(call.info),
+    )
+
+
+class TrajectoryBatch(_Wire):
+    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key of this batch.")
+    training_step: int = Field(ge=0, description="Training step whose rollouts these are.")
+    trajectories: list[TrajectoryWire]
+
+
+class StatusUpdate(_Wire):
+    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key.")
+    status: RunStatus
+    message: str = ""
+    progress: float | None = Field(default=None, ge=0.0, le=1.0, description="Fraction of the run done.")
+
+
+class Heartbeat(_Wire):
+    step: int = Field(ge=0)
+    total_steps: int = Field(ge=0)
+    ts: float
+
+
+class LogChunk(_Wire):
+    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key.")
+    seq: int = Field(ge=0, description="Chunks are numbered from 0 in order within one trainer process.")
+    text: str
+
+
+class CheckpointRecord(_Wire):
+    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key.")
+    step: int = Field(ge=0)
+    path: str
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+
+def to_floats(values: Mapping[str, Any]) -> dict[str, float]:
+    # Metric values arrive as Python, numpy or 0-d torch numbers; float() takes all of them.
+    return {str(key): float(value) for key, value in values.items()}
+
+
+def to_jsonable(value: Any) -> Any:
+    """Info dicts may hold numpy or torch scalars, tuples or other objects; make them plain JSON values."""
+
+    def fallback(obj: Any) -> Any:
+        for method in ("item", "tolist"):
+            if hasattr(obj, method):
+                return getattr(obj, method)()
+        return str(obj)
+
+    return json.loads(json.dumps(value, default=fallback))
