@@ -34,13 +34,14 @@ import yaml
 from pydantic import PrivateAttr
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
-from trainer.backends.torch.rollout import make_flow, score_trajectory
 from trainer.config import RunConfig
 from trainer.contract import API_ENV, RUN_ID_ENV, TOKEN_ENV
 from trainer.flows import FLOWS
 from trainer.llm import Generation, SamplingParams
 from trainer.mdp import Trajectory
+from trainer.models import load_generation_config
 from trainer.report import HttpReporter, Reporter
+from trainer.rollout import make_flow, score_trajectory, stop_token_ids
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class ServerManagerLLM:
         sampling_params: Mapping[str, Any],
         *,
         response_length: int,
-        stop_token_ids: set[int],
+        stop_token_ids: frozenset[int],
         request_id: str | None = None,
     ) -> None:
         self.server_manager = server_manager
@@ -240,7 +241,7 @@ class StudioAgentLoop(AgentLoopBase):
             self.server_manager,
             sampling_params,
             response_length=int(self.rollout_config.response_length),
-            stop_token_ids=stop_token_ids(self.tokenizer),
+            stop_token_ids=turn_end_tokens(self.tokenizer),
         )
         flow = make_flow(row, llm, self.tokenizer, self.run_config)
         output = await flow.run(self.sampling(sampling_params), **row)
@@ -266,14 +267,13 @@ class StudioAgentLoop(AgentLoopBase):
         )
 
 
-def stop_token_ids(tokenizer: Any) -> set[int]:
-    """Tokens that end a turn: EOS plus the chat template's end-of-turn tokens (``<|im_end|>`` ...)."""
-    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    for token in ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"):
-        token_id = tokenizer.convert_tokens_to_ids(token)
-        if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
-            ids.add(token_id)
-    return ids
+@functools.cache
+def turn_end_tokens(tokenizer: Any) -> frozenset[int]:
+    """:func:`trainer.rollout.stop_token_ids` for verl's tokenizer, which verl loads from the model's
+    local folder: the generation config lies beside it."""
+    folder = getattr(tokenizer, "name_or_path", "") or ""
+    generation_config = load_generation_config(folder) if Path(folder).is_dir() else None
+    return frozenset(stop_token_ids(tokenizer, generation_config))
 
 
 def plain_row(kwargs: Mapping[str, Any]) -> dict[str, Any]:
