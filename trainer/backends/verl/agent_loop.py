@@ -11,9 +11,10 @@ prompt drops earlier context is refused with a clear error.
 
 Step rewards travel as follows: each step's reward sits on its last model token of ``rm_scores``
 (:class:`StepRewardOutput`), ``reward_score`` is their sum R(τ), and ``extra_fields["turn_scores"]``
-lists them. Each finished trajectory (steps, tool calls, rewards) goes to the webapp through our
-reporter, built from the job's environment (:data:`RUN_ID_ENV`, ``STUDIO_API_URL``,
-``STUDIO_RUN_TOKEN``).
+lists them. Each step's anchor id (``Step.anchor_id``: GiGPO's observation groups, the id the torch
+backend groups by too) sits on the step's model tokens of ``agent_r1_anchor_ids``. Each finished
+trajectory (steps, tool calls, rewards) goes to the webapp through our reporter, built from the
+job's environment (:data:`RUN_ID_ENV`, ``STUDIO_API_URL``, ``STUDIO_RUN_TOKEN``).
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 from pydantic import PrivateAttr
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
+from trainer.backends.verl.estimators import ANCHOR_FIELD
 from trainer.config import RunConfig
 from trainer.contract import API_ENV, RUN_ID_ENV, TOKEN_ENV
 from trainer.flows import FLOWS
@@ -147,13 +150,16 @@ class ServerManagerLLM:
 
 
 class StepRewardOutput(AgentLoopOutput):
-    """An AgentLoopOutput whose ``rm_scores`` hold each step's reward on the step's last model token.
+    """An AgentLoopOutput whose ``rm_scores`` hold each step's reward on the step's last model token,
+    and whose :data:`~.estimators.ANCHOR_FIELD` holds each step's anchor id on the step's tokens.
 
     verl's own output puts ``reward_score`` on the last token only; R(τ) is the same either way, but
-    step-level estimators need to know where each step's reward was earned.
+    step-level estimators need to know where each step's reward was earned, and GiGPO which steps
+    start from the same observation.
     """
 
     _step_rewards: list[tuple[int, float]] = PrivateAttr(default_factory=list)
+    _step_anchors: list[tuple[int, int, int]] = PrivateAttr(default_factory=list)  # start, end, id
 
     def as_dict(self) -> dict[str, Any]:
         output = super().as_dict()
@@ -161,6 +167,10 @@ class StepRewardOutput(AgentLoopOutput):
             scores = output["rm_scores"].zero_()
             for position, reward in self._step_rewards:
                 scores[position] += reward
+        anchors = torch.zeros_like(output["response_mask"], dtype=torch.int64)
+        for start, end, anchor in self._step_anchors:
+            anchors[start:end] = anchor
+        output[ANCHOR_FIELD] = anchors
         return output
 
 
@@ -194,6 +204,11 @@ def build_output(llm: ServerManagerLLM, trajectory: Trajectory, *, pad_token_id:
         },
     )
     output._step_rewards = _reward_positions(llm.spans, rewards, len(response))
+    output._step_anchors = [
+        (start, min(end, len(response)), step.anchor_id)
+        for (start, end), step in zip(llm.spans, trajectory.steps, strict=False)
+        if start < len(response)
+    ]
     return output
 
 
