@@ -32,6 +32,8 @@ KlKind = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]
 
 CRITIC_ESTIMATORS = frozenset({"gae", "token_gae"})
+# Estimators that compare steps sharing an anchor observation (StepBatch.anchor_index).
+ANCHOR_ESTIMATORS = frozenset({"gigpo"})
 # Estimators whose baseline comes from the other samples of the same prompt (REFERENCE §3).
 GROUP_ESTIMATORS = frozenset({"grpo", "rloo", "gigpo"})
 # Of those, the ones for which one sample per prompt makes every advantage zero (a size-1 group).

@@ -266,3 +266,13 @@ def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = Fa
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def load_generation_config(path: str | os.PathLike[str]) -> Any | None:
+    """The model folder's ``generation_config.json`` (its EOS ids), or None when there is none."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(path)
+    except OSError:
+        return None

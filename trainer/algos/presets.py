@@ -14,13 +14,12 @@ from typing import Any, Literal, get_args
 
 from trainer.algos.advantages import ESTIMATORS
 from trainer.algos.losses import POLICY_LOSSES
+from trainer.config import CRITIC_ESTIMATORS
 from trainer.registry import Registry
 
 __all__ = ["PRESETS", "Preset", "recipe_defaults", "task_defaults"]
 
 KlMode = Literal["loss", "reward", "none"]
-# The estimators that read StepBatch.values, i.e. need a critic.
-_VALUE_ESTIMATORS = frozenset({"gae", "token_gae"})
 
 
 @dataclass(frozen=True)
@@ -39,10 +38,10 @@ class Preset:
         # Fail at import time, not mid-run, if a preset names something that is not registered.
         ESTIMATORS.get(self.estimator)
         POLICY_LOSSES.get(self.policy_loss)
-        if self.use_critic != (self.estimator in _VALUE_ESTIMATORS):
+        if self.use_critic != (self.estimator in CRITIC_ESTIMATORS):
             raise ValueError(
                 f"preset {self.name!r}: use_critic must be True exactly when the estimator reads critic "
-                f"values ({', '.join(sorted(_VALUE_ESTIMATORS))}); estimator is {self.estimator!r}"
+                f"values ({', '.join(sorted(CRITIC_ESTIMATORS))}); estimator is {self.estimator!r}"
             )
         if self.kl_mode not in get_args(KlMode):
             raise ValueError(

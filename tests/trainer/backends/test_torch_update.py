@@ -91,6 +91,13 @@ def test_steps_with_the_same_prompt_share_an_anchor_within_their_group() -> None
     assert len({anchors[0], anchors[1], anchors[3]}) == 3
 
 
+def test_a_step_that_names_its_anchor_is_grouped_by_that_name() -> None:
+    trajectories = batch()
+    trajectories[0].steps[1].anchor = trajectories[1].steps[0].anchor = "room-1"
+    anchors = flatten(trajectories).anchor_index.tolist()
+    assert anchors[1] == anchors[2] != anchors[0]  # different prompts, one named observation
+
+
 @pytest.mark.parametrize("share_prefixes", [True, False])
 def test_the_response_only_lm_head_matches_a_full_forward(policy: Any, share_prefixes: bool) -> None:
     rows = flatten(batch())

@@ -20,7 +20,7 @@ from trainer.backends.torch.batch import flatten
 from trainer.backends.torch.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
 from trainer.backends.torch.data import Row, batch_for_step, load_rows
 from trainer.backends.torch.engine import TorchGenerationEngine
-from trainer.backends.torch.rollout import rollout, rollout_metrics, score_rewards, validation_metrics
+from trainer.backends.torch.rollout import rollout
 from trainer.backends.torch.update import (
     Models,
     estimate_advantages,
@@ -30,6 +30,7 @@ from trainer.backends.torch.update import (
 )
 from trainer.llm import SamplingParams
 from trainer.models import ValueHeadModel, load_policy, load_tokenizer, resolve_model_path
+from trainer.rollout import rollout_metrics, score_rewards, stop_token_ids, validation_metrics
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -75,14 +76,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("trainer.device is cuda but torch sees no GPU: set trainer.device to cpu or auto")
     return torch.device(name)
-
-
-def stop_token_ids(tokenizer: Any, policy: Any) -> list[int]:
-    """The tokenizer's EOS plus the model's generation EOS ids (chat models often add their turn end)."""
-    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    configured = getattr(policy.generation_config, "eos_token_id", None)
-    ids += configured if isinstance(configured, list) else [configured] if configured is not None else []
-    return list(dict.fromkeys(int(i) for i in ids))
 
 
 def adamw(params: Any, *, lr: float, weight_decay: float) -> torch.optim.Optimizer:
@@ -148,7 +141,7 @@ def setup_run(config: RunConfig) -> Run:
     models = build_models(config, device, tokenizer, resume_from)
     engine = TorchGenerationEngine(
         models.policy,
-        stop_token_ids=stop_token_ids(tokenizer, models.policy),
+        stop_token_ids=stop_token_ids(tokenizer, models.policy.generation_config),
         pad_token_id=int(tokenizer.pad_token_id),
         device=device,
         seed=config.trainer.seed,

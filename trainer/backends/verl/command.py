@@ -30,22 +30,15 @@ from typing import Any
 
 from trainer.config import RunConfig
 
-# Our estimators as verl's registry names. verl lacks the step-level ones; ours are registered
-# into its registry by trainer.backends.verl.estimators (imported by the job's setup hook).
-ESTIMATORS = {
-    "gae": "gae",  # verl's GAE branch; the setup hook makes it step-level, see GAE_MODE_ENV
-    "token_gae": "gae",
-    "grpo": "grpo",
-    "rloo": "rloo",
-    "reinforce": "agent_r1_step_reinforce",
-    "gigpo": "agent_r1_gigpo",
-}
+# verl runs our estimators, not its own: trainer.backends.verl.estimators registers each one under
+# this prefix (the job's setup hook installs them), so a preset means the same math on both backends.
+ESTIMATOR_PREFIX = "agent_r1_"
+# Our key in verl's algorithm config for what verl's fields do not say (gamma, lam and
+# norm_adv_by_std_in_grpo are verl's own); verl hands that config to every estimator (docs/verl.md).
+ALGORITHM_KEY = "agent_r1"
+STEP_WEIGHT_KEY = "gigpo_step_weight"
 # verl's "gpg" loss is -A·logπ with no ratio and no clip: our reinforce loss.
 POLICY_LOSSES = {"vanilla": "vanilla", "gspo": "gspo", "reinforce": "gpg"}
-# verl calls GAE through a fixed branch that no registry entry can replace (it alone receives the
-# critic's values), so the step-level variant is switched on by this variable in every Ray worker.
-GAE_MODE_ENV = "AGENT_R1_GAE_MODE"
-GIGPO_WEIGHT_ENV = "AGENT_R1_GIGPO_STEP_WEIGHT"
 LOGGERS = ("console", "mlflow")
 AGENT_LOOP_WORKERS = 8  # verl's default rollout.agent.num_workers (one CPU each on the cluster)
 
@@ -78,14 +71,20 @@ def prompts_per_mini_batch(config: RunConfig) -> int:
     return max(1, config.optim.mini_batch_size // config.rollout.n)
 
 
+def verl_estimator_name(estimator: str) -> str:
+    """The name our estimator ``estimator`` has in verl's estimator registry."""
+    return ESTIMATOR_PREFIX + estimator
+
+
 def _algorithm(config: RunConfig) -> dict[str, Any]:
     algo = config.algorithm
     in_reward = algo.kl_mode == "reward"
     return {
-        "algorithm.adv_estimator": ESTIMATORS[algo.estimator],
+        "algorithm.adv_estimator": verl_estimator_name(algo.estimator),
         "algorithm.gamma": algo.gamma,
         "algorithm.lam": algo.lam,
         "algorithm.norm_adv_by_std_in_grpo": algo.norm_adv_by_std,
+        f"+algorithm.{ALGORITHM_KEY}.{STEP_WEIGHT_KEY}": algo.gigpo_step_weight,
         "algorithm.use_kl_in_reward": in_reward,
         "algorithm.kl_penalty": algo.kl_kind,
         "algorithm.kl_ctrl.type": "fixed",
@@ -182,6 +181,8 @@ def _trainer(
 ) -> dict[str, Any]:
     trainer, total = config.trainer, config.trainer.total_steps
     return {
+        # verl's default; said here because our estimators' hook wraps the v1 trainer (docs/verl.md).
+        "trainer.use_v1": True,
         "trainer.total_training_steps": total,
         # verl saves at every multiple of save_freq and always at the last step (0 = the end only).
         "trainer.save_freq": trainer.save_every if trainer.save_every > 0 else total,
@@ -206,20 +207,6 @@ def _quoted(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _worker_env(config: RunConfig) -> dict[str, Any]:
-    """Settings our estimators read in every Ray worker (verl's AlgoConfig takes no extra keys).
-
-    They ride on ``ray_kwargs.ray_init.runtime_env.env_vars``, which Ray merges into the job's
-    runtime env, so the job itself must not set these names.
-    """
-    mode = "step" if config.algorithm.estimator == "gae" else "token"
-    prefix = "+ray_kwargs.ray_init.runtime_env.env_vars."
-    return {
-        prefix + GAE_MODE_ENV: mode,
-        prefix + GIGPO_WEIGHT_ENV: _quoted(repr(config.algorithm.gigpo_step_weight)),
-    }
-
-
 def overrides(
     config: RunConfig, paths: VerlPaths, *, project: str, run_name: str, loggers: Sequence[str] = LOGGERS
 ) -> list[str]:
@@ -239,7 +226,6 @@ def overrides(
         _model_and_rollout(config, paths),
         _critic(config),
         _trainer(config, paths, project, run_name, loggers),
-        _worker_env(config),
     ):
         values.update(part)
     return [f"{key}={_value(value)}" for key, value in values.items()]

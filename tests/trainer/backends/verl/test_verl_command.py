@@ -45,10 +45,11 @@ def test_every_preset_and_task_passes_verls_own_validate_config(preset: str, tas
 def test_the_grpo_overrides_are_exactly_these() -> None:
     config = verl_config("grpo", "gsm8k", **{"data.val_path": "/tmp/val.parquet"})
     assert overrides(config, PATHS, project="demo", run_name="grpo-run7") == [
-        "algorithm.adv_estimator=grpo",
+        "algorithm.adv_estimator=agent_r1_grpo",
         "algorithm.gamma=1.0",
         "algorithm.lam=1.0",
         "algorithm.norm_adv_by_std_in_grpo=true",
+        "+algorithm.agent_r1.gigpo_step_weight=1.0",
         "algorithm.use_kl_in_reward=false",
         "algorithm.kl_penalty=low_var_kl",
         "algorithm.kl_ctrl.type=fixed",
@@ -101,6 +102,7 @@ def test_the_grpo_overrides_are_exactly_these() -> None:
         "actor_rollout_ref.rollout.agent.default_agent_loop=agent_env_loop",
         "actor_rollout_ref.rollout.agent.num_workers=8",
         "critic.enable=false",
+        "trainer.use_v1=true",
         "trainer.total_training_steps=10",
         "trainer.save_freq=10",
         "trainer.test_freq=10",
@@ -114,23 +116,21 @@ def test_the_grpo_overrides_are_exactly_these() -> None:
         "trainer.default_local_dir=/shared/runs/7/checkpoints",
         "trainer.rollout_data_dir=/shared/runs/7/rollouts",
         "trainer.validation_data_dir=/shared/runs/7/validation",
-        "+ray_kwargs.ray_init.runtime_env.env_vars.AGENT_R1_GAE_MODE=token",
-        "+ray_kwargs.ray_init.runtime_env.env_vars.AGENT_R1_GIGPO_STEP_WEIGHT='1.0'",
     ]
 
 
 @pytest.mark.parametrize(
     ("preset", "estimator", "loss", "critic", "kl"),
     [
-        ("ppo", "gae", "vanilla", "true", "none"),
-        ("stepppo", "gae", "gspo", "true", "none"),
-        ("grpo", "grpo", "vanilla", "false", "loss"),
-        ("rloo", "rloo", "vanilla", "false", "reward"),
-        ("reinforce", "agent_r1_step_reinforce", "gpg", "false", "reward"),
+        ("ppo", "agent_r1_gae", "vanilla", "true", "none"),
+        ("stepppo", "agent_r1_gae", "gspo", "true", "none"),
+        ("grpo", "agent_r1_grpo", "vanilla", "false", "loss"),
+        ("rloo", "agent_r1_rloo", "vanilla", "false", "reward"),
+        ("reinforce", "agent_r1_reinforce", "gpg", "false", "reward"),
         ("gigpo", "agent_r1_gigpo", "vanilla", "false", "loss"),
     ],
 )
-def test_each_preset_maps_onto_verls_estimator_loss_critic_and_kl(
+def test_each_preset_maps_onto_our_estimator_in_verl_and_verls_loss_critic_and_kl(
     preset: str, estimator: str, loss: str, critic: str, kl: str
 ) -> None:
     values = dict(
@@ -141,10 +141,8 @@ def test_each_preset_maps_onto_verls_estimator_loss_critic_and_kl(
     assert values["critic.enable"] == critic
     assert values["actor_rollout_ref.actor.use_kl_loss"] == ("true" if kl == "loss" else "false")
     assert values["algorithm.use_kl_in_reward"] == ("true" if kl == "reward" else "false")
-    step_gae = preset in ("ppo", "stepppo")
-    assert values["+ray_kwargs.ray_init.runtime_env.env_vars.AGENT_R1_GAE_MODE"] == (
-        "step" if step_gae else "token"
-    )
+    # Estimator settings travel in verl's algorithm config, nothing in the workers' environment.
+    assert not [key for key in values if "env_vars" in key]
 
 
 def test_the_command_runs_verls_main_ppo_with_the_overrides() -> None:
@@ -209,7 +207,8 @@ def test_the_composed_config_carries_our_settings(monkeypatch: pytest.MonkeyPatc
     assert composed.critic.enable is True
     assert list(composed.trainer.logger) == ["console", "mlflow"]
     assert composed.actor_rollout_ref.rollout.prompt_length == 1024  # follows data.max_prompt_length
-    assert composed.ray_kwargs.ray_init.runtime_env.env_vars.AGENT_R1_GAE_MODE == "step"
+    assert composed.algorithm.adv_estimator == "agent_r1_gae"
+    assert composed.algorithm.agent_r1.gigpo_step_weight == 1.0
 
 
 def test_a_sliding_window_is_refused_for_verl_on_its_field() -> None:
