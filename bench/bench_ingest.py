@@ -2,7 +2,7 @@
 
 All three write to the same embedded Postgres on this machine, in the same run:
 - ours: gzipped MetricBatch bodies of 10,000 points posted to /api/ingest/runs/{id}/metrics
-  (gunicorn, BENCH_WORKERS workers, two client threads), the way trainer.report.HttpReporter does;
+  (gunicorn, BENCH_WORKERS workers, two client threads), the way trainer.report.http.HttpReporter does;
 - MLflow: REST runs/log-batch with 1,000 metrics per call (its limit), two client threads;
 - raw COPY: psycopg binary COPY of (run, key, step, value, ts) rows in batches of 10,000 into a table
   keyed on (run_id, key, step), no server in between: the limit.

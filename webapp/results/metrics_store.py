@@ -4,7 +4,7 @@ Writing a batch (one transaction, all or nothing):
 
 1. the batch id goes into ``results_ingestbatch``; when it is already there the batch is a replay
    and nothing else happens;
-2. the points are validated against the trainer's :class:`trainer.report.MetricPoint` schema (a
+2. the points are validated against the trainer's :class:`trainer.contract.MetricPoint` schema (a
    TypedDict derived from it: same fields, same constraints, no model object per point) and a
    bad point rejects the batch with a message naming it;
 3. the points go in with one binary COPY straight into the point table. When that hits the

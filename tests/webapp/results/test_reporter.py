@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.mdp import Step, ToolCallRecord, Trajectory
-from trainer.report import HttpReporter
+from trainer.report.http import HttpReporter
 from webapp.experiments.models import Experiment, Run, RunStatus
 from webapp.results.metrics_store import forget_cached_keys
 from webapp.results.models import Checkpoint, LogChunk, MetricLatest, MetricPoint, ToolCall, TrajectoryStep

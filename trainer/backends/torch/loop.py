@@ -33,7 +33,7 @@ from trainer.models import ValueHeadModel, load_policy, load_tokenizer, resolve_
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
-    from trainer.report import Reporter
+    from trainer.report.reporters import Reporter
 
 logger = logging.getLogger(__name__)
 

@@ -40,7 +40,8 @@ from trainer.contract import API_ENV, RUN_ID_ENV, TOKEN_ENV
 from trainer.flows import FLOWS
 from trainer.llm import Generation, SamplingParams
 from trainer.mdp import Trajectory
-from trainer.report import HttpReporter, Reporter
+from trainer.report.http import HttpReporter
+from trainer.report.reporters import Reporter
 
 logger = logging.getLogger(__name__)
 

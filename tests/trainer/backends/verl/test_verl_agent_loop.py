@@ -18,7 +18,7 @@ from trainer.backends.verl import agent_loop
 from trainer.backends.verl.agent_loop import StudioAgentLoop, write_agent_loop_config
 from trainer.config import RunConfig
 from trainer.flows import FLOWS
-from trainer.report import JsonlReporter, MemoryReporter, read_jsonl
+from trainer.report.reporters import JsonlReporter, MemoryReporter, read_jsonl
 from trainer.tools import TOOLS, BaseTool
 from trainer.tools.base import ToolResult
 
