@@ -5,8 +5,10 @@ the run statuses the trainer reports, the metric-key names with the one alias ta
 and the pydantic wire models of every body the trainer sends. The Django routes are mounted from
 these paths; the executors set these variables; the reporters send these models.
 
-Every body the trainer POSTs carries a ``batch_id`` (also sent as the ``Idempotency-Key`` header): a
-replayed batch has the same id, so the server can answer 2xx without storing it twice.
+Every batch the trainer POSTs carries a ``batch_id`` (also sent as the ``Idempotency-Key`` header): a
+replayed batch has the same id, so the server can answer 2xx without storing it twice. The calls
+about the run's life need none: a claim retried by its own worker is answered yes again, the first
+terminal status wins, and a status message or a heartbeat sent twice changes nothing more.
 """
 
 from __future__ import annotations
@@ -74,16 +76,28 @@ def canonical_key(key: str) -> str | None:
 
 
 # -- API paths ------------------------------------------------------------------------------------
+# Every path the trainer calls, under the root where the web app mounts its JSON API; the web app
+# mounts its routes from these (webapp.api.route) and verl's MLflow client is pointed at MLFLOW_ROOT.
 
-METRICS_PATH = "/api/ingest/runs/{run_id}/metrics"
-TRAJECTORIES_PATH = "/api/ingest/runs/{run_id}/trajectories"
-STATUS_PATH = "/api/ingest/runs/{run_id}/status"
-HEARTBEAT_PATH = "/api/ingest/runs/{run_id}/heartbeat"
-LOGS_PATH = "/api/ingest/runs/{run_id}/logs"
-CHECKPOINTS_PATH = "/api/ingest/runs/{run_id}/checkpoints"
-CONFIG_PATH = "/api/runs/{run_id}/config"
-CLAIM_PATH = "/api/runs/{run_id}/claim"
-DATASET_PATH = "/api/runs/{run_id}/dataset/{split}"
+API_ROOT = "/api"
+MLFLOW_ROOT = "/mlflow"
+_RUN = API_ROOT + "/runs/{run_id}"
+_INGEST = API_ROOT + "/ingest/runs/{run_id}"
+# The run's life: the trainer claims it, reads it, says how it goes.
+CLAIM_PATH = _RUN + "/claim"
+CONFIG_PATH = _RUN + "/config"
+DATASET_PATH = _RUN + "/dataset/{split}"
+STATUS_PATH = _RUN + "/status"
+HEARTBEAT_PATH = _RUN + "/heartbeat"
+# What the run produces.
+METRICS_PATH = _INGEST + "/metrics"
+TRAJECTORIES_PATH = _INGEST + "/trajectories"
+LOGS_PATH = _INGEST + "/logs"
+CHECKPOINTS_PATH = _INGEST + "/checkpoints"
+TRAINER_PATHS: tuple[str, ...] = (
+    CLAIM_PATH, CONFIG_PATH, DATASET_PATH, STATUS_PATH, HEARTBEAT_PATH,
+    METRICS_PATH, TRAJECTORIES_PATH, LOGS_PATH, CHECKPOINTS_PATH,
+)  # fmt: skip
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 RunStatus = Literal["starting", "running", "succeeded", "failed", "cancelled"]
@@ -220,6 +234,14 @@ class TrajectoryBatch(_Wire):
     batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key of this batch.")
     training_step: int = Field(ge=0, description="Training step whose rollouts these are.")
     trajectories: list[TrajectoryWire]
+
+
+class ClaimRequest(_Wire):
+    worker: str = Field(
+        min_length=1,
+        max_length=200,
+        description="The claiming process, host:pid: a retried claim is its own.",
+    )
 
 
 class StatusUpdate(_Wire):

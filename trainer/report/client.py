@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import httpx
 import tenacity
 
-from trainer.contract import CLAIM_PATH, CONFIG_PATH, DATASET_PATH
+from trainer.contract import CLAIM_PATH, CONFIG_PATH, DATASET_PATH, ClaimRequest
 from trainer.report.retry import RETRYABLE, Backoff, PermanentHttpError, raise_for_status
 
 if TYPE_CHECKING:
@@ -57,7 +57,11 @@ class RunApiClient:
         """Take ownership of the run; False when another process already owns it (HTTP 409)."""
 
         def post() -> bool:
-            response = self._client.post(CLAIM_PATH.format(run_id=self.run_id), json={"worker": worker})
+            response = self._client.post(
+                CLAIM_PATH.format(run_id=self.run_id),
+                content=ClaimRequest(worker=worker).model_dump_json(),
+                headers={"Content-Type": "application/json"},
+            )
             if response.status_code == 409:
                 return False
             raise_for_status(response)

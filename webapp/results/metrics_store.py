@@ -34,7 +34,7 @@ from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from trainer.contract import MetricPoint
-from webapp.results.models import SUMMARY_WIDTHS, MetricKey
+from webapp.results.models import SUMMARY_WIDTHS, IngestBatch, MetricKey
 
 INT4_MAX = 2**31 - 1
 # Display buckets per series; each gives its minimum and maximum, so at most 2x this many points.
@@ -192,23 +192,10 @@ class WriteResult:
     keys: list[str] = field(default_factory=list)
 
 
-def claim_batch(run_id: int, batch_id: str, kind: str) -> bool:
-    """Record the batch id; False when it was already stored (a replay)."""
-    with connection.cursor() as cursor:
-        # Race: the same batch delivered twice at once (a client retry after a timeout); the
-        # second insert waits on the primary key until the first commits, then does nothing.
-        cursor.execute(
-            "INSERT INTO results_ingestbatch (run_id, batch_id, kind, received) VALUES (%s, %s, %s, now()) "
-            "ON CONFLICT DO NOTHING RETURNING 1",
-            [run_id, batch_id, kind],
-        )
-        return cursor.fetchone() is not None
-
-
 def write_points(run_id: int, batch_id: str, points: Sequence[dict[str, Any]]) -> WriteResult:
     """Store a validated batch atomically; a replayed batch id changes nothing."""
     with transaction.atomic():
-        if not claim_batch(run_id, batch_id, "metrics"):
+        if not IngestBatch.claim(run_id, batch_id, "metrics"):
             return WriteResult(duplicate_batch=True, skipped=len(points))
         if not points:
             return WriteResult()
@@ -469,13 +456,24 @@ def _append_extremes(series: Series, low: list[float], high: list[float]) -> Non
 
 def latest_values(run_id: int) -> dict[str, tuple[int, float]]:
     """{key: (step, value)} of a run's latest points."""
+    return {key: (step, value) for key, value, _ts, step in latest_points([run_id]).get(run_id, [])}
+
+
+def latest_points(run_ids: Sequence[int]) -> dict[int, list[tuple[str, float, float, int]]]:
+    """{run id: [(key, value, ts, step)]} of the runs' latest points, in key order."""
+    if not run_ids:
+        return {}
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT k.name, l.step, l.value FROM results_metriclatest l JOIN results_metrickey k "
-            "ON k.id = l.key_id WHERE l.run_id = %s ORDER BY k.name",
-            [run_id],
+            "SELECT l.run_id, k.name, l.value, l.ts, l.step FROM results_metriclatest l "
+            "JOIN results_metrickey k ON k.id = l.key_id WHERE l.run_id = ANY(%s) ORDER BY k.name",
+            [list(run_ids)],
         )
-        return {name: (step, value) for name, step, value in cursor.fetchall()}
+        rows = cursor.fetchall()
+    latest: dict[int, list[tuple[str, float, float, int]]] = {}
+    for run_id, key, value, ts, step in rows:
+        latest.setdefault(run_id, []).append((key, value, ts, step))
+    return latest
 
 
 def raw_points(

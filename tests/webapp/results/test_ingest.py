@@ -6,7 +6,7 @@ from typing import Any
 from django.db import connection
 
 from tests.webapp.results.conftest import Trainer, points, trajectory
-from trainer.contract import CHECKPOINTS_PATH, CONFIG_PATH, HEARTBEAT_PATH, LOGS_PATH, STATUS_PATH
+from trainer.contract import CHECKPOINTS_PATH, CLAIM_PATH, HEARTBEAT_PATH, LOGS_PATH, STATUS_PATH
 from webapp.results.metrics_store import rebuild_summaries
 from webapp.results.models import (
     Checkpoint,
@@ -148,6 +148,7 @@ def test_trajectories_are_stored_with_every_step_once(trainer: Trainer, run: Any
 
 def test_status_heartbeat_logs_and_checkpoints_reach_the_run(trainer: Trainer, run: Any) -> None:
     run.enqueue()
+    assert trainer.post(CLAIM_PATH, {"worker": "host:1"}).status_code == 200
     assert trainer.post(STATUS_PATH, {"batch_id": "s1", "status": "running"}).status_code == 200
     run.refresh_from_db()
     assert run.status == "running"
@@ -173,14 +174,9 @@ def test_status_heartbeat_logs_and_checkpoints_reach_the_run(trainer: Trainer, r
     assert trainer.post(HEARTBEAT_PATH, {"step": 6, "total_steps": 10, "ts": 2.0}).status_code == 409
 
 
-def test_a_cancelled_run_cannot_be_claimed(trainer: Trainer, run: Any) -> None:
-    run.request_cancel()
-    response = trainer.post(STATUS_PATH, {"batch_id": "s1", "status": "running"})
-    assert response.status_code == 409 and "cancelled" in response.json()["error"]
-
-
-def test_the_trainer_reads_its_config(trainer: Trainer, run: Any) -> None:
-    response = trainer.client.get(
-        CONFIG_PATH.format(run_id=run.pk), HTTP_AUTHORIZATION=f"Bearer {trainer.token}"
-    )
-    assert response.status_code == 200 and response.json() == {"name": "r1", "seed": 1}
+def test_a_replayed_log_chunk_keeps_the_first_text(trainer: Trainer, run: Any) -> None:
+    first = trainer.post(LOGS_PATH, {"batch_id": "l0", "seq": 0, "text": "hello\n"})
+    replay = trainer.post(LOGS_PATH, {"batch_id": "l0b", "seq": 0, "text": "changed\n"})
+    assert first.json() == {"stored": 1, "duplicate": False}
+    assert replay.status_code == 200 and replay.json() == {"stored": 0, "duplicate": True}
+    assert list(LogChunk.objects.filter(run=run).values_list("seq", "text")) == [(0, "hello\n")]
