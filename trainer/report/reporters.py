@@ -23,6 +23,13 @@ from typing import IO, Any
 from pydantic import BaseModel
 
 from trainer.contract import (
+    ACTOR_ENTROPY,
+    ACTOR_KL,
+    ACTOR_PG_LOSS,
+    CRITIC_VALUE_LOSS,
+    REWARD_MEAN,
+    TIMING_ROLLOUT_S,
+    VAL_PREFIX,
     CheckpointRecord,
     Heartbeat,
     RunStatus,
@@ -72,14 +79,7 @@ class Reporter(ABC):
         self.close()
 
 
-CONSOLE_KEYS = (
-    "reward/mean",
-    "actor/pg_loss",
-    "actor/kl",
-    "actor/entropy",
-    "critic/value_loss",
-    "timing/rollout_s",
-)
+CONSOLE_KEYS = (REWARD_MEAN, ACTOR_PG_LOSS, ACTOR_KL, ACTOR_ENTROPY, CRITIC_VALUE_LOSS, TIMING_ROLLOUT_S)
 
 
 class ConsoleReporter(Reporter):
@@ -92,10 +92,10 @@ class ConsoleReporter(Reporter):
 
     def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
         values = to_floats(metrics)
-        shown = [key for key in values if key in self.keys or key.startswith("val/")]
+        shown = [key for key in values if key in self.keys or key.startswith(VAL_PREFIX)]
         console_logger.info("step %d  %s", step, "  ".join(f"{key}={values[key]:.4g}" for key in shown))
-        if self._bar is not None and "reward/mean" in values:
-            self._bar.set_postfix(reward=f"{values['reward/mean']:.3f}", refresh=False)
+        if self._bar is not None and REWARD_MEAN in values:
+            self._bar.set_postfix(reward=f"{values[REWARD_MEAN]:.3f}", refresh=False)
 
     def log_trajectories(self, step: int, trajectories: Sequence[Trajectory]) -> None:
         console_logger.debug("step %d: %d trajectories", step, len(trajectories))

@@ -7,11 +7,14 @@ Writing a batch (one transaction, all or nothing):
 2. the points are validated against the trainer's :class:`trainer.contract.MetricPoint` schema (a
    TypedDict derived from it: same fields, same constraints, no model object per point) and a
    bad point rejects the batch with a message naming it;
-3. the points go in with one binary COPY straight into the point table. When that hits the
+3. a point logged under one of verl's keys gets a twin under ours (``trainer.contract``'s alias
+   table), so everything downstream reads our keys only; the original stays, so an MLflow client
+   reads back what it logged;
+4. the points go in with one binary COPY straight into the point table. When that hits the
    primary key (points from another batch for the same run/key/step, e.g. a trainer restarted
    from a checkpoint), a savepoint rolls the COPY back and the points go through a temporary
    table and ``INSERT ... ON CONFLICT DO NOTHING`` instead, so only the new points count;
-4. the new points update the min/max summaries and the latest-value table.
+5. the new points update the min/max summaries and the latest-value table.
 
 Reading a curve: :func:`downsample` answers with at most ~1,000 points per series, each the
 minimum or the maximum of its bucket, from the summaries when the range is wide and from the raw
@@ -33,7 +36,7 @@ from django.db import IntegrityError, connection, transaction
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
-from trainer.contract import MetricPoint
+from trainer.contract import MetricPoint, canonical_key
 from webapp.results.models import SUMMARY_WIDTHS, IngestBatch, MetricKey
 
 INT4_MAX = 2**31 - 1
@@ -192,6 +195,14 @@ class WriteResult:
     keys: list[str] = field(default_factory=list)
 
 
+def with_our_keys(points: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
+    """The points, and a copy under our key of each point logged under one of verl's."""
+    ours = {key: canonical_key(key) for key in {p["key"] for p in points}}
+    if not any(ours.values()):
+        return points
+    return [*points, *({**p, "key": ours[p["key"]]} for p in points if ours[p["key"]])]
+
+
 def write_points(run_id: int, batch_id: str, points: Sequence[dict[str, Any]]) -> WriteResult:
     """Store a validated batch atomically; a replayed batch id changes nothing."""
     with transaction.atomic():
@@ -199,6 +210,7 @@ def write_points(run_id: int, batch_id: str, points: Sequence[dict[str, Any]]) -
             return WriteResult(duplicate_batch=True, skipped=len(points))
         if not points:
             return WriteResult()
+        points = with_our_keys(points)
         cols = columns(points)
         new = _copy_new_points(run_id, cols)
         _update_summaries(run_id, new)

@@ -13,6 +13,19 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from trainer.contract import (
+    NUM_TURNS_MEAN,
+    RESPONSE_LENGTH_MEAN,
+    REWARD_MAX,
+    REWARD_MEAN,
+    REWARD_MIN,
+    REWARD_STD,
+    ROLLOUT_EMPTY_TRAJECTORIES,
+    TOOLS_CALLS_PER_TRAJ,
+    TOOLS_ERROR_RATE,
+    TOOLS_MALFORMED_RATE,
+    val_key,
+)
 from trainer.flows import FLOWS, AgentFlowBase, flow_for_row
 from trainer.llm import LLMClient, SamplingParams
 from trainer.mdp import Trajectory
@@ -138,19 +151,16 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     errors = sum(t.metrics.get("tool_errors", 0.0) for t in trajectories)
     malformed = sum(t.metrics.get("malformed_calls", 0.0) for t in trajectories)
     return {
-        "reward/mean": _mean(rewards),
-        "reward/std": float(statistics.pstdev(rewards)) if len(rewards) > 1 else 0.0,
-        "reward/max": max(rewards, default=0.0),
-        "reward/min": min(rewards, default=0.0),
-        # verl's name for the same number (it reports no reward/mean), so torch and verl runs of a
-        # task overlay on one curve.
-        "critic/score/mean": _mean(rewards),
-        "tools/calls_per_traj": calls / max(len(trajectories), 1),
-        "tools/error_rate": errors / calls if calls else 0.0,
-        "tools/malformed_rate": malformed / calls if calls else 0.0,
-        "response_length/mean": _mean([sum(len(s.response_ids) for s in t.steps) for t in trajectories]),
-        "num_turns/mean": _mean([float(len(t.steps)) for t in trajectories]),
-        "rollout/empty_trajectories": float(sum(not t.steps for t in trajectories)),
+        REWARD_MEAN: _mean(rewards),
+        REWARD_STD: float(statistics.pstdev(rewards)) if len(rewards) > 1 else 0.0,
+        REWARD_MAX: max(rewards, default=0.0),
+        REWARD_MIN: min(rewards, default=0.0),
+        TOOLS_CALLS_PER_TRAJ: calls / max(len(trajectories), 1),
+        TOOLS_ERROR_RATE: errors / calls if calls else 0.0,
+        TOOLS_MALFORMED_RATE: malformed / calls if calls else 0.0,
+        RESPONSE_LENGTH_MEAN: _mean([sum(len(s.response_ids) for s in t.steps) for t in trajectories]),
+        NUM_TURNS_MEAN: _mean([float(len(t.steps)) for t in trajectories]),
+        ROLLOUT_EMPTY_TRAJECTORIES: float(sum(not t.steps for t in trajectories)),
     }
 
 
@@ -170,4 +180,4 @@ def validation_metrics(trajectories: Sequence[Trajectory], default_task: str) ->
         by_task.setdefault(trajectory.data_source or default_task or "default", []).append(
             accuracy(trajectory)
         )
-    return {f"val/{task}/acc": _mean(values) for task, values in sorted(by_task.items())}
+    return {val_key(task): _mean(values) for task, values in sorted(by_task.items())}
