@@ -169,6 +169,19 @@ class Run(models.Model):
             return None
         return cls.objects.filter(token_hash=hash_token(token)).select_related("team", "experiment").first()
 
+    def freeze_config(self, config: dict[str, Any]) -> bool:
+        """The RunConfig the run trains with, set while it is a draft (its seed and paths need its id)."""
+        # Race: none between writers (one launch creates the run); the draft filter keeps a queued
+        # run's config, which its trainer may already be reading, from changing under it.
+        return self._transition((RunStatus.DRAFT,), config=config)
+
+    def record_executor_ref(self, executor_ref: str) -> None:
+        """Where the executor started the run (process group, Ray submission), for the reaper."""
+        # Unguarded on purpose: a run cancelled while its process started still needs the ref, so
+        # that the reaper can find and stop the process.
+        Run.objects.filter(pk=self.pk).update(executor_ref=executor_ref)
+        self.executor_ref = executor_ref
+
     def enqueue(self) -> bool:
         # Race: a double-clicked "launch" would enqueue twice; only the first draft → queued wins.
         return self._transition((RunStatus.DRAFT,), status=RunStatus.QUEUED, queued_at=timezone.now())

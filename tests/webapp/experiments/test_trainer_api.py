@@ -46,9 +46,12 @@ def test_the_run_is_claimed_once_and_a_repeat_or_running_report_claims_nothing(
     assert (run.claimed_by, run.started_at) == ("host:1", started)
 
 
-def test_running_is_refused_before_the_claim_and_claims_nothing(trainer: Trainer, run: Run) -> None:
+def test_running_or_a_claim_without_a_worker_is_refused_and_claims_nothing(
+    trainer: Trainer, run: Run
+) -> None:
     response = trainer.post(STATUS_PATH, {"status": "running", "message": "hi"})
     assert response.status_code == 409 and "claimed" in response.json()["error"]
+    assert trainer.post(CLAIM_PATH, {"worker": ""}).status_code == 400
     run.refresh_from_db()
     assert (run.status, run.claimed_by, run.message) == (RunStatus.QUEUED, "", "")
 
@@ -58,11 +61,6 @@ def test_a_cancelled_run_cannot_be_claimed(trainer: Trainer, run: Run) -> None:
     response = trainer.post(CLAIM_PATH, {"worker": "host:1"})
     assert response.status_code == 409 and "cancelled" in response.json()["error"]
     assert Run.objects.get(pk=run.pk).claimed_by == ""
-
-
-def test_a_claim_without_a_worker_is_refused(trainer: Trainer, run: Run) -> None:
-    assert trainer.post(CLAIM_PATH, {"worker": ""}).status_code == 400
-    assert Run.objects.get(pk=run.pk).status == RunStatus.QUEUED
 
 
 def test_the_trainer_reads_its_config(trainer: Trainer, run: Run) -> None:
