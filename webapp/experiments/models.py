@@ -74,7 +74,7 @@ class RunStatus(models.TextChoices):
 
 TERMINAL = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 ACTIVE = (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED)
-CLAIMED = (RunStatus.RUNNING, RunStatus.STALLED)  # a trainer owns the run (or owned it, if stalled)
+CLAIMED = (RunStatus.RUNNING, RunStatus.STALLED)  # the statuses of a run its trainer owns
 # The executor of a run an MLflow client created (/mlflow/): none of ours starts, polls or stops it,
 # and its status is whatever the client reports. This is the one mark of an external run.
 EXTERNAL_EXECUTOR = "external"
