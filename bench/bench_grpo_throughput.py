@@ -70,7 +70,7 @@ def run_ours(
 
     from trainer.backends.torch import train
     from trainer.config import RunConfig
-    from trainer.report import MemoryReporter
+    from trainer.report.reporters import MemoryReporter
 
     pq.write_table(pa.Table.from_pylist(rows), workdir / "train.parquet")
     config = RunConfig.from_preset(

@@ -39,16 +39,10 @@ from trainer.config import RunConfig, validation_errors
 from trainer.contract import API_ENV, TOKEN_ENV
 from trainer.plugins import load_plugins
 from trainer.registry import RegistryError
-from trainer.report import (
-    ConsoleReporter,
-    HttpReporter,
-    JsonlReporter,
-    MultiReporter,
-    PermanentHttpError,
-    Reporter,
-    RetryableHttpError,
-    RunApiClient,
-)
+from trainer.report.client import RunApiClient
+from trainer.report.http import HttpReporter
+from trainer.report.reporters import ConsoleReporter, JsonlReporter, MultiReporter, Reporter
+from trainer.report.retry import PermanentHttpError, RetryableHttpError
 
 logger = logging.getLogger("trainer")
 

@@ -20,6 +20,7 @@ from trainer.contract import (
     REWARD_MEAN,
     REWARD_MIN,
     REWARD_STD,
+    ROLLOUT_EMPTY_TRAJECTORIES,
     TOOLS_CALLS_PER_TRAJ,
     TOOLS_ERROR_RATE,
     TOOLS_MALFORMED_RATE,
@@ -129,7 +130,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         TOOLS_MALFORMED_RATE: malformed / calls if calls else 0.0,
         RESPONSE_LENGTH_MEAN: _mean([sum(len(s.response_ids) for s in t.steps) for t in trajectories]),
         NUM_TURNS_MEAN: _mean([float(len(t.steps)) for t in trajectories]),
-        "rollout/empty_trajectories": float(sum(not t.steps for t in trajectories)),
+        ROLLOUT_EMPTY_TRAJECTORIES: float(sum(not t.steps for t in trajectories)),
     }
 
 

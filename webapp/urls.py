@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from trainer.contract import API_ROOT, MLFLOW_ROOT
 from webapp import health
 from webapp.accounts import views as accounts
 from webapp.api import api
@@ -40,8 +41,8 @@ team_patterns = [
 urlpatterns = [
     path("", accounts.home, name="home"),
     path("healthz", health.healthz, name="healthz"),
-    path("api/", api.urls),
-    path("mlflow/", include("webapp.mlflow_api.urls")),
+    path(API_ROOT.strip("/") + "/", api.urls),
+    path(MLFLOW_ROOT.strip("/") + "/", include("webapp.mlflow_api.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("teams/", accounts.teams, name="teams"),

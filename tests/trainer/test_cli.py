@@ -23,7 +23,7 @@ from trainer.algos.presets import PRESETS
 from trainer.cli import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, main, run_training
 from trainer.config import RunConfig
 from trainer.contract import StatusUpdate
-from trainer.report import MemoryReporter, Reporter
+from trainer.report.reporters import MemoryReporter, Reporter
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -50,6 +50,10 @@ class RunOut(Schema):
     external: bool = Field(description="Logged by an MLflow client through /mlflow/, not launched by us.")
     mlflow_run_id: str = Field(description="The run's id on the MLflow-compatible endpoint (MLFLOW_RUN_ID).")
 
+    @staticmethod
+    def resolve_external(obj: Run) -> bool:
+        return obj.is_external
+
 
 class RunDetailOut(RunOut):
     params: dict[str, str] = Field(description="Params logged through MLflow.")

@@ -23,6 +23,7 @@ from django.conf import settings
 from trainer.config import RunConfig
 from trainer.contract import (
     API_ENV,
+    MLFLOW_ROOT,
     MLFLOW_RUN_ID_ENV,
     MLFLOW_TRACKING_TOKEN_ENV,
     MLFLOW_TRACKING_URI_ENV,
@@ -185,7 +186,7 @@ def ray_env_vars(run: Run, token: str) -> dict[str, str]:
         RUN_ID_ENV: str(run.pk),
         API_ENV: api,
         PROJECT_ENV: run.experiment.name,  # verl's trainer.project_name
-        MLFLOW_TRACKING_URI_ENV: f"{api}/mlflow",
+        MLFLOW_TRACKING_URI_ENV: api + MLFLOW_ROOT,
         MLFLOW_TRACKING_TOKEN_ENV: token,
         # verl's Tracking attaches to this run instead of creating one (verl/utils/tracking.py).
         MLFLOW_RUN_ID_ENV: run.mlflow_run_id,

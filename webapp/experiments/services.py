@@ -42,7 +42,7 @@ def start_run(run: Run) -> None:
         logger.exception("run %s could not start", run.pk)
         run.finish(RunStatus.FAILED, f"could not start on the {run.executor} executor: {exc}")
         return
-    Run.objects.filter(pk=run.pk).update(executor_ref=ref)
+    run.record_executor_ref(ref)
 
 
 def reconcile(run: Run) -> None:
@@ -150,8 +150,7 @@ def launch(experiment: Experiment) -> list[Run]:
         run = Run.objects.create(experiment=experiment, team=experiment.team, seed=seed, executor=base.executor,
                                  name=f"{experiment.name} · seed {seed}")  # fmt: skip
         config = base.with_overrides(**{"trainer.seed": seed, "trainer.checkpoint_dir": checkpoint_dir(run)})
-        Run.objects.filter(pk=run.pk).update(config=json.loads(config.to_json()))
-        run.refresh_from_db()
+        run.freeze_config(json.loads(config.to_json()))
         run.enqueue()
         launch_run.delay_on_commit(run.pk)
         runs.append(run)

@@ -11,6 +11,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
+from trainer.contract import REWARD_MEAN
 from webapp.accounts.access import get_team_for_user
 from webapp.experiments.access import get_run_for_user
 from webapp.experiments.models import ACTIVE, TERMINAL, Run, RunStatus
@@ -24,21 +25,7 @@ HTMX_STOP_POLLING = 286  # htmx stops an `every Ns` trigger on this status
 PAGE_SIZE = 50
 MAX_OVERLAID_RUNS = 12
 MAX_CURVE_KEYS = 16
-DEFAULT_KEYS = ("reward/mean", "critic/score/mean")  # the second: verl runs
-
-
-def _default_keys(latest: Any) -> list[str]:
-    """The first default key every chosen run has (torch and verl runs together overlay on verl's
-    name), else the first any run has."""
-    by_run: dict[int, set[str]] = {}
-    for row in latest:
-        by_run.setdefault(row.run_id, set()).add(row.key.name)
-    shared = set.intersection(*by_run.values()) if by_run else set()
-    present = set().union(*by_run.values())
-    first = next((k for k in DEFAULT_KEYS if k in shared), None) or next(
-        (k for k in DEFAULT_KEYS if k in present), None
-    )
-    return [first] if first else []
+DEFAULT_KEY = REWARD_MEAN  # verl's critic/score/mean arrives under it too (trainer.contract)
 
 
 def _int_list(values: list[str]) -> list[int]:
@@ -140,7 +127,8 @@ def run_curves(request: HttpRequest, team_slug: str, run_id: int) -> HttpRespons
 def _curves_page(request: HttpRequest, team: Any, chosen: list[Run]) -> HttpResponse:
     latest = MetricLatest.objects.filter(run__in=chosen).select_related("key")
     keys = sorted({row.key.name for row in latest})
-    selected = [k for k in request.GET.getlist("key") if k in keys] or _default_keys(latest) or keys[:1]
+    default = [DEFAULT_KEY] if DEFAULT_KEY in keys else keys[:1]
+    selected = [k for k in request.GET.getlist("key") if k in keys] or default
     context = {
         "team": team,
         "chosen": chosen,

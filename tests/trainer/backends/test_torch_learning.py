@@ -28,7 +28,7 @@ from trainer.envs import ENVS, AgentEnv, prompt_messages
 from trainer.mdp import Action, Observation
 from trainer.models import VALUE_HEAD_FILE, load_policy
 from trainer.registry import Registry
-from trainer.report import MemoryReporter
+from trainer.report.reporters import MemoryReporter
 
 MAX_STEPS = 40
 TARGET = 0.9

@@ -17,7 +17,7 @@ from trainer.backends.torch.checkpoint import latest_checkpoint
 from trainer.backends.torch.data import batch_for_step, load_rows
 from trainer.config import RunConfig
 from trainer.registry import Registry
-from trainer.report import MemoryReporter
+from trainer.report.reporters import MemoryReporter
 from trainer.rewards import REWARDS
 
 

@@ -8,6 +8,7 @@ from django.test import Client
 
 from tests.webapp.results.conftest import Trainer, points, trajectory
 from trainer.config import RunConfig
+from trainer.contract import CONFIG_PATH, METRICS_PATH, TRAJECTORIES_PATH
 from webapp.accounts.models import ApiToken
 from webapp.experiments.models import Experiment, Run, RunStatus
 
@@ -119,8 +120,7 @@ def test_the_openapi_schema_describes_every_endpoint(client: Client) -> None:
     schema = client.get("/api/openapi.json").json()
     assert schema["openapi"].startswith("3.")
     for path in (
-        "/api/ingest/runs/{run_id}/metrics", "/api/ingest/runs/{run_id}/trajectories", "/api/runs/{run_id}/config",
-        "/api/t/{team_slug}/runs/{run_id}/metrics/curve", "/api/t/{team_slug}/experiments/{pk}/launch",
+        METRICS_PATH, TRAJECTORIES_PATH, CONFIG_PATH, "/api/t/{team_slug}/runs/{run_id}/metrics/curve", "/api/t/{team_slug}/experiments/{pk}/launch",
         "/api/t/{team_slug}/runs/{run_id}/cancel", "/api/t/{team_slug}/runs/{run_id}/trajectories",
     ):  # fmt: skip
         assert path in schema["paths"], path

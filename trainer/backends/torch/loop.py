@@ -28,13 +28,22 @@ from trainer.backends.torch.update import (
     kl_enabled,
     update_policy,
 )
+from trainer.contract import (
+    ACTOR_LR,
+    PERF_GENERATED_TOKENS,
+    PERF_SAMPLES_PER_S,
+    TIMING_ROLLOUT_S,
+    TIMING_STEP_S,
+    TIMING_UPDATE_S,
+    TIMING_VAL_S,
+)
 from trainer.llm import SamplingParams
 from trainer.models import ValueHeadModel, load_policy, load_tokenizer, resolve_model_path
 from trainer.rollout import rollout_metrics, score_rewards, stop_token_ids, validation_metrics
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
-    from trainer.report import Reporter
+    from trainer.report.reporters import Reporter
 
 logger = logging.getLogger(__name__)
 
@@ -208,7 +217,7 @@ def train_step(run: Run, step: int, reporter: Reporter) -> dict[str, float]:
         rows = flatten(trainable)
         prepared = estimate_advantages(rows, run.models, config)
         # 4. update: critic, then actor over mini-batches of whole trajectories
-        metrics["actor/lr"] = set_learning_rates(run, step)
+        metrics[ACTOR_LR] = set_learning_rates(run, step)
         metrics.update(update_policy(rows, prepared, run.models, config, generator=run.minibatch_generator))
     else:
         logger.warning(
@@ -218,11 +227,11 @@ def train_step(run: Run, step: int, reporter: Reporter) -> dict[str, float]:
     # 5. log
     metrics.update(
         {
-            "timing/rollout_s": rollout_s,
-            "timing/update_s": update_s,
-            "timing/step_s": time.perf_counter() - started,
-            "perf/samples_per_s": len(trajectories) / max(rollout_s + update_s, 1e-9),
-            "perf/generated_tokens": float(sum(len(s.response_ids) for t in trajectories for s in t.steps)),
+            TIMING_ROLLOUT_S: rollout_s,
+            TIMING_UPDATE_S: update_s,
+            TIMING_STEP_S: time.perf_counter() - started,
+            PERF_SAMPLES_PER_S: len(trajectories) / max(rollout_s + update_s, 1e-9),
+            PERF_GENERATED_TOKENS: float(sum(len(s.response_ids) for t in trajectories for s in t.steps)),
         }
     )
     reporter.log_metrics(step, metrics)
@@ -244,7 +253,7 @@ def validate(run: Run, step: int) -> dict[str, float]:
     )
     score_rewards(trajectories, run.val_rows, 1)
     metrics = validation_metrics(trajectories, run.config.task)
-    metrics["timing/val_s"] = time.perf_counter() - started
+    metrics[TIMING_VAL_S] = time.perf_counter() - started
     return metrics
 
 

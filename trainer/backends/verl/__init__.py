@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     import threading
 
     from trainer.config import RunConfig
-    from trainer.report import Reporter
+    from trainer.report.reporters import Reporter
 
 
 def train(config: RunConfig, reporter: Reporter, *, stop_event: threading.Event | None = None) -> Any:

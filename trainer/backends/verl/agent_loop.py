@@ -43,7 +43,8 @@ from trainer.flows import FLOWS
 from trainer.llm import Generation, SamplingParams
 from trainer.mdp import Trajectory
 from trainer.models import load_generation_config
-from trainer.report import HttpReporter, Reporter
+from trainer.report.http import HttpReporter
+from trainer.report.reporters import Reporter
 from trainer.rollout import make_flow, score_trajectory, stop_token_ids
 
 logger = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ from trainer.contract import MLFLOW_TRACKING_URI_ENV, PROJECT_ENV, RUN_ID_ENV
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
-    from trainer.report import Reporter
+    from trainer.report.reporters import Reporter
 
 logger = logging.getLogger(__name__)
 verl_output = logging.getLogger("trainer.verl")
@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     from trainer.config import RunConfig
     from trainer.plugins import load_plugins
-    from trainer.report import ConsoleReporter
+    from trainer.report.reporters import ConsoleReporter
 
     parser = argparse.ArgumentParser(prog="python -m trainer.backends.verl.driver")
     parser.add_argument("config", type=Path, help="RunConfig YAML with backend verl")

@@ -9,7 +9,7 @@ import pytest
 from scripted_loop import BonusTool
 
 from trainer.backends.verl import agent_loop
-from trainer.report import MemoryReporter
+from trainer.report.reporters import MemoryReporter
 from trainer.tools import TOOLS
 
 

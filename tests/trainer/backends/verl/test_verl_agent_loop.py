@@ -21,7 +21,7 @@ from trainer.backends.verl.agent_loop import write_agent_loop_config
 from trainer.config import RunConfig
 from trainer.flows import FLOWS
 from trainer.models import load_tokenizer
-from trainer.report import JsonlReporter, MemoryReporter, read_jsonl
+from trainer.report.reporters import JsonlReporter, MemoryReporter, read_jsonl
 
 
 class TinyModelServer:

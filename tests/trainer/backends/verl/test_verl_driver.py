@@ -14,7 +14,7 @@ import yaml
 from trainer.backends.verl import driver
 from trainer.backends.verl.driver import CheckpointWatcher
 from trainer.config import RunConfig
-from trainer.report import MemoryReporter
+from trainer.report.reporters import MemoryReporter
 
 
 def save(checkpoint_dir: Path, step: int) -> None:

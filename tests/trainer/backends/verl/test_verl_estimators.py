@@ -38,7 +38,7 @@ from trainer.backends.verl.estimators import (
 )
 from trainer.config import RunConfig
 from trainer.mdp import Trajectory
-from trainer.report import MemoryReporter
+from trainer.report.reporters import MemoryReporter
 from trainer.tools import TOOLS
 
 # Row A: step 0 = tokens 0-1 (reward 0.5), tool tokens 2-3, step 1 = tokens 4-5 (reward 1), padding.
