@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import logging
 import os
 import signal
@@ -35,6 +34,7 @@ import httpx
 import yaml
 from pydantic import ValidationError
 
+from trainer.backends import BACKENDS
 from trainer.config import RunConfig, validation_errors
 from trainer.contract import API_ENV, TOKEN_ENV
 from trainer.plugins import load_plugins
@@ -195,7 +195,9 @@ def _fetch_and_train(args: argparse.Namespace, token: str, http: HttpReporter, w
     config = _fetch_run(args, token, http, work_dir)
     if config is None:
         return EXIT_FAILED
-    reporters: list[Reporter] = [http, ConsoleReporter(progress=False)]
+    reporters: list[Reporter] = [http]
+    if config.report.console:
+        reporters.append(ConsoleReporter(progress=False))
     if config.report.jsonl_path:
         reporters.append(JsonlReporter(config.report.jsonl_path))
     return run_training(config, _combine(reporters))
@@ -272,7 +274,8 @@ def _train_and_report(
         with _stop_on_signals(stop, received):
             # Recipes (tasks_lib or a user's package) register their rewards, tools and envs here.
             load_plugins()
-            train = train or load_backend(config.backend)
+            # The backend imports its libraries (torch, verl) only now, inside train.
+            train = train or BACKENDS.get(config.backend).train
             reporter.set_status("running")
             result = train(config, reporter, stop_event=stop)
     except KeyboardInterrupt:
@@ -291,16 +294,6 @@ def _train_and_report(
         return EXIT_SIGTERM if received and received[0] == signal.SIGTERM else EXIT_SIGINT
     reporter.set_status("succeeded", progress=1.0)
     return EXIT_OK
-
-
-def load_backend(name: str) -> TrainFn:
-    """``trainer.backends.<name>.train``, imported only now (it pulls in torch)."""
-    try:
-        module = importlib.import_module(f"trainer.backends.{name}")
-    except ImportError as error:
-        raise RuntimeError(f"backend {name} is not available here ({error}); install its extra") from error
-    train: TrainFn = module.train
-    return train
 
 
 @contextlib.contextmanager

@@ -11,7 +11,9 @@ from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import ValidationError
 
+from trainer.backends import BACKENDS
 from trainer.config import RunConfig
+from trainer.registry import RegistryError
 from webapp.accounts.access import get_team_for_user
 from webapp.api import PageParams, UserTokenAuth, paginate
 from webapp.experiments import services
@@ -100,8 +102,15 @@ def create_experiment(request: HttpRequest, team_slug: str, body: ExperimentCrea
     team = get_team_for_user(request, team_slug, role="member")
     try:
         config = RunConfig.model_validate(body.config)
-    except (ValidationError, ValueError) as error:
+        problems = BACKENDS.get(config.backend).check(config)
+    except (ValidationError, ValueError, RegistryError) as error:
         raise HttpError(400, f"config: {error}") from None
+    except ImportError as error:
+        raise HttpError(
+            400, f"config: backend {config.backend} cannot be checked on this server ({error})"
+        ) from None
+    if problems:
+        raise HttpError(400, "config: " + "; ".join(f"{path}: {message}" for path, message in problems))
     if Experiment.objects.filter(team=team, name=config.name).exists():
         raise HttpError(409, f"the team already has an experiment named {config.name!r}")
     experiment = services.create_experiment(

@@ -136,8 +136,20 @@ def test_a_stop_request_reaches_verl_as_sigterm(
     assert result.status == "cancelled" and result.returncode == 0
 
 
-def test_the_cli_dispatches_a_verl_run_to_the_driver() -> None:
-    from trainer.cli import load_backend
+def test_the_cli_dispatches_a_verl_run_to_the_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainer.backends import BACKENDS
+    from trainer.cli import run_training
 
-    train = load_backend("verl")
-    assert train.__module__ == "trainer.backends.verl"
+    seen: list[RunConfig] = []
+
+    def fake_driver(config: RunConfig, reporter: Any, *, stop_event: threading.Event | None = None) -> Any:
+        seen.append(config)
+        return driver.VerlResult("succeeded", None, 0)
+
+    monkeypatch.setattr(driver, "train", fake_driver)
+    config = RunConfig.from_preset(
+        "grpo", backend="verl", **{"resources.gpus_per_node": 1, "optim.mini_batch_size": 8}
+    )
+    assert BACKENDS.get("verl").name == "verl"
+    assert run_training(config, MemoryReporter()) == 0
+    assert seen == [config]
