@@ -320,8 +320,10 @@ def _stop_on_signals(stop: threading.Event, received: list[int]) -> Iterator[Non
 
 
 def load_config(path: Path, sets: Sequence[str] = ()) -> RunConfig:
-    """A config file with ``--set`` overrides on top; UsageError (field path -> messages) if bad."""
+    """A config file with ``--set`` overrides on top (over its task recipe's defaults and its preset's);
+    UsageError (field path -> messages) if bad."""
     overrides = parse_sets(sets)
+    load_plugins()  # the recipes register their defaults (and rewards, tools, envs)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as error:

@@ -8,6 +8,10 @@ Field paths are dotted (``rollout.n``); the same paths key overrides (``--set ro
 preset defaults, :func:`config_errors` (so the webapp can put a message on the right form field)
 and :func:`diff` (the clone page).
 
+Defaults come in one order, :meth:`RunConfig.from_preset`'s: the preset's, then the task recipe's
+(:data:`RECIPE_DEFAULTS`, which recipe plugins fill), then the caller's explicit values. The
+New-experiment form, the REST API, the CLI and config files all build configs through it.
+
 Each backend (:data:`trainer.backends.BACKENDS`) refuses what it cannot honour; RunConfig's
 validation asks the config's backend and puts its messages on the fields.
 
@@ -26,8 +30,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
 from trainer.backends import BACKENDS
+from trainer.registry import Registry
 
 DEFAULT_PRESET = "grpo"
+
+# Per-task RunConfig defaults (dotted path -> value), registered by each task recipe under its task
+# name when the recipe's plugin is imported (trainer.plugins); the trainer keeps no task table.
+RECIPE_DEFAULTS: Registry[Mapping[str, Any]] = Registry("task recipe")
 
 if TYPE_CHECKING:
     BackendName = str
@@ -261,14 +270,15 @@ class RunConfig(_Section):
 
     @classmethod
     def from_preset(cls, preset_name: str = DEFAULT_PRESET, /, **overrides: Any) -> RunConfig:
-        """The preset's estimator, loss, KL mode and defaults, then ``overrides`` on top.
+        """The one precedence rule: the preset's estimator, loss, KL mode and defaults, then the
+        recipe's defaults of the ``task`` the overrides name (:data:`RECIPE_DEFAULTS`), then the
+        overrides, the caller's explicit values.
 
         Overrides are keyed by dotted path (``**{"rollout.n": 8}``) or by section
-        (``model={"path": ...}``); either way only the named fields change. When the overrides name
-        a known ``task`` (gsm8k, hotpotqa, alfworld, webshop), its Agent-R1 recipe settings sit
-        between the preset's defaults and the overrides.
+        (``model={"path": ...}``); either way only the named fields change. A task no recipe has
+        registered (its plugin not loaded, or free text) adds nothing.
         """
-        from trainer.algos.presets import PRESETS, task_defaults
+        from trainer.algos.presets import PRESETS
 
         preset = PRESETS.get(preset_name)
         flat_overrides = flatten_paths(overrides)
@@ -280,8 +290,8 @@ class RunConfig(_Section):
         }
         values.update(flatten_paths(preset.defaults))
         task = flat_overrides.get("task")
-        if isinstance(task, str):
-            values.update(flatten_paths(task_defaults(task)))
+        if isinstance(task, str) and task in RECIPE_DEFAULTS:
+            values.update(flatten_paths(RECIPE_DEFAULTS.get(task)))
         values.update(flat_overrides)
         return cls.model_validate(nest_paths(values))
 

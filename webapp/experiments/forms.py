@@ -128,12 +128,13 @@ class ExperimentForm(forms.Form):
             raise forms.ValidationError("Give between 1 and 20 different seeds.")
         return seeds
 
-    def build_config(self, task_settings: Mapping[str, Any] | None = None) -> RunConfig | None:
-        """The RunConfig these fields describe (over the task recipe's own settings), or None with
-        RunConfig's errors put on the fields."""
+    def build_config(self) -> RunConfig | None:
+        """The RunConfig these fields describe (the form's values over the task recipe's defaults over
+        the preset's, RunConfig.from_preset's rule), or None with the errors put on the fields.
+
+        The task's recipes must be loaded (tasks_lib.registry.load_recipes)."""
         data = self.cleaned_data
-        overrides = dict(task_settings or {})
-        overrides |= {
+        overrides = {
             path: data[path] for path in BASIC_PATHS + ADVANCED_PATHS if data.get(path) not in (None, "")
         }
         overrides.update(
@@ -153,7 +154,7 @@ class ExperimentForm(forms.Form):
         try:
             config = RunConfig.from_preset(data["preset"], **overrides)
         except ValueError:
-            full = flatten_paths(RunConfig.from_preset(data["preset"]).model_dump())
+            full = flatten_paths(RunConfig.from_preset(data["preset"], task=data["task"]).model_dump())
             full.update(overrides)
             self._place_errors(config_errors(nest_paths(full)))
             return None

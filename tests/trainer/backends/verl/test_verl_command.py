@@ -6,11 +6,13 @@ from typing import Any
 
 import pytest
 
+from tasks_lib.registry import load_recipes
 from trainer.algos.presets import PRESETS
 from trainer.backends.verl import command as verl_command
 from trainer.backends.verl.command import VerlPaths, command, field_for_error, overrides, verl_problems
 from trainer.config import RunConfig, config_errors
 
+load_recipes()  # each task's recipe defaults (HotpotQA's gamma, ALFWorld's 20 steps) reach verl's config
 TASKS = ("arithmetic", "gsm8k", "hotpotqa", "alfworld", "webshop")
 PATHS = VerlPaths(
     train_files="/shared/runs/7/data/train.parquet",
