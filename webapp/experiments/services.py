@@ -98,7 +98,10 @@ def _stall_message(run: Run) -> str:
         # A Ray job stays PENDING while the cluster cannot place its entrypoint.
         return f"the {run.executor} executor has not started the trainer within {limit} s (waiting for resources?)"
     message = f"no heartbeat or progress for {limit} s while the trainer is alive"
-    hint = job_for(run).stall_hint
+    try:
+        hint = job_for(run).stall_hint
+    except ValueError:  # a stored config this version refuses: the stall is news all the same
+        hint = ""
     return f"{message}: {hint}" if hint else message
 
 

@@ -54,21 +54,27 @@ def test_what_verl_cannot_express_is_an_error_on_the_field_to_change(personas: A
     assert not Experiment.objects.filter(team=acme).exists()
 
 
-def test_stored_verl_configs_are_migrated_to_train_every_group(personas: Any) -> None:
-    # Before the verl backend refused it, every stored config carried skip_zero_advantage_groups = true.
-    migration = importlib.import_module("webapp.experiments.migrations.0003_verl_configs_train_every_group")
+def test_stored_configs_are_migrated_to_what_their_backend_did(personas: Any) -> None:
+    # Before the backends refused them, verl configs carried skip_zero_advantage_groups = true (the old
+    # default) and torch configs could ask for GPUs they never used.
+    migration = importlib.import_module("webapp.experiments.migrations.0003_stored_configs_fit_their_backend")
     verl = RunConfig.from_preset(
-        "grpo", backend="verl", **{"resources.gpus_per_node": 1, "optim.mini_batch_size": 8}
+        "grpo", backend="verl", **{"resources.gpus_per_node": 2, "optim.mini_batch_size": 8}
     )
     stored = {}
     for backend, config in (("verl", verl), ("torch", RunConfig())):
         data = json.loads(config.to_json())
         data["algorithm"]["skip_zero_advantage_groups"] = True
+        data["resources"]["gpus_per_node"] = 2
         stored[backend] = Experiment.objects.create(team=personas["acme"], name=backend, config=data)
 
-    migration.train_every_group(django_apps, None)
+    migration.fit_their_backend(django_apps, None)
 
     for experiment in stored.values():
         experiment.refresh_from_db()
-    assert RunConfig.model_validate(stored["verl"].config).algorithm.skip_zero_advantage_groups is False
-    assert stored["torch"].config["algorithm"]["skip_zero_advantage_groups"] is True  # torch honours it
+    verl_after, torch_after = (RunConfig.model_validate(stored[b].config) for b in ("verl", "torch"))
+    assert (verl_after.algorithm.skip_zero_advantage_groups, verl_after.resources.gpus_per_node) == (False, 2)
+    assert (torch_after.algorithm.skip_zero_advantage_groups, torch_after.resources.gpus_per_node) == (
+        True,
+        1,
+    )

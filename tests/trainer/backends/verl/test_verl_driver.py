@@ -14,6 +14,7 @@ import yaml
 from trainer.backends.verl import driver
 from trainer.backends.verl.driver import CheckpointWatcher
 from trainer.config import RunConfig
+from trainer.contract import MLFLOW_TRACKING_URI_ENV
 from trainer.report import MemoryReporter
 
 
@@ -86,6 +87,18 @@ def test_it_stages_the_data_and_the_agent_loop_files_on_shared_storage(
     assert RunConfig.from_json(config_file.read_text()).data.train_path == paths.train_files
     entries = yaml.safe_load(Path(paths.agent_loop_config).read_text())
     assert {entry["run_config_path"] for entry in entries} == {str(config_file)}
+
+
+@pytest.mark.parametrize(
+    ("console", "tracking", "logger"), [(True, "", "[console]"), (False, "http://web/mlflow", "[mlflow]")]
+)
+def test_verls_loggers_follow_report_console_and_the_tracking_server(
+    run_config: RunConfig, monkeypatch: pytest.MonkeyPatch, console: bool, tracking: str, logger: str
+) -> None:
+    monkeypatch.setenv(MLFLOW_TRACKING_URI_ENV, tracking)
+    paths, _ = driver.stage(run_config)
+    argv = driver.verl_command(run_config.with_overrides(**{"report.console": console}), paths)
+    assert f"trainer.logger={logger}" in argv
 
 
 def test_it_runs_verl_registers_its_checkpoints_and_sends_no_heartbeats(
