@@ -64,6 +64,7 @@ def make_flow(row: Mapping[str, Any], engine: LLMClient, tokenizer: Any, config:
         window=config.rollout.window,
         env_type=config.rollout.env_type,
         env_defaults=env_defaults(config),
+        max_response_length=config.data.max_response_length,
     )
 
 

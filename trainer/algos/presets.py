@@ -1,8 +1,8 @@
 """Algorithm presets: estimator + policy loss + defaults, as in Agent-R1 (REFERENCE §4).
 
 ``Preset.defaults`` is keyed by RunConfig's dotted field paths (``"rollout.n"``, ``"algorithm.gamma"``),
-so ``RunConfig.from_preset`` can apply them as plain overrides. Per-task recipe settings (max steps,
-HotpotQA's discount) come from :func:`task_defaults`; :func:`recipe_defaults` merges both.
+so ``RunConfig.from_preset`` can apply them as plain overrides. Per-task settings (max steps,
+HotpotQA's discount) are the task recipes' own (``trainer.config.RECIPE_DEFAULTS``); they win over these.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from trainer.algos.losses import POLICY_LOSSES
 from trainer.config import CRITIC_ESTIMATORS
 from trainer.registry import Registry
 
-__all__ = ["PRESETS", "Preset", "recipe_defaults", "task_defaults"]
+__all__ = ["PRESETS", "Preset"]
 
 KlMode = Literal["loss", "reward", "none"]
 
@@ -155,24 +155,3 @@ _add(
         ),
     )
 )
-
-# Agent-R1's per-task recipe settings. Tasks are free text; unknown ones get no overrides.
-_TASK_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gsm8k": {"rollout.max_steps": 5},
-    "hotpotqa": {"rollout.max_steps": 5, "algorithm.gamma": 0.99},
-    "alfworld": {"rollout.max_steps": 20},
-    "webshop": {"rollout.max_steps": 15},
-}
-
-
-def task_defaults(task: str) -> Mapping[str, Any]:
-    """Recipe overrides for a known task (case-insensitive: gsm8k, hotpotqa, alfworld, webshop), else {}."""
-    return MappingProxyType(dict(_TASK_DEFAULTS.get(task.strip().lower(), {})))
-
-
-def recipe_defaults(preset: str, task: str | None = None) -> dict[str, Any]:
-    """The preset's defaults with the task's recipe overrides on top (the task wins: HotpotQA's gamma)."""
-    merged = dict(PRESETS.get(preset).defaults)
-    if task is not None:
-        merged.update(task_defaults(task))
-    return merged

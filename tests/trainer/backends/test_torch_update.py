@@ -47,6 +47,7 @@ def batch() -> list[Trajectory]:
 
 def config(**overrides: Any) -> RunConfig:
     values = {
+        "algorithm.skip_zero_advantage_groups": True,
         "rollout.n": 2,
         "trainer.batch_size": 2,
         "optim.mini_batch_size": 4,

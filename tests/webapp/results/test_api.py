@@ -78,6 +78,25 @@ def test_an_experiment_is_created_launched_and_its_run_cancelled(client: Client,
     )
 
 
+def test_a_partial_config_gets_the_presets_then_the_recipes_defaults_under_its_own(
+    client: Client, alice_token: str
+) -> None:
+    body = {"name": "hotpot ppo", "task": "hotpotqa", "preset": "ppo", "optim.lr": 2e-6}
+    created = api(client, "post", "/api/t/acme/experiments", alice_token, {"config": body})
+    assert created.status_code == 201, created.content
+    config = RunConfig.model_validate(Experiment.objects.get(pk=created.json()["id"]).config)
+    assert (config.algorithm.estimator, config.rollout.n) == ("gae", 1)  # the preset's
+    assert (config.algorithm.gamma, config.rollout.tools) == (0.99, ["search"])  # HotpotQA's recipe
+    assert config.optim.lr == 2e-6  # the caller's
+    verl = {"name": "on verl", "backend": "verl", "resources": {"gpus_per_node": 1}, "optim.mini_batch_size": 8,
+            "algorithm.skip_zero_advantage_groups": True}  # fmt: skip
+    refused = api(client, "post", "/api/t/acme/experiments", alice_token, {"config": verl})
+    assert (
+        refused.status_code == 400
+        and "set algorithm.skip_zero_advantage_groups to false" in refused.json()["error"]
+    )
+
+
 def test_metrics_and_rollouts_are_queried_over_the_api(
     client: Client, alice_token: str, trainer: Trainer
 ) -> None:

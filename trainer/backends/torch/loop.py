@@ -20,6 +20,7 @@ from trainer.backends.torch.batch import flatten
 from trainer.backends.torch.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
 from trainer.backends.torch.data import Row, batch_for_step, load_rows
 from trainer.backends.torch.engine import TorchGenerationEngine
+from trainer.backends.torch.optim import adamw
 from trainer.backends.torch.rollout import rollout
 from trainer.backends.torch.update import (
     Models,
@@ -87,24 +88,28 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def adamw(params: Any, *, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """AdamW with the fused kernel (CPU and CUDA both have one): per-tensor Python loops cost about a
-    second per step for a 135M model on CPU."""
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # model.dtype's choices
 
 
 def build_models(config: RunConfig, device: torch.device, tokenizer: Any, checkpoint: Path | None) -> Models:
-    """Policy and critic (from ``checkpoint`` when resuming), reference (the original model), optimizers."""
+    """Policy and critic (from ``checkpoint`` when resuming), reference (the original model), optimizers.
+
+    Every model's weights are in ``model.dtype``; the optimizers keep fp32 masters of bf16 weights.
+    """
     base = resolve_model_path(config.model.path)
-    remote = config.model.trust_remote_code
-    policy = load_policy(checkpoint / "policy" if checkpoint else base, trust_remote_code=remote).to(device)
+    dtype, remote = DTYPES[config.model.dtype], config.model.trust_remote_code
+    policy_path = checkpoint / "policy" if checkpoint else base
+    policy = load_policy(policy_path, dtype=dtype, trust_remote_code=remote).to(device)
     reference = None
     if config.algorithm.kl_mode != "none" and config.algorithm.kl_coef > 0:
         # Always the original model, also on resume: the KL anchors to where training started.
-        reference = load_policy(base, trust_remote_code=remote).to(device).eval().requires_grad_(False)
+        reference = (
+            load_policy(base, dtype=dtype, trust_remote_code=remote).to(device).eval().requires_grad_(False)
+        )
     critic = critic_optimizer = None
     if config.use_critic:
-        critic = ValueHeadModel.from_pretrained(checkpoint / "critic" if checkpoint else base).to(device)
+        critic_path = checkpoint / "critic" if checkpoint else base
+        critic = ValueHeadModel.from_pretrained(critic_path, dtype=dtype, trust_remote_code=remote).to(device)
         critic_optimizer = adamw(
             critic.parameters(), lr=config.optim.critic_lr, weight_decay=config.optim.weight_decay
         )
@@ -123,7 +128,6 @@ def build_models(config: RunConfig, device: torch.device, tokenizer: Any, checkp
         actor_optimizer=actor_optimizer,
         pad_token_id=int(tokenizer.pad_token_id),
         device=device,
-        autocast_dtype=torch.bfloat16 if config.model.dtype == "bfloat16" else None,
         reference=reference,
         critic=critic,
         critic_optimizer=critic_optimizer,
@@ -154,7 +158,6 @@ def setup_run(config: RunConfig) -> Run:
         pad_token_id=int(tokenizer.pad_token_id),
         device=device,
         seed=config.trainer.seed,
-        autocast_dtype=models.autocast_dtype,
     )
     minibatch_generator = torch.Generator().manual_seed(config.trainer.seed + 1)
     run = Run(config, tokenizer, models, engine, minibatch_generator, train_rows, val_rows)

@@ -123,7 +123,8 @@ def verl_command(config: RunConfig, paths: VerlPaths) -> list[str]:
     name = f"{config.name}-run{run_id}" if run_id else config.name
     # Webapp runs get MLFLOW_TRACKING_URI from their Ray job; without it verl's mlflow logger would
     # fall back to a local sqlite file, so a run outside the webapp logs to the console only.
-    loggers = ("console", "mlflow") if os.environ.get(MLFLOW_TRACKING_URI_ENV) else ("console",)
+    wanted = {"console": config.report.console, "mlflow": bool(os.environ.get(MLFLOW_TRACKING_URI_ENV))}
+    loggers = tuple(logger_name for logger_name, on in wanted.items() if on)
     argv = command(
         config,
         paths,

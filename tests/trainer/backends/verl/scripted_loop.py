@@ -51,9 +51,9 @@ class ScriptedServer:
 def make_loop(tmp_path: Path, tokenizer: Any, server: Any, **settings: Any) -> StudioAgentLoop:
     config = RunConfig.from_preset(
         "grpo",
-        backend="verl",
-        executor="ray",
         **{
+            "backend": "verl",
+            "executor": "ray",
             "resources.gpus_per_node": 1,
             "trainer.batch_size": 1,
             "optim.mini_batch_size": 8,

@@ -104,10 +104,12 @@ def test_the_trajectory_reaches_a_jsonl_reporter(
 def test_a_sliding_window_flow_is_refused_with_a_clear_error(
     tmp_path: Path, smol_tokenizer: Any, reporter: MemoryReporter, bonus_tool: None
 ) -> None:
+    # RunConfig refuses a sliding window on verl (VerlBackend.problems); the agent loop's own guard
+    # still stops any flow whose prompts do not grow, here the same policy in a config checked as torch's.
     server = ScriptedServer(smol_tokenizer, [CALL, CALL.replace("hi", "there"), "4"])
-    loop = make_loop(
-        tmp_path, smol_tokenizer, server, **{"rollout.context_policy": "sliding_window", "rollout.window": 1}
-    )
+    settings = {"rollout.context_policy": "sliding_window", "rollout.window": 1, "backend": "torch",
+                "resources.gpus_per_node": 0}  # fmt: skip
+    loop = make_loop(tmp_path, smol_tokenizer, server, **settings)
     with pytest.raises(agent_loop.ContextNotAppendOnlyError, match="context_policy append"):
         asyncio.run(loop.run(dict(SAMPLING), **verl_sample()))
 
