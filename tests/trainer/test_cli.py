@@ -108,7 +108,10 @@ def test_validate_names_a_missing_data_file(tmp_path: Path, capsys: pytest.Captu
     [
         ("rollout: [unclosed\n", "not valid YAML"),
         ("- just\n- a list\n", "mapping of fields"),
-        ("preset: dpo\n", "unknown preset 'dpo'; choose one of"),
+        (
+            "preset: stepppo\n",
+            "unknown preset 'stepppo'; choose one of: gigpo, grpo, ppo, reinforce, rloo, steppo",
+        ),
     ],
 )
 def test_validate_explains_a_file_it_cannot_use(

@@ -185,7 +185,7 @@ def test_it_rejects_an_unknown_preset_and_lists_the_choices() -> None:
             {"algorithm__estimator": "gae"},
             "algorithm.estimator",
             "algorithm.estimator gae needs a critic, which preset grpo does not train: "
-            "set preset to one of ppo, stepppo",
+            "set preset to one of ppo, steppo",
         ),
         ({"preset": "dpo"}, "preset", "unknown preset 'dpo': set preset to one of gigpo, grpo, ppo"),
         (
@@ -368,7 +368,7 @@ def test_it_rejects_a_yaml_file_that_is_not_a_mapping() -> None:
 
 
 def test_its_yaml_round_trip_is_exact() -> None:
-    config = RunConfig.from_preset("stepppo", **AWKWARD)
+    config = RunConfig.from_preset("steppo", **AWKWARD)
 
     assert RunConfig.from_yaml(config.to_yaml()) == config
 

@@ -12,7 +12,7 @@ from trainer.registry import RegistryError
 # REFERENCE §4: name -> (estimator, policy loss, critic, where the KL goes).
 EXPECTED = {
     "ppo": ("gae", "vanilla", True, "none"),
-    "stepppo": ("gae", "gspo", True, "none"),
+    "steppo": ("gae", "gspo", True, "none"),
     "grpo": ("grpo", "vanilla", False, "loss"),
     "rloo": ("rloo", "vanilla", False, "reward"),
     "reinforce": ("reinforce", "reinforce", False, "reward"),
@@ -52,8 +52,8 @@ def test_kl_goes_in_the_loss_as_low_var_kl_and_in_the_reward_as_k1() -> None:
     assert PRESETS.get("reinforce").defaults["algorithm.kl_kind"] == "kl"
 
 
-def test_stepppo_aggregates_per_step_with_gspos_clip_range() -> None:
-    defaults = PRESETS.get("stepppo").defaults
+def test_steppo_aggregates_per_step_with_gspos_clip_range() -> None:
+    defaults = PRESETS.get("steppo").defaults
     assert defaults["algorithm.loss_agg_mode"] == "seq-mean-token-mean"
     assert (defaults["algorithm.clip_low"], defaults["algorithm.clip_high"]) == (3e-4, 4e-4)
 
@@ -85,7 +85,7 @@ def test_preset_defaults_cannot_be_mutated() -> None:
 
 
 def test_an_unknown_preset_lists_the_choices() -> None:
-    with pytest.raises(RegistryError, match="gigpo, grpo, ppo, reinforce, rloo, stepppo"):
+    with pytest.raises(RegistryError, match="gigpo, grpo, ppo, reinforce, rloo, steppo"):
         PRESETS.get("dapo")
 
 

@@ -89,7 +89,7 @@ _add(
 )
 _add(
     Preset(
-        name="stepppo",
+        name="steppo",
         estimator="gae",
         policy_loss="gspo",
         use_critic=True,
@@ -103,7 +103,7 @@ _add(
             "algorithm.clip_high": 4e-4,
         },
         description=(
-            "StepPPO: step-level GAE with a critic and one importance ratio per step "
+            "StepPO: step-level GAE with a critic and one importance ratio per step "
             "(GSPO loss, seq-mean-token-mean)."
         ),
     )

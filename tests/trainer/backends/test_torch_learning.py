@@ -91,7 +91,7 @@ def weights(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(folder / "model.safetensors")
 
 
-@pytest.mark.parametrize("preset", ["grpo", "rloo", "reinforce", "ppo", "stepppo", "gigpo"])
+@pytest.mark.parametrize("preset", ["grpo", "rloo", "reinforce", "ppo", "steppo", "gigpo"])
 def test_each_algorithm_lifts_reward_from_chance_to_target(
     preset: str,
     sharp_tiny_model_dir: Path,
@@ -103,7 +103,7 @@ def test_each_algorithm_lifts_reward_from_chance_to_target(
     rounds = 2 if preset == "gigpo" else 1
     # StepPO updates in two mini-batches: the second one's step ratios move off 1 and GSPO's clip
     # (3e-4 / 4e-4) acts; in one on-policy mini-batch GSPO's gradient is PPO's.
-    mini_batch = 8 if preset == "stepppo" else 16
+    mini_batch = 8 if preset == "steppo" else 16
     config = RunConfig.from_preset(
         preset,
         **{
@@ -140,7 +140,7 @@ def test_each_algorithm_lifts_reward_from_chance_to_target(
     before, after = weights(sharp_tiny_model_dir), weights(result.checkpoint / "policy")
     unchanged = [name for name, tensor in before.items() if torch.equal(tensor, after[name])]
     assert not unchanged, f"{preset} left parameters untouched: {unchanged}"
-    if preset == "stepppo":
+    if preset == "steppo":
         assert max(value for _, value in reporter.series("actor/clipfrac")) > 0
     if preset == "gigpo":
         # A prompt's second steps share an anchor observation; a prompt's first steps share another.

@@ -68,6 +68,11 @@ def test_an_experiment_is_created_launched_and_its_run_cancelled(client: Client,
     assert again.status_code == 409 and "api made" in again.json()["error"]
     bad = api(client, "post", "/api/t/acme/experiments", alice_token, {"config": {"preset": 5}})
     assert bad.status_code == 400 and bad.json()["error"].startswith("config:")
+    old_name = api(client, "post", "/api/t/acme/experiments", alice_token, {"config": {"preset": "stepppo"}})
+    assert (
+        old_name.status_code == 400
+        and "choose one of: gigpo, grpo, ppo, reinforce, rloo, steppo" in (old_name.json()["error"])
+    )
     pk = created.json()["id"]
     launched = api(client, "post", f"/api/t/acme/experiments/{pk}/launch", alice_token)
     assert launched.status_code == 202 and [r["status"] for r in launched.json()] == ["queued", "queued"]

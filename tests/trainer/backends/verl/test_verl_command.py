@@ -130,7 +130,7 @@ def test_the_grpo_overrides_are_exactly_these() -> None:
     ("preset", "estimator", "loss", "critic", "kl"),
     [
         ("ppo", "agent_r1_gae", "vanilla", "true", "none"),
-        ("stepppo", "agent_r1_gae", "gspo", "true", "none"),
+        ("steppo", "agent_r1_gae", "gspo", "true", "none"),
         ("grpo", "agent_r1_grpo", "vanilla", "false", "loss"),
         ("rloo", "agent_r1_rloo", "vanilla", "false", "reward"),
         ("reinforce", "agent_r1_reinforce", "gpg", "false", "reward"),
