@@ -51,7 +51,7 @@ install: $(STAMP)
 install-test: $(TEST_STAMP)
 
 run: install
-	$(PY) -m webapp.launcher run
+	$(PY) -m webapp.supervisor run
 
 # Debian's Chromium for the browser tests; Playwright never downloads a browser of its own.
 browser:
@@ -68,7 +68,7 @@ format: install-test
 	$(VENV)/bin/ruff format .
 
 test: install-test browser lint
-	$(PY) -m webapp.launcher test $(PYTEST_ARGS)
+	$(PY) -m webapp.supervisor test $(PYTEST_ARGS)
 
 bench: install-test
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m bench $(BENCH_ARGS)

@@ -25,7 +25,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from webapp.services import LOOPBACK, embedded_services, free_port  # noqa: E402
+from webapp.embedded import LOOPBACK, embedded_services, free_port  # noqa: E402
 
 VAR = ROOT / "var" / "bench"
 # 3.18.0 does not resolve on PyPI today (mlflow-skinny 3.18.0 is missing); 3.17 is the release

@@ -126,7 +126,7 @@ class RayHead:
     """A real Ray head on loopback (`ray start --head --block` in its own process group)."""
 
     def __init__(self, temp_dir: Path) -> None:
-        from webapp.services import free_port
+        from webapp.embedded import free_port
 
         self.port = free_port()
         self.dashboard_port = free_port()
@@ -184,7 +184,7 @@ class RayHead:
 
 
 def _free() -> int:
-    from webapp.services import free_port
+    from webapp.embedded import free_port
 
     return free_port()
 

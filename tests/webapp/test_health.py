@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from webapp.celery import app as celery_app
-from webapp.services import free_port
+from webapp.embedded import free_port
 
 
 def test_healthz_is_200_only_while_a_worker_answers(client: Any, start_worker: Any) -> None:

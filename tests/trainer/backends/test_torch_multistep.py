@@ -19,7 +19,7 @@ import torch
 
 from trainer.backends.torch.batch import flatten
 from trainer.backends.torch.rollout import rollout
-from trainer.backends.torch.update import Models, estimate_advantages, update_policy
+from trainer.backends.torch.update import Models, prepare_update, update_policy
 from trainer.config import RunConfig
 from trainer.llm import Generation, SamplingParams
 from trainer.models import load_policy, load_tokenizer
@@ -113,7 +113,7 @@ def test_steps_carry_per_step_rewards_and_grpo_advantages(toy_task: str, tiny_mo
     before = [p.detach().clone() for p in policy.parameters()]
     models = Models(policy, torch.optim.AdamW(policy.parameters(), lr=1e-3), 2, torch.device("cpu"))
     rows = flatten(trajectories)
-    prepared = estimate_advantages(rows, models, config)
+    prepared = prepare_update(rows, models, config)
     metrics = update_policy(rows, prepared, models, config, generator=torch.Generator().manual_seed(0))
 
     returns = [1.25, 0.0, 0.0]
@@ -132,7 +132,7 @@ def test_step_level_reinforce_discounts_later_rewards(toy_task: str, tiny_model_
     policy = load_policy(tiny_model_dir)
     models = Models(policy, torch.optim.AdamW(policy.parameters(), lr=1e-3), 2, torch.device("cpu"))
     rows = flatten(trajectories)
-    estimate_advantages(rows, models, config)
+    prepare_update(rows, models, config)
 
     # G_t = r_t + gamma * G_{t+1} per step row: [0.25 + 0.5 * 1.0, 1.0], [0.0], [0.0, 0.0]; whitened over the 5 rows.
     step_returns = [0.75, 1.0, 0.0, 0.0, 0.0]

@@ -13,9 +13,9 @@ from trainer.algos import entropy_from_logits
 from trainer.backends.torch.batch import ModelInputs, SharedPrefixInputs, flatten, micro_batches, model_inputs
 from trainer.backends.torch.update import (
     Models,
-    estimate_advantages,
     log_probs_and_entropy,
     mini_batches,
+    prepare_update,
     response_logits,
     token_log_probs,
     update_actor,
@@ -142,23 +142,23 @@ def test_mini_batches_keep_trajectories_whole_and_cover_each_once_per_epoch() ->
 
 def test_it_leaves_out_groups_whose_advantages_are_all_zero(policy: Any) -> None:
     rows = flatten(batch())
-    prepared = estimate_advantages(rows, models_for(policy), config())
+    prepared = prepare_update(rows, models_for(policy), config())
     assert prepared.live == [0, 1]
     assert prepared.metrics["actor/skipped_groups"] == 1.0
     assert prepared.metrics["actor/skipped_trajectories"] == 2.0
     # GRPO on group a: R = [1, 0], mean 0.5, unbiased std 0.7071 -> ±0.7071, on every step of the trajectory.
     assert [s.advantage for s in rows.steps] == pytest.approx([0.7071, 0.7071, -0.7071, 0.0, 0.0], abs=1e-3)
-    kept = estimate_advantages(
+    kept = prepare_update(
         flatten(batch()), models_for(policy), config(**{"algorithm.skip_zero_advantage_groups": False})
     )
     assert kept.live == [0, 1, 2, 3]
 
 
 def test_old_log_probs_are_computed_only_when_the_update_is_off_policy(policy: Any) -> None:
-    on_policy = estimate_advantages(flatten(batch()), models_for(policy), config())
+    on_policy = prepare_update(flatten(batch()), models_for(policy), config())
     assert on_policy.old_log_probs is None
     rows = flatten(batch())
-    off_policy = estimate_advantages(rows, models_for(policy), config(**{"optim.ppo_epochs": 2}))
+    off_policy = prepare_update(rows, models_for(policy), config(**{"optim.ppo_epochs": 2}))
     assert off_policy.old_log_probs is not None
     # Only the live rows (group a) are scored; the skipped group costs no forward pass.
     assert off_policy.old_log_probs[3:].abs().sum() == 0
@@ -177,7 +177,7 @@ def test_gradient_accumulation_gives_the_same_step_for_any_micro_batch_size(
         rows = flatten(batch())
         models = models_for(model)
         models.share_prefixes = share
-        prepared = estimate_advantages(rows, models, cfg)
+        prepared = prepare_update(rows, models, cfg)
         run_cfg = cfg.with_overrides(**{"optim.micro_batch_size": micro})
         update_actor(rows, prepared, models, run_cfg, generator=torch.Generator().manual_seed(0))
         results.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
@@ -198,7 +198,7 @@ def test_the_reward_kl_needs_and_uses_the_reference_model(policy: Any) -> None:
         for p in models.reference.parameters():
             p.add_(0.05 * torch.randn_like(p))
     rows = flatten(batch())
-    prepared = estimate_advantages(rows, models, cfg)
+    prepared = prepare_update(rows, models, cfg)
     assert prepared.old_log_probs is not None and prepared.ref_log_probs is not None
     kl = (prepared.old_log_probs - prepared.ref_log_probs) * rows.response_mask
     assert torch.allclose(prepared.token_rewards, rows.token_rewards() - 0.5 * kl, atol=1e-6)

@@ -24,9 +24,9 @@ from trainer.backends.torch.optim import adamw
 from trainer.backends.torch.rollout import rollout
 from trainer.backends.torch.update import (
     Models,
-    estimate_advantages,
     is_on_policy,
     kl_enabled,
+    prepare_update,
     update_policy,
 )
 from trainer.contract import (
@@ -218,7 +218,7 @@ def train_step(run: Run, step: int, reporter: Reporter) -> dict[str, float]:
     if trainable:
         # 3. advantage: values, π_old and π_ref where needed, then the estimator
         rows = flatten(trainable)
-        prepared = estimate_advantages(rows, run.models, config)
+        prepared = prepare_update(rows, run.models, config)
         # 4. update: critic, then actor over mini-batches of whole trajectories
         metrics[ACTOR_LR] = set_learning_rates(run, step)
         metrics.update(update_policy(rows, prepared, run.models, config, generator=run.minibatch_generator))

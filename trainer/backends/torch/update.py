@@ -213,7 +213,7 @@ def _estimate(
     )
 
 
-def estimate_advantages(rows: StepRows, models: Models, config: RunConfig) -> Prepared:
+def prepare_update(rows: StepRows, models: Models, config: RunConfig) -> Prepared:
     """Values, rewards (KL-in-reward), advantages; then π_old and π_ref only where the update needs them.
 
     Log-probs are computed after the advantages when the KL is not in the reward, so trajectories

@@ -56,7 +56,7 @@ def require_free_port(port: int, what: str, variable: str) -> None:
         )
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -156,7 +156,7 @@ class EmbeddedPostgres:
             pid = int(pid_file.read_text().split("\n", 1)[0])
         except (OSError, ValueError):
             pid = -1
-        if pid > 0 and _process_alive(pid) and _process_name(pid) == "postgres":
+        if pid > 0 and process_alive(pid) and _process_name(pid) == "postgres":
             raise ServiceError(
                 f"the data directory {self.data_dir} is in use by another Postgres server (pid {pid}). "
                 f"Stop that server (another `make run`?) or point STUDIO_VAR_DIR at another directory."

@@ -1,10 +1,10 @@
-"""`make run` and `make test` in one place.
+"""The supervisor behind `make run` and `make test`.
 
-``python -m webapp.launcher run`` starts the embedded services that are not configured, migrates,
+``python -m webapp.supervisor run`` starts the embedded services that are not configured, migrates,
 creates the first admin, then supervises the web server, a Celery worker and Celery beat as one
 process tree (honcho): when one child dies or we get SIGINT/SIGTERM, all of them stop.
 
-``python -m webapp.launcher test [PYTEST ARGS]`` starts throwaway embedded services (unless
+``python -m webapp.supervisor test [PYTEST ARGS]`` starts throwaway embedded services (unless
 DATABASE_URL / REDIS_URL are given) and runs pytest against them.
 """
 
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from webapp.services import ServiceError, embedded_services, free_port, require_free_port
+from webapp.embedded import ServiceError, embedded_services, free_port, process_alive, require_free_port
 
 logger = logging.getLogger("studio")
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def _claim_pid_file(var_dir: Path) -> Path:
             pid = int(pid_file.read_text().strip())
         except ValueError:
             pid = -1
-        if pid > 0 and pid != os.getpid() and _alive(pid):
+        if pid > 0 and pid != os.getpid() and process_alive(pid):
             raise StartupError(
                 f"another Agent-R1 Studio (pid {pid}) is already running with STUDIO_VAR_DIR={var_dir}. "
                 f"Stop it first, or set STUDIO_VAR_DIR to another directory."
@@ -65,16 +65,6 @@ def _claim_pid_file(var_dir: Path) -> Path:
     var_dir.mkdir(parents=True, exist_ok=True)
     pid_file.write_text(str(os.getpid()))
     return pid_file
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _manage(env: dict[str, str], *args: str) -> None:
@@ -157,7 +147,7 @@ def test(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s studio: %(message)s", datefmt="%H:%M:%S")
-    parser = argparse.ArgumentParser(prog="python -m webapp.launcher")
+    parser = argparse.ArgumentParser(prog="python -m webapp.supervisor")
     commands = parser.add_subparsers(dest="command", required=True)
     run_parser = commands.add_parser(
         "run", help="run the product (web, worker, beat; embedded services if needed)"

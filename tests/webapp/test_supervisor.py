@@ -1,4 +1,4 @@
-"""`make run`'s launcher, run for real as a subprocess: embedded services, supervision, restarts, faults."""
+"""`make run`'s supervisor, run for real as a subprocess: embedded services, supervision, restarts, faults."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from typing import Any
 import psutil
 import pytest
 
-from webapp.services import EmbeddedPostgres, free_port
+from webapp.embedded import EmbeddedPostgres, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def launcher_env(var_dir: Path, **extra: str) -> dict[str, str]:
+def supervisor_env(var_dir: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "STUDIO_VAR_DIR")}
     env.update(
         STUDIO_VAR_DIR=str(var_dir), PORT=str(free_port()), STUDIO_PG_PORT=str(free_port()),
@@ -38,7 +38,7 @@ class Launched:
         self.env = env
         self.log_path = log
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "webapp.launcher", "run", "--web-workers", "1"],
+            [sys.executable, "-m", "webapp.supervisor", "run", "--web-workers", "1"],
             cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
         )  # fmt: skip
 
@@ -53,7 +53,7 @@ class Launched:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"launcher exited with {self.proc.returncode}:\n{self.log()}")
+                raise AssertionError(f"supervisor exited with {self.proc.returncode}:\n{self.log()}")
             try:
                 with urllib.request.urlopen(self.url + "/healthz", timeout=5) as response:
                     return dict(json.load(response))
@@ -82,7 +82,7 @@ def launched(tmp_path: Path) -> Iterator[list[Launched]]:
 
 
 def start(launched: list[Launched], env: dict[str, str], tmp_path: Path) -> Launched:
-    run = Launched(env, tmp_path / f"launcher-{len(launched)}.log")
+    run = Launched(env, tmp_path / f"supervisor-{len(launched)}.log")
     launched.append(run)
     return run
 
@@ -91,7 +91,7 @@ def test_it_runs_everything_stops_on_sigterm_and_reuses_its_data(
     tmp_path: Path, launched: list[Launched]
 ) -> None:
     var_dir = tmp_path / "var"
-    first = start(launched, launcher_env(var_dir), tmp_path)
+    first = start(launched, supervisor_env(var_dir), tmp_path)
     health = first.wait_healthy()
     assert health["status"] == "ok", health
     assert "Created admin account 'admin' with password:" in first.log()
@@ -108,7 +108,7 @@ def test_it_runs_everything_stops_on_sigterm_and_reuses_its_data(
     assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not (var_dir / "studio.pid").exists()
 
-    second = start(launched, launcher_env(var_dir), tmp_path)
+    second = start(launched, supervisor_env(var_dir), tmp_path)
     assert second.wait_healthy()["status"] == "ok"
     assert (
         "Created admin account" not in second.log()
@@ -120,13 +120,13 @@ def test_it_uses_the_configured_servers_instead_of_embedded_ones(
     tmp_path: Path, launched: list[Launched]
 ) -> None:
     var_dir = tmp_path / "var"
-    env = launcher_env(var_dir, DATABASE_URL=os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/launcher_external",
+    env = supervisor_env(var_dir, DATABASE_URL=os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/supervisor_external",
                        REDIS_URL=os.environ["REDIS_URL"].rsplit("/", 1)[0] + "/5", STUDIO_ADMIN_PASSWORD="s3cret-pass")  # fmt: skip
     import psycopg
 
     with psycopg.connect(os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS launcher_external")
-        conn.execute("CREATE DATABASE launcher_external")
+        conn.execute("DROP DATABASE IF EXISTS supervisor_external")
+        conn.execute("CREATE DATABASE supervisor_external")
     run = start(launched, env, tmp_path)
     assert run.wait_healthy()["status"] == "ok"
     assert "with the password from STUDIO_ADMIN_PASSWORD" in run.log()
@@ -137,7 +137,7 @@ def test_it_uses_the_configured_servers_instead_of_embedded_ones(
 
 def run_to_exit(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "webapp.launcher", "run"],
+        [sys.executable, "-m", "webapp.supervisor", "run"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -147,19 +147,19 @@ def run_to_exit(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_malformed_env_var_fails_naming_the_variable(tmp_path: Path) -> None:
-    result = run_to_exit(launcher_env(tmp_path / "var", PORT="eighty"))
+    result = run_to_exit(supervisor_env(tmp_path / "var", PORT="eighty"))
     assert result.returncode == 2
     assert "PORT must be a whole number, got 'eighty'" in result.stderr
 
 
 def test_a_malformed_database_url_fails_naming_the_variable(tmp_path: Path) -> None:
-    result = run_to_exit(launcher_env(tmp_path / "var", DATABASE_URL="mysql://somewhere/db"))
+    result = run_to_exit(supervisor_env(tmp_path / "var", DATABASE_URL="mysql://somewhere/db"))
     assert result.returncode == 2
     assert "DATABASE_URL must be a URL starting with postgres://" in result.stderr
 
 
 def test_a_port_in_use_gives_a_clear_message(tmp_path: Path) -> None:
-    env = launcher_env(tmp_path / "var")
+    env = supervisor_env(tmp_path / "var")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", int(env["PORT"])))
         sock.listen()
@@ -174,20 +174,20 @@ def test_a_data_dir_owned_by_another_server_gives_a_clear_message(tmp_path: Path
     other = EmbeddedPostgres(var_dir / "postgres", free_port(), fast=True)
     other.start()
     try:
-        result = run_to_exit(launcher_env(var_dir))
+        result = run_to_exit(supervisor_env(var_dir))
     finally:
         other.stop()
     assert result.returncode == 2
     assert "is in use by another Postgres server" in result.stderr
 
 
-def test_another_launcher_on_the_same_var_dir_is_refused(tmp_path: Path) -> None:
+def test_another_supervisor_on_the_same_var_dir_is_refused(tmp_path: Path) -> None:
     var_dir = tmp_path / "var"
     var_dir.mkdir()
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
         (var_dir / "studio.pid").write_text(str(sleeper.pid))
-        result = run_to_exit(launcher_env(var_dir))
+        result = run_to_exit(supervisor_env(var_dir))
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -201,8 +201,8 @@ def test_a_stale_pid_file_is_replaced(tmp_path: Path) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
     (var_dir / "studio.pid").write_text(str(dead.pid))
-    env = launcher_env(var_dir)
-    # The web port is taken so the launcher stops right after claiming the pid file.
+    env = supervisor_env(var_dir)
+    # The web port is taken so the supervisor stops right after claiming the pid file.
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", int(env["PORT"])))
         sock.listen()
