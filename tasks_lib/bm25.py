@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 
 import bm25s
-
-logger = logging.getLogger(__name__)
 
 STOPWORDS = "en"
 

@@ -9,7 +9,6 @@ the trainer's registries and its :class:`Recipe` here; the trainer reaches the s
 from __future__ import annotations
 
 import importlib
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +18,6 @@ from typing import Any
 from trainer.config import RECIPE_DEFAULTS
 from trainer.plugins import load_plugins
 from trainer.registry import Registry
-
-logger = logging.getLogger(__name__)
 
 # The recipes that ship with tasks_lib; load_recipes() imports them even when the package was not
 # installed (so its entry points are not registered), as in a fresh checkout used from source.

@@ -8,7 +8,6 @@ values are kept, to catch duplicates.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +22,7 @@ from trainer.flows import FLOWS
 from trainer.rewards import REWARDS
 from trainer.tools import TOOLS
 
-logger = logging.getLogger(__name__)
-
 REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model", "extra_info")
-OPTIONAL_COLUMNS = ("ability", "agent_name", "env_kwargs")
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 Source: TypeAlias = "str | Path | IO[bytes] | pa.Table"

@@ -130,7 +130,6 @@ TRAINER_PATHS: tuple[str, ...] = (
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 RunStatus = Literal["starting", "running", "succeeded", "failed", "cancelled"]
-TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 
 
 def new_batch_id() -> str:

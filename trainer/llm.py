@@ -16,8 +16,6 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 256
-    # Generation stops at any of these token ids (the tokenizer's EOS is always included).
-    stop_token_ids: tuple[int, ...] = ()
     greedy: bool = False  # validation decoding
 
 

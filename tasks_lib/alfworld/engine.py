@@ -10,12 +10,9 @@ they are imported only when a game is opened, so the rest of the recipe works wi
 from __future__ import annotations
 
 import json
-import logging
 import random
 from pathlib import Path
 from typing import Any
-
-logger = logging.getLogger(__name__)
 
 INSTALL_HINT = (
     "the ALFWorld engine is not installed: install the optional group with "

@@ -7,7 +7,6 @@ takes a JSON Lines file of ``{"question", "answer"}`` items instead; ``--fixture
 
 from __future__ import annotations
 
-import logging
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,8 +19,6 @@ from tasks_lib.common import Row, make_row, read_json_records, split_off, write_
 from tasks_lib.gsm8k.reward import normalize_number
 from tasks_lib.gsm8k.tools import evaluate, format_number
 from tasks_lib.registry import PrepareOptions
-
-logger = logging.getLogger(__name__)
 
 DATA_SOURCE = "arithmetic"
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -9,7 +9,6 @@ Indexes are built or loaded once per process and cached.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -17,8 +16,6 @@ from typing import Any
 
 from tasks_lib.bm25 import Bm25Index
 from trainer.tools import TOOLS, BaseTool, ToolResult
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_TOP_K = 3
 PASSAGES_FILE = "passages.jsonl"

@@ -21,10 +21,6 @@ SUCCESS_THRESHOLD = 0.999
 @dataclass(frozen=True)
 class Score:
     score: float
-    r_type: float
-    r_attribute: float
-    r_option: float
-    r_price: float
 
     @property
     def success(self) -> bool:
@@ -43,13 +39,7 @@ def score_purchase(product: Product, selected: Mapping[str, str], goal: Goal) ->
     r_price = 1.0 if product.price <= goal.price_upper else 0.0
     total = len(goal.attributes) + len(goal.options) + 1
     score = r_type * (matched_attributes + matched_options + r_price) / total
-    return Score(
-        score=score,
-        r_type=r_type,
-        r_attribute=matched_attributes / len(goal.attributes) if goal.attributes else 1.0,
-        r_option=matched_options / len(goal.options) if goal.options else 1.0,
-        r_price=r_price,
-    )
+    return Score(score)
 
 
 def compute_score(solution_str: str, ground_truth: Any, extra_info: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from tasks_lib.bm25 import Bm25Index
 from tasks_lib.webshop.catalog import Goal, Product
-from tasks_lib.webshop.reward import Score, score_purchase
+from tasks_lib.webshop.reward import score_purchase
 
 _ACTION = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*$", re.IGNORECASE | re.DOTALL)
 
@@ -42,7 +42,6 @@ class ShopStep:
     done: bool = False
     valid: bool = True
     score: float | None = None  # set when the episode ends with a purchase
-    breakdown: Score | None = None
     error: str = ""
 
 
@@ -181,7 +180,7 @@ class WebShopSim:
         chosen = ", ".join(f"{k}={v}" for k, v in sorted(self.state.selected.items())) or "no options"
         self.state.page = "done"
         text = f"Thank you for shopping with us! You bought {product.title} ({chosen}). Your score: {score.score:.3f}"
-        return ShopStep(text, done=True, score=score.score, breakdown=score)
+        return ShopStep(text, done=True, score=score.score)
 
     # -- rendering -----------------------------------------------------------------------------
     def render(self, *, with_instruction: bool = True) -> str:

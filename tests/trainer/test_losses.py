@@ -13,7 +13,6 @@ from trainer.algos.losses import (
     KL_KINDS,
     POLICY_LOSSES,
     agg_loss,
-    apply_kl_in_reward,
     entropy_from_logits,
     kl_penalty,
     value_loss,
@@ -201,14 +200,6 @@ def test_an_unknown_kl_kind_lists_the_choices() -> None:
     with pytest.raises(RegistryError, match="abs, k1, k2, k3, kl, low_var_kl, mse"):
         kl_penalty(torch.zeros(1), torch.zeros(1), "full")
     assert len(KL_KINDS) == 7
-
-
-def test_kl_in_reward_subtracts_the_penalty_on_model_tokens() -> None:
-    rewards = torch.tensor([[0.0, 1.0, 0.0]])
-    kl = torch.tensor([[0.2, 0.4, 0.6]])
-    masked = apply_kl_in_reward(rewards, kl, 0.5, response_mask=torch.tensor([[1.0, 1.0, 0.0]]))
-    torch.testing.assert_close(masked, torch.tensor([[-0.1, 0.8, 0.0]]))
-    torch.testing.assert_close(apply_kl_in_reward(rewards, kl, 0.5), torch.tensor([[-0.1, 0.8, -0.3]]))
 
 
 # ------------------------------------------------------------------------------------ value, entropy

@@ -21,7 +21,6 @@ __all__ = [
     "POLICY_LOSSES",
     "PolicyLoss",
     "agg_loss",
-    "apply_kl_in_reward",
     "entropy_from_logits",
     "kl_penalty",
     "masked_mean",
@@ -248,20 +247,6 @@ def kl_penalty(log_prob: Tensor, ref_log_prob: Tensor, kind: str = "low_var_kl")
     [-20, 20] and the result to [-10, 10] (verl). Unknown kinds raise RegistryError listing the choices.
     """
     return KL_KINDS.get(kind)(log_prob, ref_log_prob)
-
-
-def apply_kl_in_reward(
-    token_rewards: Tensor, kl: Tensor, coef: float, *, response_mask: Tensor | None = None
-) -> Tensor:
-    """KL as reward shaping: r'_t = r_t - coef * kl_t per token, [S, T].
-
-    With ``response_mask`` the penalty is applied only on model tokens, which keeps the estimators'
-    contract that token rewards are zero off the mask.
-    """
-    penalty = coef * kl
-    if response_mask is not None:
-        penalty = penalty * response_mask.to(penalty.dtype)
-    return token_rewards - penalty
 
 
 # --------------------------------------------------------------------------------------- value, entropy

@@ -332,11 +332,6 @@ class Run(models.Model):
                 update_fields=["value"],
             )
 
-    def finished_in_s(self) -> float | None:
-        if self.started_at and self.finished_at:
-            return (self.finished_at - self.started_at).total_seconds()
-        return None
-
 
 def _silent_filter(seconds: float) -> Q:
     cutoff = timezone.now() - timedelta(seconds=seconds)

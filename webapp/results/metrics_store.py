@@ -42,7 +42,6 @@ from webapp.results.models import SUMMARY_WIDTHS, IngestBatch, MetricKey
 INT4_MAX = 2**31 - 1
 # Display buckets per series; each gives its minimum and maximum, so at most 2x this many points.
 TARGET_BUCKETS = 490
-RAW_MAX_POINTS = 2 * TARGET_BUCKETS
 
 
 class BadBatch(ValueError):

@@ -4,7 +4,7 @@ Metric points are append-only rows keyed on (run, key, step) — no surrogate id
 its one index stay narrow for COPY. Beside them: a latest-value table for list pages and min/max
 summaries at a few resolutions (``SUMMARY_WIDTHS``) kept up to date as points arrive, so a curve of
 a million points is drawn from a few thousand summary rows (REFERENCE §10). The SQL that writes and
-reads them lives in :mod:`webapp.results.metrics_sql`; the methods here are the doors to it.
+reads them lives in :mod:`webapp.results.metrics_store`.
 
 The foreign keys of the high-volume tables carry no database constraint: Postgres would fire one
 referential-integrity trigger per COPY row. The ingestion API checks the run once per request and
@@ -75,17 +75,6 @@ class MetricLatest(models.Model):
     step = models.IntegerField()
     value = models.FloatField()
     ts = models.FloatField()
-
-    @classmethod
-    def for_runs(cls, run_ids: Iterable[int], names: Iterable[str]) -> dict[int, dict[str, float]]:
-        """{run id: {key: latest value}} for the given keys."""
-        rows = cls.objects.filter(run_id__in=list(run_ids), key__name__in=list(names)).values_list(
-            "run_id", "key__name", "value"
-        )
-        out: dict[int, dict[str, float]] = {}
-        for run_id, name, value in rows:
-            out.setdefault(run_id, {})[name] = value
-        return out
 
 
 class IngestBatch(models.Model):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
-import logging
 import re
 import socket
 from typing import Any
@@ -25,8 +24,6 @@ from trainer.mdp import ToolCallRecord
 from trainer.tools import TOOLS, BaseTool, HttpTool, HttpToolSpec, run_tool_call
 from webapp.accounts.models import Team
 from webapp.tools import crypto
-
-logger = logging.getLogger(__name__)
 
 ENTRY_POINT = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 MAX_TIMEOUT_S = 120.0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +58,3 @@ def batch_for_step(rows: Sequence[Row], step: int, batch_size: int, *, seed: int
             orders[epoch] = epoch_order(len(rows), epoch, seed=seed, shuffle=shuffle)
         batch.append(rows[orders[epoch][offset]])
     return batch
-
-
-def chunks(items: Sequence[Row], size: int) -> Iterator[list[Row]]:
-    for start in range(0, len(items), size):
-        yield list(items[start : start + size])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,8 +19,6 @@ import torch
 from transformers import DynamicCache
 
 from trainer.llm import Generation, SamplingParams
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass

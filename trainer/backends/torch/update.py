@@ -16,6 +16,7 @@ from transformers import DynamicCache
 
 from trainer.algos import ESTIMATORS, POLICY_LOSSES, agg_loss, kl_penalty, value_loss
 from trainer.backends.torch.batch import Inputs, SharedPrefixInputs, StepRows, micro_batches, model_inputs
+from trainer.contract import ACTOR_GRAD_NORM, CRITIC_VALUE_LOSS
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -381,7 +382,7 @@ def update_actor(
             for key, value in metrics.items():
                 _accumulate(sums, f"actor/{key}", value, scale)
         grad_norm = _optimizer_step(models.actor_optimizer, config.optim.grad_clip)
-        _accumulate(sums, "actor/grad_norm", grad_norm, 1.0)
+        _accumulate(sums, ACTOR_GRAD_NORM, grad_norm, 1.0)
         updates += 1
     return {key: value / max(updates, 1) for key, value in sums.items()} | {"actor/updates": float(updates)}
 
@@ -420,7 +421,7 @@ def update_critic(
             )
             scale = _loss_scale(mask, total_tokens, len(row_ids), agg_mode)
             (loss * scale).backward()
-            _accumulate(sums, "critic/value_loss", loss.detach(), scale)
+            _accumulate(sums, CRITIC_VALUE_LOSS, loss.detach(), scale)
             for key, value in metrics.items():
                 _accumulate(sums, f"critic/{key}", value.detach(), scale)
         grad_norm = _optimizer_step(models.critic_optimizer, config.optim.grad_clip)

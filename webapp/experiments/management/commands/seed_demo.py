@@ -4,7 +4,6 @@ does nothing once the Demo team exists."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -15,7 +14,6 @@ from webapp.accounts.models import Team
 from webapp.datasets.models import Dataset, RecipeImport
 from webapp.experiments import services
 
-logger = logging.getLogger(__name__)
 DEMO_TEAM = "Demo"
 DEMO_RECIPES = ("arithmetic", "gsm8k", "hotpotqa", "webshop", "alfworld")
 
