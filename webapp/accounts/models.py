@@ -9,8 +9,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import slugify
+
+from webapp.guarded import guarded_update
 
 
 class Role(models.TextChoices):
@@ -126,9 +129,7 @@ class ApiToken(models.Model):
 
     def revoke(self) -> bool:
         # Race: two revoke clicks; the first sets the time and the second changes nothing.
-        changed = ApiToken.objects.filter(pk=self.pk, revoked__isnull=True).update(revoked=timezone.now())
-        self.refresh_from_db()
-        return changed == 1
+        return guarded_update(self, Q(revoked__isnull=True), revoked=timezone.now())
 
     @property
     def is_active(self) -> bool:

@@ -14,10 +14,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, models, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from webapp.accounts.models import Team
 from webapp.datasets import files, parquet
+from webapp.guarded import guarded_update
 
 logger = logging.getLogger(__name__)
 
@@ -143,11 +145,9 @@ class Dataset(models.Model):
 
     def _settle(self, status: str, **changes: Any) -> bool:
         # Race: a redelivered validate task running beside the first; only one pending → settled wins.
-        changed = Dataset.objects.filter(pk=self.pk, status=DatasetStatus.PENDING).update(
-            status=status, validated_at=timezone.now(), **changes
+        return guarded_update(
+            self, Q(status=DatasetStatus.PENDING), status=status, validated_at=timezone.now(), **changes
         )
-        self.refresh_from_db()
-        return changed == 1
 
     def rows(self, page: int, per_page: int) -> list[parquet.PreviewRow]:
         if not self.is_usable:
@@ -244,8 +244,6 @@ class RecipeImport(models.Model):
 
     def _finish(self, status: str, message: str) -> bool:
         # Race: a redelivered prepare task; only the first pending → finished counts.
-        changed = RecipeImport.objects.filter(pk=self.pk, status=ImportStatus.PENDING).update(
-            status=status, message=message, finished_at=timezone.now()
+        return guarded_update(
+            self, Q(status=ImportStatus.PENDING), status=status, message=message, finished_at=timezone.now()
         )
-        self.refresh_from_db()
-        return changed == 1

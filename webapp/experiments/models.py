@@ -20,6 +20,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from webapp.accounts.models import Team
+from webapp.guarded import guarded_update
 
 
 class Experiment(models.Model):
@@ -151,10 +152,8 @@ class Run(models.Model):
     # --- transitions -------------------------------------------------------------------------
 
     def _transition(self, allowed_from: tuple[str, ...], **changes: Any) -> bool:
-        """One conditional UPDATE; True when this call made the change."""
-        changed = Run.objects.filter(pk=self.pk, status__in=allowed_from).update(**changes)
-        self.refresh_from_db()
-        return changed == 1
+        """The change from one of the ``allowed_from`` statuses; True when this call made it."""
+        return guarded_update(self, Q(status__in=allowed_from), **changes)
 
     def issue_token(self) -> str:
         """A fresh per-run API token; only its hash is stored, so call it when launching."""
@@ -197,13 +196,13 @@ class Run(models.Model):
         now = timezone.now()
         never_claimed = Q(status=RunStatus.STALLED, claimed_by="")
         claimable = Q(status__in=(RunStatus.QUEUED, RunStatus.STARTING)) | never_claimed
-        changed = Run.objects.filter(claimable, pk=self.pk).update(
-            status=RunStatus.RUNNING, claimed_by=worker, started_at=now, heartbeat_at=now, progress_at=now,
+        changed = guarded_update(
+            self, claimable, status=RunStatus.RUNNING, claimed_by=worker, started_at=now, heartbeat_at=now,
+            progress_at=now,
         )  # fmt: skip
-        self.refresh_from_db()
         # A claim retried by its own worker (the first answer was lost) finds the run already its
         # own: yes again, and nothing changes; any other worker is refused.
-        return changed == 1 or (self.claimed_by == worker and self.status in CLAIMED)
+        return changed or (self.claimed_by == worker and self.status in CLAIMED)
 
     def report(self, status: str, message: str = "") -> bool:
         """A status the trainer reports; True when it changed the run. A terminal status finishes the
@@ -276,13 +275,7 @@ class Run(models.Model):
     def mark_stalled(self, message: str, silent_for_s: float) -> bool:
         # Race: a heartbeat landing between the reaper's read and this write; the same UPDATE
         # re-checks that the run is still silent.
-        changed = (
-            Run.objects.filter(pk=self.pk)
-            .filter(_silent_filter(silent_for_s))
-            .update(status=RunStatus.STALLED, message=message)
-        )
-        self.refresh_from_db()
-        return changed == 1
+        return guarded_update(self, _silent_filter(silent_for_s), status=RunStatus.STALLED, message=message)
 
     @classmethod
     def silent_since(cls, seconds: float) -> models.QuerySet[Run]:

@@ -18,11 +18,13 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 from trainer.mdp import ToolCallRecord
 from trainer.tools import TOOLS, BaseTool, HttpTool, HttpToolSpec, run_tool_call
 from webapp.accounts.models import Team
+from webapp.guarded import guarded_update
 from webapp.tools import crypto
 
 ENTRY_POINT = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
@@ -145,11 +147,7 @@ class TeamTool(models.Model):
 
     def _settle(self, status: str, message: str) -> bool:
         # Race: a redelivered check task; only the first pending → settled counts.
-        changed = TeamTool.objects.filter(pk=self.pk, status=ToolStatus.PENDING).update(
-            status=status, status_message=message
-        )
-        self.refresh_from_db()
-        return changed == 1
+        return guarded_update(self, Q(status=ToolStatus.PENDING), status=status, status_message=message)
 
 
 def tool_choices(team: Team) -> list[tuple[str, str]]:
@@ -230,9 +228,7 @@ class ToolTrial(models.Model):
 
     def finish(self, record: ToolCallRecord) -> bool:
         # Race: a redelivered trial task; the first result stays.
-        changed = ToolTrial.objects.filter(pk=self.pk, status=TrialStatus.PENDING).update(
-            status=TrialStatus.DONE, result=record.result, error=record.error or "", reward=record.reward,
-            latency_s=record.latency_s, finished_at=timezone.now(),
+        return guarded_update(
+            self, Q(status=TrialStatus.PENDING), status=TrialStatus.DONE, result=record.result,
+            error=record.error or "", reward=record.reward, latency_s=record.latency_s, finished_at=timezone.now(),
         )  # fmt: skip
-        self.refresh_from_db()
-        return changed == 1
