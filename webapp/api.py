@@ -14,7 +14,7 @@ Errors are ``{"error": "..."}`` with the status that fits: 400 a bad body, 401 n
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
@@ -95,6 +95,18 @@ class PageParams(Schema):
     page_size: int = Field(
         50, ge=1, le=MAX_PAGE_SIZE, description=f"Items per page (at most {MAX_PAGE_SIZE})."
     )
+
+
+T = TypeVar("T")
+
+
+class Page(Schema, Generic[T]):
+    """One page of a list; ``Page[RunOut]`` is its schema for runs (OpenAPI names it ``Page_RunOut_``)."""
+
+    items: list[T]
+    count: int = Field(description="Items on all pages.")
+    page: int
+    page_size: int
 
 
 def paginate(items: QuerySet[Any], params: PageParams) -> dict[str, Any]:

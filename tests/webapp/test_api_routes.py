@@ -35,3 +35,20 @@ def test_no_trainer_path_is_typed_in_the_webapp() -> None:
         if typed.search(line)
     ]
     assert found == []
+
+
+def test_every_list_route_answers_a_page_of_its_own_item_type(client: Client) -> None:
+    schema = client.get(f"{API_ROOT}/openapi.json").json()
+    components = schema["components"]["schemas"]
+    lists = {
+        "/t/{team_slug}/datasets": "DatasetOut",
+        "/t/{team_slug}/experiments": "ExperimentOut",
+        "/t/{team_slug}/runs": "RunOut",
+        "/t/{team_slug}/runs/{run_id}/trajectories": "TrajectoryOut",
+        "/t/{team_slug}/tools": "ToolOut",
+    }
+    for path, item in lists.items():
+        ok = schema["paths"][API_ROOT + path]["get"]["responses"]["200"]["content"]["application/json"]
+        page = components[ok["schema"]["$ref"].rsplit("/", 1)[1]]
+        assert page["properties"]["items"]["items"] == {"$ref": f"#/components/schemas/{item}"}, path
+        assert set(page["required"]) == {"items", "count", "page", "page_size"}

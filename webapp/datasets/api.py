@@ -15,7 +15,7 @@ from ninja.errors import HttpError
 
 from trainer.contract import DATASET_PATH
 from webapp.accounts.access import get_team_for_user
-from webapp.api import PageParams, RunTokenAuth, UserTokenAuth, get_run_for_token, paginate, route
+from webapp.api import Page, PageParams, RunTokenAuth, UserTokenAuth, get_run_for_token, paginate, route
 from webapp.datasets.access import get_dataset_for_user
 from webapp.datasets.models import Dataset
 
@@ -61,14 +61,7 @@ class DatasetOut(Schema):
     validated_at: datetime | None
 
 
-class DatasetPage(Schema):
-    items: list[DatasetOut]
-    count: int
-    page: int
-    page_size: int
-
-
-@team_router.get("/{team_slug}/datasets", response=DatasetPage, summary="The team's datasets")
+@team_router.get("/{team_slug}/datasets", response=Page[DatasetOut], summary="The team's datasets")
 def datasets(request: HttpRequest, team_slug: str, paging: Query[PageParams]) -> dict[str, Any]:
     team = get_team_for_user(request, team_slug)
     return paginate(Dataset.objects.filter(team=team).order_by("-created", "-id"), paging)

@@ -16,7 +16,7 @@ from trainer.backends import BACKENDS
 from trainer.config import RunConfig
 from trainer.registry import RegistryError
 from webapp.accounts.access import get_team_for_user
-from webapp.api import PageParams, UserTokenAuth, paginate
+from webapp.api import Page, PageParams, UserTokenAuth, paginate
 from webapp.experiments import services
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
 from webapp.experiments.models import Experiment, Run
@@ -85,21 +85,7 @@ class ExperimentCreate(Schema):
     description: str = ""
 
 
-class ExperimentPage(Schema):
-    items: list[ExperimentOut]
-    count: int
-    page: int
-    page_size: int
-
-
-class RunPage(Schema):
-    items: list[RunOut]
-    count: int
-    page: int
-    page_size: int
-
-
-@router.get("/{team_slug}/experiments", response=ExperimentPage, summary="The team's experiments")
+@router.get("/{team_slug}/experiments", response=Page[ExperimentOut], summary="The team's experiments")
 def experiments(request: HttpRequest, team_slug: str, paging: Query[PageParams]) -> dict[str, Any]:
     team = get_team_for_user(request, team_slug)
     return paginate(Experiment.objects.filter(team=team).order_by("-created", "-id"), paging)
@@ -140,7 +126,7 @@ def launch(request: HttpRequest, team_slug: str, pk: int) -> Any:
     return Status(202, services.launch(found))
 
 
-@router.get("/{team_slug}/runs", response=RunPage, summary="The team's runs")
+@router.get("/{team_slug}/runs", response=Page[RunOut], summary="The team's runs")
 def runs(
     request: HttpRequest, team_slug: str, filters: Query[RunFilters], paging: Query[PageParams]
 ) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema
 
 from webapp.accounts.access import get_team_for_user
-from webapp.api import PageParams, UserTokenAuth, paginate
+from webapp.api import Page, PageParams, UserTokenAuth, paginate
 from webapp.experiments.access import get_run_for_user
 from webapp.results import analytics, metrics_store, rollouts
 from webapp.results.models import Trajectory
@@ -108,14 +108,9 @@ def points(
     }
 
 
-class TrajectoryPage(Schema):
-    items: list[TrajectoryOut]
-    count: int
-    page: int
-    page_size: int
-
-
-@router.get("/{team_slug}/runs/{int:run_id}/trajectories", response=TrajectoryPage, summary="Trajectories")
+@router.get(
+    "/{team_slug}/runs/{int:run_id}/trajectories", response=Page[TrajectoryOut], summary="Trajectories"
+)
 def trajectories(
     request: HttpRequest,
     team_slug: str,

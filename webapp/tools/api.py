@@ -9,7 +9,7 @@ from django.http import HttpRequest
 from ninja import Query, Router, Schema
 
 from webapp.accounts.access import get_team_for_user
-from webapp.api import PageParams, UserTokenAuth, paginate
+from webapp.api import Page, PageParams, UserTokenAuth, paginate
 from webapp.tools.access import get_tool_for_user
 from webapp.tools.models import TeamTool
 
@@ -31,14 +31,7 @@ class ToolOut(Schema):
     created: datetime
 
 
-class ToolPage(Schema):
-    items: list[ToolOut]
-    count: int
-    page: int
-    page_size: int
-
-
-@router.get("/{team_slug}/tools", response=ToolPage, summary="The team's tools")
+@router.get("/{team_slug}/tools", response=Page[ToolOut], summary="The team's tools")
 def tools(request: HttpRequest, team_slug: str, paging: Query[PageParams]) -> dict[str, Any]:
     team = get_team_for_user(request, team_slug)
     return paginate(TeamTool.objects.filter(team=team).order_by("name", "id"), paging)
