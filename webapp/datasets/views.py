@@ -19,9 +19,8 @@ from webapp.datasets.access import get_dataset_for_user
 from webapp.datasets.files import StreamingUploadHandler, too_large_message
 from webapp.datasets.forms import RecipeForm, UploadForm
 from webapp.datasets.models import Dataset, DatasetStatus, ImportStatus, RecipeImport
-from webapp.htmx import HtmxHttpRequest
+from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
 
-STOP_POLLING = 286  # htmx stops an `every 2s` poll when it gets this status
 PREVIEW_ROWS = 10
 
 
@@ -47,24 +46,14 @@ def _index_context(request: HtmxHttpRequest, team: Team, **forms: Any) -> dict[s
     }
 
 
-def _refresh_when_settled(
-    settled: bool, request: HtmxHttpRequest, template: str, context: dict[str, Any]
-) -> HttpResponse:
-    """Answer a status poll: the fragment while work is pending, else stop polling and reload the page
-    (the settled state adds stats, preview or new datasets that the fragment does not hold)."""
-    if not settled:
-        return render(request, template, context)
-    return HttpResponse(status=STOP_POLLING, headers={"HX-Refresh": "true"})
-
-
 @login_required
 def index(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug)
     context = _index_context(request, team)
-    if request.htmx and request.htmx.target == "recipe-imports":
-        return _refresh_when_settled(
-            not context["imports_pending"], request, "datasets/index.html#imports", context
-        )
+    if swaps(request, "recipe-imports"):
+        # Settled imports add datasets to the page, which the fragment does not hold: reload it.
+        done = not context["imports_pending"]
+        return render_poll(request, "datasets/index.html#imports", context, done=done, reload=True)
     return render(request, "datasets/index.html", context)
 
 
@@ -97,7 +86,7 @@ def _checked_upload(request: HtmxHttpRequest, team: Team, handler: StreamingUplo
         return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
     status = 413 if handler.rejection else 400
     context = _index_context(request, team, upload_form=form)
-    template = "datasets/index.html#upload" if request.htmx else "datasets/index.html"
+    template = template_for(request, "datasets/index.html", {"upload-form": "upload"})
     return render(request, template, context, status=status)
 
 
@@ -125,16 +114,12 @@ def dataset_url(dataset: Dataset) -> str:
 def detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     dataset = get_dataset_for_user(request, team_slug, pk)
     context: dict[str, Any] = {"team": dataset.team, "dataset": dataset}
-    if request.htmx and request.htmx.target == "dataset-status":
-        settled = dataset.status != DatasetStatus.PENDING
-        return _refresh_when_settled(settled, request, "datasets/detail.html#status", context)
+    if swaps(request, "dataset-status"):
+        # A settled dataset adds stats and a preview, which the fragment does not hold: reload the page.
+        done = dataset.status != DatasetStatus.PENDING
+        return render_poll(request, "datasets/detail.html#status", context, done=done, reload=True)
     context.update(_preview_context(dataset, request.GET.get("page")))
-    template = (
-        "datasets/detail.html#preview"
-        if request.htmx and request.htmx.target == "preview"
-        else "datasets/detail.html"
-    )
-    return render(request, template, context)
+    return render(request, template_for(request, "datasets/detail.html", {"preview": "preview"}), context)
 
 
 def _preview_context(dataset: Dataset, page_param: str | None) -> dict[str, Any]:

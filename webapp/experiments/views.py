@@ -17,9 +17,7 @@ from webapp.experiments.forms import ExperimentForm, initial_from_config
 from webapp.experiments.logs import log_tail
 from webapp.experiments.models import Experiment
 from webapp.experiments.tasks import cancel_run
-from webapp.htmx import HtmxHttpRequest
-
-STOP_POLLING = 286  # htmx stops an `every 2s` poll when it gets this status
+from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
 
 
 def form_choices(team: Team) -> dict[str, list[tuple[str, str]]]:
@@ -65,12 +63,7 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
                 messages.success(request, f"Launched {len(runs)} run(s).")
             return redirect("experiment", team_slug=team.slug, pk=experiment.pk)
     context = {"team": team, "form": form, "source": source, "preview": preview}
-    template = (
-        "experiments/new.html#advanced"
-        if request.htmx and request.GET.get("partial")
-        else "experiments/new.html"
-    )
-    return render(request, template, context)
+    return render(request, template_for(request, "experiments/new.html", {"advanced": "advanced"}), context)
 
 
 def _clone_source(request: HttpRequest, team_slug: str) -> Experiment | None:
@@ -107,11 +100,9 @@ def detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     runs = experiment.runs.all()
     context = {"team": experiment.team, "experiment": experiment, "config_yaml": config.to_yaml(),
                "changes": changes, "runs": runs}  # fmt: skip
-    if request.htmx and request.GET.get("partial") == "runs":
-        active = any(not run.is_terminal for run in runs)
-        return render(
-            request, "experiments/detail.html#runs", context, status=200 if active else STOP_POLLING
-        )
+    if swaps(request, "runs"):
+        done = all(run.is_terminal for run in runs)
+        return render_poll(request, "experiments/detail.html#runs", context, done=done)
     return render(request, "experiments/detail.html", context)
 
 
@@ -135,10 +126,8 @@ def run_detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpRespons
         "params": run.params.all(),
         "tags": run.tags.all(),
     }
-    if request.htmx and request.GET.get("partial") == "live":
-        return render(
-            request, "experiments/run.html#live", context, status=STOP_POLLING if run.is_terminal else 200
-        )
+    if swaps(request, "live"):
+        return render_poll(request, "experiments/run.html#live", context, done=run.is_terminal)
     return render(request, "experiments/run.html", context)
 
 

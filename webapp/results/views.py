@@ -15,13 +15,13 @@ from trainer.contract import REWARD_MEAN
 from webapp.accounts.access import get_team_for_user
 from webapp.experiments.access import get_run_for_user
 from webapp.experiments.models import ACTIVE, TERMINAL, Run, RunStatus
+from webapp.htmx import render_poll, template_for
 from webapp.results import analytics, export, metrics_store
 from webapp.results import rollouts as viewer
 from webapp.results.access import get_trajectory_for_user
 from webapp.results.forms import RolloutFilterForm
 from webapp.results.models import MetricLatest, Trajectory
 
-HTMX_STOP_POLLING = 286  # htmx stops an `every Ns` trigger on this status
 PAGE_SIZE = 50
 MAX_OVERLAID_RUNS = 12
 MAX_CURVE_KEYS = 16
@@ -67,10 +67,7 @@ def dashboard_running(request: HttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug)
     running = Run.objects.filter(team=team, status__in=ACTIVE).select_related("experiment")
     context = {"team": team, "running": running.exclude(status=RunStatus.QUEUED)}
-    response = render(request, "results/dashboard.html#running", context)
-    if not running.exists():
-        response.status_code = HTMX_STOP_POLLING
-    return response
+    return render_poll(request, "results/dashboard.html#running", context, done=not running.exists())
 
 
 # -- the comparison table ---------------------------------------------------------------------------
@@ -182,8 +179,9 @@ def rollouts(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse:
     query = request.GET.copy()
     query.pop("page", None)
     context = {"team": run.team, "run": run, "form": form, "page": page, "query": query.urlencode()}
-    template = "results/rollouts.html#table" if request.htmx else "results/rollouts.html"  # type: ignore[attr-defined]
-    return render(request, template, context)
+    return render(
+        request, template_for(request, "results/rollouts.html", {"rollout-table": "table"}), context
+    )
 
 
 @login_required

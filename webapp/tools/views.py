@@ -14,12 +14,10 @@ from django.views.decorators.http import require_POST
 from trainer.tools import BaseTool
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
-from webapp.htmx import HtmxHttpRequest
+from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
 from webapp.tools.access import get_builtin_for_user, get_tool_for_user, get_trial_for_user
 from webapp.tools.forms import ToolForm, TryForm
 from webapp.tools.models import TeamTool, ToolStatus, ToolTrial, builtin_tools
-
-STOP_POLLING = 286  # htmx stops an `every 2s` poll when it gets this status
 
 
 @login_required
@@ -66,10 +64,9 @@ def _shown_trial(request: HtmxHttpRequest, team: Team) -> ToolTrial | None:
 def detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     tool = get_tool_for_user(request, team_slug, pk)
     context = _detail_context(tool.team, tool, _shown_trial(request, tool.team), None)
-    if request.htmx and request.htmx.target == "tool-status":
-        if tool.status == ToolStatus.PENDING:
-            return render(request, "tools/detail.html#status", context)
-        return HttpResponse(status=STOP_POLLING, headers={"HX-Refresh": "true"})
+    if swaps(request, "tool-status"):
+        done = tool.status != ToolStatus.PENDING
+        return render_poll(request, "tools/detail.html#status", context, done=done, reload=True)
     return render(request, "tools/detail.html", context)
 
 
@@ -106,13 +103,13 @@ def try_builtin(request: HtmxHttpRequest, team_slug: str, name: str) -> HttpResp
 
 
 def _trial_started(request: HtmxHttpRequest, team: Team, described: TeamTool | type[BaseTool], trial: ToolTrial, form: TryForm) -> HttpResponse:  # fmt: skip
-    if request.htmx:
+    if swaps(request, "try"):
         return render(request, "tools/detail.html#try", _detail_context(team, described, trial, form))
     return redirect(_trial_page(trial))
 
 
 def _try_rejected(request: HtmxHttpRequest, team: Team, described: TeamTool | type[BaseTool], form: TryForm) -> HttpResponse:  # fmt: skip
-    template = "tools/detail.html#try" if request.htmx else "tools/detail.html"
+    template = template_for(request, "tools/detail.html", {"try": "try"})
     return render(request, template, _detail_context(team, described, None, form), status=400)
 
 
@@ -127,10 +124,10 @@ def _trial_page(trial: ToolTrial) -> str:
 @login_required
 def trial(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     trial = get_trial_for_user(request, team_slug, pk)
-    if not request.htmx:
+    if not swaps(request, "trial"):
         return redirect(_trial_page(trial))
-    status = STOP_POLLING if trial.is_done else 200
-    return render(request, "tools/detail.html#trial", {"team": trial.team, "trial": trial}, status=status)
+    context = {"team": trial.team, "trial": trial}
+    return render_poll(request, "tools/detail.html#trial", context, done=trial.is_done)
 
 
 @login_required

@@ -105,8 +105,9 @@ def test_a_clone_shows_only_the_differences(personas: Any, arithmetic: Any) -> N
 
 def test_the_preset_and_task_switches_refill_the_advanced_fields(personas: Any, arithmetic: Any) -> None:
     response = client_for("alice").get(
-        f"/t/{personas['acme'].slug}/experiments/new/?partial=advanced&preset=ppo&task=arithmetic",
+        f"/t/{personas['acme'].slug}/experiments/new/?preset=ppo&task=arithmetic",
         HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="advanced",
     )
     html = response.content.decode()
     assert html.lstrip().startswith('<details id="advanced"')
@@ -118,8 +119,9 @@ def test_the_preset_and_task_switches_refill_the_advanced_fields(personas: Any, 
     # Choosing another task refills them the same way (hx-trigger on #id_task): HotpotQA's discount.
     assert 'hx-trigger="change from:#id_task"' in html
     hotpot = client_for("alice").get(
-        f"/t/{personas['acme'].slug}/experiments/new/?partial=advanced&preset=ppo&task=hotpotqa",
+        f"/t/{personas['acme'].slug}/experiments/new/?preset=ppo&task=hotpotqa",
         HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="advanced",
     )
     assert re.search(r'name="algorithm.gamma" value="0.99"', hotpot.content.decode())
 

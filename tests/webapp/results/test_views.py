@@ -88,7 +88,7 @@ def test_rollouts_filter_by_step_success_tool_errors_and_reward(
     assert b"6 trajectories" in alice.get(url + "?step=2&success=yes").content
     assert b"1 trajectory" in alice.get(url + "?tool_errors=yes").content
     assert b"4 trajectories" in alice.get(url + "?reward_min=0.5&reward_max=1&step=2&group=s2-p1").content
-    fragment = alice.get(url + "?step=5", HTTP_HX_REQUEST="true")
+    fragment = alice.get(url + "?step=5", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="rollout-table")
     assert (
         fragment.content.strip().startswith(b'<div id="rollout-table">') and b"s5-p0-s3" in fragment.content
     )

@@ -163,7 +163,9 @@ def test_the_team_tools_and_builtins_are_offered_to_experiments(personas: dict[s
 
 def _trial_done(client: Client, team_slug: str, trial: ToolTrial) -> ToolTrial:
     url = reverse("tool_trial", args=[team_slug, trial.pk])
-    poll_until(lambda: client.get(url, headers={"HX-Request": "true"}).status_code == 286)
+    poll_until(
+        lambda: client.get(url, headers={"HX-Request": "true", "HX-Target": "trial"}).status_code == 286
+    )
     trial.refresh_from_db()
     return trial
 
