@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,18 +67,22 @@ def smollm2_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
         return target
     gguf = _find_smollm2_gguf()
     logger.info("converting %s into %s (once)", gguf, target)
+    return _build_once(target, lambda staging: _convert_gguf(gguf, staging), done_note=gguf.name)
+
+
+def _build_once(target: Path, build: Callable[[Path], object], *, done_note: str) -> Path:
+    """``target``, built by ``build`` into a sibling temp folder that is then renamed into place: two
+    processes racing here both succeed (one folder wins), and a crash never leaves a half-written
+    folder that looks finished."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    # Convert into a sibling temp folder and rename: two processes racing here both succeed, and
-    # a crash never leaves a half-written folder that looks finished.
     staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:
-        _convert_gguf(gguf, staging)
-        (staging / _DONE_MARKER).write_text(gguf.name + "\n")
-        if (target / _DONE_MARKER).is_file():
-            return target
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
+        build(staging)
+        (staging / _DONE_MARKER).write_text(done_note + "\n")
+        if not (target / _DONE_MARKER).is_file():
+            if target.exists():
+                shutil.rmtree(target)
+            staging.rename(target)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
@@ -220,19 +225,9 @@ def tiny_test_path() -> Path:
     target = smol.parent / TINY_TEST_ALIAS
     if (target / _DONE_MARKER).is_file():
         return target
-    # Same staging-and-rename as smollm2_path: concurrent runs may both build, one folder wins.
-    staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
-    try:
-        tiny_model(staging, smol, seed=0)
-        (staging / _DONE_MARKER).write_text("tiny_model(seed=0)\n")
-        if not (target / _DONE_MARKER).is_file():
-            if target.exists():
-                shutil.rmtree(target)
-            staging.rename(target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return _build_once(
+        target, lambda staging: tiny_model(staging, smol, seed=0), done_note="tiny_model(seed=0)"
+    )
 
 
 def resolve_model_path(path: str) -> Path:

@@ -11,7 +11,7 @@ import httpx
 import tenacity
 
 from trainer.contract import CLAIM_PATH, CONFIG_PATH, DATASET_PATH, ClaimRequest
-from trainer.report.retry import RETRYABLE, Backoff, PermanentHttpError, raise_for_status
+from trainer.report.retry import RETRYABLE, Backoff, PermanentHttpError, raise_for_status, run_api_client
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -32,12 +32,7 @@ class RunApiClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.run_id = run_id
-        self._client = httpx.Client(
-            base_url=api_url.rstrip("/"),
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=timeout_s,
-            transport=transport,
-        )
+        self._client = run_api_client(api_url, token, timeout_s=timeout_s, transport=transport)
         self._retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(RETRYABLE),
             wait=Backoff(backoff_initial_s, 30.0),

@@ -38,7 +38,7 @@ from trainer.contract import (
 )
 from trainer.mdp import Trajectory
 from trainer.report.reporters import Reporter
-from trainer.report.retry import RETRYABLE, Backoff, PermanentHttpError, raise_for_status
+from trainer.report.retry import RETRYABLE, Backoff, PermanentHttpError, raise_for_status, run_api_client
 
 logger = logging.getLogger(__name__)
 
@@ -98,12 +98,7 @@ class HttpReporter(Reporter):
         self.backoff_max_s = backoff_max_s
         self.close_timeout_s = close_timeout_s
         self.include_token_ids = include_token_ids
-        self._client = httpx.Client(
-            base_url=api_url.rstrip("/"),
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=request_timeout_s,
-            transport=transport,
-        )
+        self._client = run_api_client(api_url, token, timeout_s=request_timeout_s, transport=transport)
         self._lock = threading.Lock()
         self._points: list[MetricPoint] = []
         self._log_parts: list[str] = []

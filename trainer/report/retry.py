@@ -1,4 +1,7 @@
-"""How the trainer's HTTP calls fail and wait, shared by the HTTP reporter and the run API client.
+"""How the trainer's HTTP calls reach the web app, fail and wait, shared by the HTTP reporter and the
+run API client.
+
+:func:`run_api_client` is the connection both use: the API's base URL and the run's Bearer token.
 
 A 5xx or 429 answer is :class:`RetryableHttpError` (the server may take the same request later), any
 other non-2xx is :class:`PermanentHttpError`; :class:`Backoff` is tenacity's wait between tries.
@@ -29,6 +32,17 @@ class PermanentHttpError(Exception):
         super().__init__(f"HTTP {status_code}: {body[:500]}")
         self.status_code = status_code
         self.body = body
+
+
+def run_api_client(
+    api_url: str, token: str, *, timeout_s: float, transport: httpx.BaseTransport | None = None
+) -> httpx.Client:
+    return httpx.Client(
+        base_url=api_url.rstrip("/"),
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=timeout_s,
+        transport=transport,
+    )
 
 
 def raise_for_status(response: httpx.Response) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainer.llm import LLMClient, SamplingParams
@@ -39,8 +39,13 @@ async def _run_one(
     return output.to_trajectory(row, traj_id=traj_id, group_id=group_id, rollout_index=rollout_index)
 
 
-async def _rollout(
+async def _gather(runs: list[Coroutine[Any, Any, Trajectory]]) -> list[Trajectory]:
+    return list(await asyncio.gather(*runs))
+
+
+def rollout(
     rows: Sequence[Row],
+    *,
     n: int,
     sampling: SamplingParams,
     engine: LLMClient,
@@ -48,6 +53,7 @@ async def _rollout(
     config: RunConfig,
     tag: str,
 ) -> list[Trajectory]:
+    """n trajectories per row, ordered row by row and sample by sample; final answers not yet scored."""
     # Rows are grouped by position, not by extra_info.index: a small dataset may put one row in a
     # batch twice, and those are two prompts with two baselines.
     runs = [
@@ -64,18 +70,4 @@ async def _rollout(
         for i, row in enumerate(rows)
         for k in range(n)
     ]
-    return list(await asyncio.gather(*runs))
-
-
-def rollout(
-    rows: Sequence[Row],
-    *,
-    n: int,
-    sampling: SamplingParams,
-    engine: LLMClient,
-    tokenizer: Any,
-    config: RunConfig,
-    tag: str,
-) -> list[Trajectory]:
-    """n trajectories per row, ordered row by row and sample by sample; final answers not yet scored."""
-    return asyncio.run(_rollout(rows, n, sampling, engine, tokenizer, config, tag))
+    return asyncio.run(_gather(runs))
