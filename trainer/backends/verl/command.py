@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 # this prefix (the job's setup hook installs them), so a preset means the same math on both backends.
 ESTIMATOR_PREFIX = "agent_r1_"
 # Our key in verl's algorithm config for what verl's fields do not say (gamma, lam and
-# norm_adv_by_std_in_grpo are verl's own); verl hands that config to every estimator (docs/verl.md).
+# norm_adv_by_std_in_grpo are verl's own); verl hands that config to every estimator
+# (docs/verl.md#advantages).
 ALGORITHM_KEY = "agent_r1"
 STEP_WEIGHT_KEY = "gigpo_step_weight"
 # verl's "gpg" loss is -A·logπ with no ratio and no clip: our reinforce loss.
@@ -201,7 +202,8 @@ def _trainer(
 ) -> dict[str, Any]:
     trainer, total = config.trainer, config.trainer.total_steps
     return {
-        # verl's default; said here because our estimators' hook wraps the v1 trainer (docs/verl.md).
+        # verl's default; said here because our estimators' hook wraps the v1 trainer
+        # (docs/verl.md#advantages).
         "trainer.use_v1": True,
         "trainer.total_training_steps": total,
         # verl saves at every multiple of save_freq and always at the last step (0 = the end only).
