@@ -29,7 +29,7 @@ from webapp.embedded import LOOPBACK, embedded_services, free_port  # noqa: E402
 
 VAR = ROOT / "var" / "bench"
 # 3.18.0 does not resolve on PyPI today (mlflow-skinny 3.18.0 is missing); 3.17 is the release
-# REFERENCE §10 measured.
+# docs/benchmarks.md#mlflow-tracking-server measured.
 MLFLOW_VERSION = os.environ.get("BENCH_MLFLOW_VERSION", "3.17.2")
 MLFLOW_VENV = VAR / f"mlflow-{MLFLOW_VERSION}"
 WORKERS = int(os.environ.get("BENCH_WORKERS", "4"))

@@ -1,6 +1,6 @@
 """GRPO training throughput on CPU: our torch backend against TRL's GRPOTrainer, in one run.
 
-Equal settings (REFERENCE §10): SmolLM2-135M-Instruct in fp32, 4 prompts x 4 samples = 16 completions
+Equal settings (docs/benchmarks.md#trl-grpo-on-cpu): SmolLM2-135M-Instruct in fp32, 4 prompts x 4 samples = 16 completions
 per step, 64 new tokens at temperature 1, lr 1e-6, no KL term (TRL's default beta = 0), one optimizer
 step per generation batch, no gradient checkpointing, the same torch thread count, the same prompts
 and the same reward (the answer contains the right number). Each framework runs ``--warmup`` steps,

@@ -50,7 +50,7 @@ def make_row(
     tools_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> Row:
-    """One row of the data contract (DESIGN.md). ``env_kwargs`` is written as a JSON string so that rows
+    """One row of the data contract (docs/contract.md#columns). ``env_kwargs`` is written as a JSON string so that rows
     with different settings share one parquet schema."""
     extra_info: dict[str, Any] = {"index": int(index), "split": split, **dict(extra or {})}
     if tools_kwargs:

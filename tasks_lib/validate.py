@@ -1,9 +1,9 @@
 """The dataset validator shared by ``python -m tasks_lib validate`` and the webapp's upload.
 
-:func:`validate` checks a parquet file (or an Arrow table) against the data contract (DESIGN.md) and
-returns every problem it finds, each naming its row and column, instead of stopping at the first. It
-streams record batches, so a large file is never loaded whole; only the seen ``extra_info.index``
-values are kept, to catch duplicates.
+:func:`validate` checks a parquet file (or an Arrow table) against the data contract
+(docs/contract.md#the-data-contract) and returns every problem it finds, each naming its row and
+column, instead of stopping at the first. It streams record batches, so a large file is never loaded
+whole; only the seen ``extra_info.index`` values are kept, to catch duplicates.
 """
 
 from __future__ import annotations

@@ -53,7 +53,8 @@ LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]
 CRITIC_ESTIMATORS = frozenset({"gae", "token_gae"})
 # Estimators that compare steps sharing an anchor observation (StepBatch.anchor_index).
 ANCHOR_ESTIMATORS = frozenset({"gigpo"})
-# Estimators whose baseline comes from the other samples of the same prompt (REFERENCE §3).
+# Estimators whose baseline comes from the other samples of the same prompt
+# (docs/algorithms.md#advantage-estimators).
 GROUP_ESTIMATORS = frozenset({"grpo", "rloo", "gigpo"})
 # Of those, the ones for which one sample per prompt makes every advantage zero (a size-1 group).
 GROUP_NEEDS_TWO = frozenset({"grpo", "gigpo"})
@@ -139,8 +140,12 @@ class RolloutConfig(_Section):
 
 
 class AlgorithmConfig(_Section):
-    estimator: Estimator = Field(default="grpo", description="Advantage estimator (REFERENCE §3).")
-    policy_loss: PolicyLoss = Field(default="vanilla", description="Policy loss (REFERENCE §4).")
+    estimator: Estimator = Field(
+        default="grpo", description="Advantage estimator (docs/algorithms.md#advantage-estimators)."
+    )
+    policy_loss: PolicyLoss = Field(
+        default="vanilla", description="Policy loss (docs/algorithms.md#policy-losses)."
+    )
     gamma: float = Field(default=1.0, ge=0.0, le=1.0, description="Discount factor between steps.")
     lam: float = Field(default=1.0, ge=0.0, le=1.0, description="GAE lambda.")
     norm_adv_by_std: bool = Field(

@@ -29,7 +29,8 @@ TOKEN_ENV = "STUDIO_RUN_TOKEN"  # the run's own API token (never in the frozen c
 API_ENV = "STUDIO_API_URL"  # the web app's base URL, as the trainer reaches it
 RUN_ID_ENV = "STUDIO_RUN_ID"  # the run's primary key
 PROJECT_ENV = "STUDIO_PROJECT"  # the experiment's name (verl's trainer.project_name)
-# MLflow's own variables: verl's Tracking reads them and attaches to the run (docs/verl.md).
+# MLflow's own variables: verl's Tracking reads them and attaches to the run
+# (docs/verl.md#tracking-and-mlflow).
 MLFLOW_TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 MLFLOW_TRACKING_TOKEN_ENV = "MLFLOW_TRACKING_TOKEN"
 MLFLOW_RUN_ID_ENV = "MLFLOW_RUN_ID"

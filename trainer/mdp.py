@@ -1,4 +1,4 @@
-"""Step-level MDP records (Agent-R1, REFERENCE §1).
+"""Step-level MDP records (Agent-R1, docs/algorithms.md#the-step-level-mdp).
 
 State s_t is the full prompt the environment presents at step t; action a_t is the whole LLM
 response of that step. One :class:`Step` is recorded per LLM call; a :class:`Trajectory` is the

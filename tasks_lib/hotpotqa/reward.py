@@ -1,5 +1,5 @@
 """HotpotQA reward: normalised exact match of the ``<answer>`` text against the answer and its aliases;
-token F1 is returned too, for logging (REFERENCE §5)."""
+token F1 is returned too, for logging (docs/tasks.md#hotpotqa)."""
 
 from __future__ import annotations
 

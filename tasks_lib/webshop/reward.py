@@ -3,7 +3,7 @@
 score = r_type * (matched attributes + matched options + r_price) / (goal attributes + goal options + 1)
 
 r_type is 1 for the goal's product type, 0.5 for another type in the same department, 0.1 otherwise;
-r_price is 1 when the price is at most the goal's limit. Success is score >= 0.999 (REFERENCE §5).
+r_price is 1 when the price is at most the goal's limit. Success is score >= 0.999 (docs/tasks.md#webshop).
 The idea follows the WebShop paper; the code and weights here are our own.
 """
 

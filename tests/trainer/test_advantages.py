@@ -467,7 +467,7 @@ def ref_gigpo(batch: StepBatch, gamma: float, lam: float, norm: bool, w: float) 
     return episode + w * spread(batch, per_step)
 
 
-REFERENCES: dict[str, Callable[[StepBatch, float, float, bool, float], torch.Tensor]] = {
+LOOP_ESTIMATORS: dict[str, Callable[[StepBatch, float, float, bool, float], torch.Tensor]] = {
     "gae": ref_gae,
     "token_gae": ref_token_gae,
     "grpo": ref_grpo,
@@ -488,7 +488,7 @@ def test_vectorised_estimators_match_the_loop_reference(name: str, layout: str, 
     advantages, _ = ESTIMATORS.get(name)(
         batch, gamma=gamma, lam=lam, norm_adv_by_std=norm, step_weight=weight
     )
-    expected = REFERENCES[name](batch, gamma, lam, norm, weight)
+    expected = LOOP_ESTIMATORS[name](batch, gamma, lam, norm, weight)
     torch.testing.assert_close(advantages.double(), expected, atol=2e-5, rtol=1e-4)
 
 
@@ -506,7 +506,7 @@ def test_long_trajectories_match_the_loop_reference(name: str) -> None:
         anchor_index=torch.tensor([rng.randint(0, 4) for _ in range(2 * steps)]),
     )
     advantages, _ = ESTIMATORS.get(name)(batch, gamma=0.97, lam=0.9)
-    expected = REFERENCES[name](batch, 0.97, 0.9, True, 1.0)
+    expected = LOOP_ESTIMATORS[name](batch, 0.97, 0.9, True, 1.0)
     torch.testing.assert_close(advantages.double(), expected, atol=2e-4, rtol=1e-3)
 
 

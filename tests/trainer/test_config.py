@@ -245,7 +245,7 @@ def test_a_cross_field_error_reads_well_when_raised() -> None:
 
 
 def test_a_group_of_one_is_fine_for_rloo() -> None:
-    # REFERENCE §3: RLOO with n = 1 is defined (A = R), unlike GRPO where it makes every advantage 0.
+    # docs/algorithms.md#rloo: RLOO with n = 1 is defined (A = R), unlike GRPO where it makes every advantage 0.
     assert config_errors(grpo(preset="rloo", algorithm__estimator="rloo", rollout__n=1)) == {}
 
 

@@ -1,4 +1,4 @@
-"""Presets: the REFERENCE §4 mapping, their defaults and registry behaviour."""
+"""Presets: the mapping of docs/algorithms.md#presets, their defaults and registry behaviour."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from trainer.algos.losses import AGG_MODES, KL_KINDS, POLICY_LOSSES
 from trainer.algos.presets import PRESETS, Preset
 from trainer.registry import RegistryError
 
-# REFERENCE §4: name -> (estimator, policy loss, critic, where the KL goes).
+# docs/algorithms.md#presets: name -> (estimator, policy loss, critic, where the KL goes).
 EXPECTED = {
     "ppo": ("gae", "vanilla", True, "none"),
     "steppo": ("gae", "gspo", True, "none"),

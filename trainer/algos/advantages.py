@@ -1,4 +1,4 @@
-"""Advantage estimators over step rows (Agent-R1 step-level MDP, REFERENCE §3).
+"""Advantage estimators over step rows (Agent-R1 step-level MDP, docs/algorithms.md#advantage-estimators).
 
 A batch row is one *step* (one LLM call). The rows of a trajectory are consecutive and in step order;
 ``traj_index`` names the trajectory, ``group_index`` the prompt it was sampled for (a group = the n

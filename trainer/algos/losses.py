@@ -1,4 +1,4 @@
-"""Policy and value losses, loss aggregation, KL penalties and entropy (REFERENCE §4).
+"""Policy and value losses, loss aggregation, KL penalties and entropy (docs/algorithms.md#policy-losses).
 
 Pure tensor functions. Shapes: S rows (steps), T response positions; ``mask`` is 1 on model tokens.
 Every policy loss has the same signature (:class:`PolicyLoss`) and returns ``(loss, metrics)`` where the

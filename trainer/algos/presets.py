@@ -1,4 +1,4 @@
-"""Algorithm presets: estimator + policy loss + defaults, as in Agent-R1 (REFERENCE §4).
+"""Algorithm presets: estimator + policy loss + defaults, as in Agent-R1 (docs/algorithms.md#presets).
 
 ``Preset.defaults`` is keyed by RunConfig's dotted field paths (``"rollout.n"``, ``"algorithm.gamma"``),
 so ``RunConfig.from_preset`` can apply them as plain overrides. Per-task settings (max steps,

@@ -1,4 +1,4 @@
-"""Environments (Agent-R1's AgentEnv layer, REFERENCE §2).
+"""Environments (Agent-R1's AgentEnv layer, docs/algorithms.md#agentenv).
 
 An env is created per trajectory, ``reset`` with the dataset row, then stepped with each LLM
 response. ``step`` returns (observation, reward, done, info); reward None means "score this step

@@ -1,4 +1,5 @@
-"""ToolEnv: a chat where the model calls tools until it answers (Agent-R1 semantics, REFERENCE §2)."""
+"""ToolEnv: a chat where the model calls tools until it answers (Agent-R1 semantics,
+docs/algorithms.md#toolenv)."""
 
 from __future__ import annotations
 

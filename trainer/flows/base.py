@@ -1,4 +1,4 @@
-"""Agent flows (Agent-R1's AgentFlowBase layer, REFERENCE §2).
+"""Agent flows (Agent-R1's AgentFlowBase layer, docs/algorithms.md#agentflowbase).
 
 A flow runs one episode for one dataset row: it builds each prompt, asks the LLM for a response
 (token in, token out), drives the env, and records one :class:`~trainer.mdp.Step` per LLM call.

@@ -1,4 +1,4 @@
-"""Context policies: which of the env's messages make up the next prompt (REFERENCE §1).
+"""Context policies: which of the env's messages make up the next prompt (docs/algorithms.md#context-policies).
 
 The env keeps the whole history; a policy picks what the model sees at each step. Every policy has
 the same signature, ``policy(messages, window) -> messages``, and returns a new list.

@@ -1,4 +1,4 @@
-"""AgentEnvLoop: the generic step-level agent loop (REFERENCE §2)."""
+"""AgentEnvLoop: the generic step-level agent loop (docs/algorithms.md#agentenvloop)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tools the agent can call (Agent-R1's BaseTool layer, REFERENCE §2).
+"""Tools the agent can call (Agent-R1's BaseTool layer, docs/algorithms.md#basetool).
 
 A tool has a name, a description and JSON-Schema ``parameters``; ``execute`` is async and returns a
 :class:`ToolResult`. :func:`run_tool_call` is the one place that turns a parsed call into a

@@ -2,7 +2,7 @@
 
 A format parses a response into :class:`~trainer.mdp.ToolCallRecord` objects (malformed calls
 included, with ``error="malformed"``; parsing never raises) and renders tool results as the one
-user message that follows the assistant's turn (Agent-R1 ToolEnv semantics, REFERENCE §2).
+user message that follows the assistant's turn (Agent-R1 ToolEnv semantics, docs/algorithms.md#toolenv).
 """
 
 from __future__ import annotations

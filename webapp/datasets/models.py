@@ -23,7 +23,7 @@ from webapp.guarded import guarded_update
 
 logger = logging.getLogger(__name__)
 
-REFERENCE_PREFIX = "dataset:"
+DATASET_REF_PREFIX = "dataset:"
 MAX_PROBLEMS_KEPT = 50
 
 
@@ -68,7 +68,7 @@ class Dataset(models.Model):
 
     @property
     def reference(self) -> str:
-        return f"{REFERENCE_PREFIX}{self.pk}"
+        return f"{DATASET_REF_PREFIX}{self.pk}"
 
     @property
     def is_usable(self) -> bool:
@@ -81,9 +81,9 @@ class Dataset(models.Model):
     @classmethod
     def resolve(cls, team: Team, reference: str | None) -> Dataset | None:
         """The usable dataset of ``team`` that ``dataset:<id>`` names, else None."""
-        if not reference or not reference.startswith(REFERENCE_PREFIX):
+        if not reference or not reference.startswith(DATASET_REF_PREFIX):
             return None
-        pk = reference.removeprefix(REFERENCE_PREFIX)
+        pk = reference.removeprefix(DATASET_REF_PREFIX)
         return cls.usable_for(team).filter(pk=int(pk)).first() if pk.isdigit() else None
 
     @classmethod

@@ -168,7 +168,7 @@ def prompt_curves(run: Run) -> list[PromptCurve]:
 
 # -- the task x algorithm table --------------------------------------------------------------------
 
-METRIC_PREFERENCE = (VAL_METRIC, "success", "score")
+VAL_METRIC_ORDER = (VAL_METRIC, "success", "score")
 
 
 def primary_val_key(task: str, keys: Iterable[str]) -> str | None:
@@ -176,10 +176,10 @@ def primary_val_key(task: str, keys: Iterable[str]) -> str | None:
     else the first val/.../acc, else any val/ key. verl's val-core keys arrive as val/<task>/acc
     (trainer.contract.canonical_key)."""
     names = sorted(keys)
-    for metric in METRIC_PREFERENCE:
+    for metric in VAL_METRIC_ORDER:
         if val_key(task, metric) in names:
             return val_key(task, metric)
-    for metric in METRIC_PREFERENCE:
+    for metric in VAL_METRIC_ORDER:
         for name in names:
             if name.startswith(VAL_PREFIX) and name.endswith("/" + metric):
                 return name

@@ -3,8 +3,8 @@
 Metric points are append-only rows keyed on (run, key, step) — no surrogate id, so the table and
 its one index stay narrow for COPY. Beside them: a latest-value table for list pages and min/max
 summaries at a few resolutions (``SUMMARY_WIDTHS``) kept up to date as points arrive, so a curve of
-a million points is drawn from a few thousand summary rows (REFERENCE §10). The SQL that writes and
-reads them lives in :mod:`webapp.results.metrics_store`.
+a million points is drawn from a few thousand summary rows (docs/benchmarks.md#curve-queries). The
+SQL that writes and reads them lives in :mod:`webapp.results.metrics_store`.
 
 The foreign keys of the high-volume tables carry no database constraint: Postgres would fire one
 referential-integrity trigger per COPY row. The ingestion API checks the run once per request and

@@ -133,12 +133,22 @@ def test_every_field_verl_honours_reaches_verls_command_or_our_code_in_its_worke
     assert unused == expected
 
 
+STEP_MEAN_ENTROPY = {
+    "algorithm.loss_agg_mode": "seq-mean-token-mean",
+    "algorithm.kl_mode": "none",
+    "algorithm.entropy_coef": 0.01,
+}
+
+
 @pytest.mark.parametrize(
     ("backend", "changes", "path"),
     [
         ("torch", {"resources.gpus_per_node": 2}, "resources.gpus_per_node"),
         ("verl", {"trainer.device": "cpu"}, "trainer.device"),
         ("verl", {"rollout.context_policy": "sliding_window"}, "rollout.context_policy"),
+        # grpo's KL loss: verl aggregates it over trajectory rows, which this mode tells from steps
+        ("verl", {"algorithm.loss_agg_mode": "seq-mean-token-mean"}, "algorithm.loss_agg_mode"),
+        ("verl", STEP_MEAN_ENTROPY, "algorithm.loss_agg_mode"),
     ],
 )
 def test_values_a_backend_cannot_honour_are_refused_on_their_field(

@@ -57,7 +57,7 @@ def test_what_verl_cannot_express_is_an_error_on_the_field_to_change(personas: A
 def test_stored_configs_are_migrated_to_what_their_backend_did(personas: Any) -> None:
     # Before the backends refused them, verl configs carried skip_zero_advantage_groups = true (the old
     # default) and torch configs could ask for GPUs they never used.
-    migration = importlib.import_module("webapp.experiments.migrations.0003_stored_configs_fit_their_backend")
+    migration = importlib.import_module("webapp.experiments.migrations.0004_stored_configs_fit_their_backend")
     verl = RunConfig.from_preset(
         "grpo", backend="verl", **{"resources.gpus_per_node": 2, "optim.mini_batch_size": 8}
     )

@@ -1,6 +1,6 @@
 """From trajectories to tensors: step rows, padded response tensors, and model inputs for a few rows.
 
-Rows are steps (REFERENCE §1): all steps of one trajectory are consecutive and in step order. The
+Rows are steps (docs/algorithms.md#step-batches): all steps of one trajectory are consecutive and in step order. The
 model input of a step is its full prompt followed by its response; only the positions that predict
 response tokens are sent through the LM head.
 """

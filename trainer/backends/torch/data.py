@@ -1,4 +1,5 @@
-"""Dataset rows for the torch backend: parquet files in the data contract (DESIGN.md), read with pyarrow."""
+"""Dataset rows for the torch backend: parquet files in the data contract, read with pyarrow
+(docs/contract.md#the-data-contract)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def load_rows(path: str | Path, *, limit: int | None = None) -> list[Row]:
     missing = [column for column in REQUIRED_COLUMNS if column not in table.column_names]
     if missing:
         raise ValueError(
-            f"dataset {file} lacks column(s) {', '.join(missing)}; see the data contract in DESIGN.md"
+            f"dataset {file} lacks column(s) {', '.join(missing)}; "
+            "see the data contract in docs/contract.md#the-data-contract"
         )
     rows: list[Row] = table.to_pylist()
     for number, row in enumerate(rows):

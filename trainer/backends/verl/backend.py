@@ -89,7 +89,7 @@ class VerlBackend:
                     "to append, or use backend torch for a sliding window",
                 )
             )
-        return problems + _batch_problems(config)
+        return problems + _loss_problems(config) + _batch_problems(config)
 
     def check(self, config: RunConfig) -> list[Problem]:
         """verl's own ``validate_config`` on the command this run would get (imports verl and Hydra)."""
@@ -122,6 +122,29 @@ class VerlBackend:
             needs=cluster_needs(config),
             stall_hint=STALL_HINT,
         )
+
+
+def _loss_problems(config: RunConfig) -> list[Problem]:
+    """verl aggregates the KL and entropy terms over whole trajectory rows (docs/verl.md#policy-losses):
+    the same as over steps, up to verl's mini-batch scale, except under seq-mean-token-mean."""
+    algo = config.algorithm
+    if algo.loss_agg_mode != "seq-mean-token-mean":
+        return []
+    terms = []
+    if algo.kl_mode == "loss" and algo.kl_coef > 0:
+        terms.append("a KL loss")
+    if algo.entropy_coef > 0:
+        terms.append("an entropy bonus")
+    if not terms:
+        return []
+    return [
+        (
+            "algorithm.loss_agg_mode",
+            f"backend verl averages {' and '.join(terms)} over whole trajectories, not over steps, under "
+            "seq-mean-token-mean: set algorithm.loss_agg_mode to token-mean or seq-mean-token-sum, set "
+            "algorithm.kl_mode to reward or none and algorithm.entropy_coef to 0, or use backend torch",
+        )
+    ]
 
 
 def _batch_problems(config: RunConfig) -> list[Problem]:

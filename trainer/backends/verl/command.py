@@ -31,15 +31,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from trainer.config import RunConfig
 
-# verl runs our estimators, not its own: trainer.backends.verl.estimators registers each one under
-# this prefix (the job's setup hook installs them), so a preset means the same math on both backends.
-ESTIMATOR_PREFIX = "agent_r1_"
+# verl runs our estimators and policy losses, not its own: trainer.backends.verl.estimators and
+# .losses register each one under this prefix (the job's setup hook installs them), so a preset means
+# the same math on both backends.
+PREFIX = "agent_r1_"
 # Our key in verl's algorithm config for what verl's fields do not say (gamma, lam and
-# norm_adv_by_std_in_grpo are verl's own); verl hands that config to every estimator (docs/verl.md).
+# norm_adv_by_std_in_grpo are verl's own); verl hands that config to every estimator
+# (docs/verl.md#advantages).
 ALGORITHM_KEY = "agent_r1"
 STEP_WEIGHT_KEY = "gigpo_step_weight"
-# verl's "gpg" loss is -A·logπ with no ratio and no clip: our reinforce loss.
-POLICY_LOSSES = {"vanilla": "vanilla", "gspo": "gspo", "reinforce": "gpg"}
 LOGGERS = ("console", "mlflow")
 # model.dtype as verl spells it: FSDP's compute dtype (mixed_precision.param_dtype) and vLLM's dtype.
 FSDP_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
@@ -76,7 +76,12 @@ def prompts_per_mini_batch(config: RunConfig) -> int:
 
 def verl_estimator_name(estimator: str) -> str:
     """The name our estimator ``estimator`` has in verl's estimator registry."""
-    return ESTIMATOR_PREFIX + estimator
+    return PREFIX + estimator
+
+
+def verl_loss_name(loss: str) -> str:
+    """The name our policy loss ``loss`` has in verl's policy-loss registry."""
+    return PREFIX + loss
 
 
 def _algorithm(config: RunConfig) -> dict[str, Any]:
@@ -132,7 +137,7 @@ def _actor(config: RunConfig) -> dict[str, Any]:
         "clip_ratio_high": algo.clip_high,
         "clip_ratio_c": algo.dual_clip_c,
         "loss_agg_mode": algo.loss_agg_mode,
-        "policy_loss.loss_mode": POLICY_LOSSES[algo.policy_loss],
+        "policy_loss.loss_mode": verl_loss_name(algo.policy_loss),
         "data_loader_seed": config.trainer.seed,
     }
     return {prefix + key: value for key, value in values.items()}
@@ -201,7 +206,8 @@ def _trainer(
 ) -> dict[str, Any]:
     trainer, total = config.trainer, config.trainer.total_steps
     return {
-        # verl's default; said here because our estimators' hook wraps the v1 trainer (docs/verl.md).
+        # verl's default; said here because our estimators' hook wraps the v1 trainer
+        # (docs/verl.md#advantages).
         "trainer.use_v1": True,
         "trainer.total_training_steps": total,
         # verl saves at every multiple of save_freq and always at the last step (0 = the end only).

@@ -10,8 +10,7 @@ per-token results back where the step's tokens lie in verl's (batch, response_le
 Parameters reach the math as arguments, read from the algorithm config verl hands its estimators:
 ``gamma``, ``lam`` and ``norm_adv_by_std_in_grpo`` are verl's own fields, GiGPO's step weight rides
 under our key ``algorithm.agent_r1``. verl calls a registered estimator without critic values or
-per-step data, so :func:`install` adds those two for the estimators that read them (docs/verl.md,
-"Advantages").
+per-step data, so :func:`install` adds those two for the estimators that read them (docs/verl.md#advantages).
 """
 
 from __future__ import annotations
@@ -299,7 +298,7 @@ def install() -> None:
 
     The registry is verl's own extension point. Critic values and anchor ids have none: verl's call
     of a registered estimator passes rewards, mask, uids and config only, and its v1 trainer fetches
-    a fixed list of fields for the step, so the one hook wraps that step (docs/verl.md, "Advantages").
+    a fixed list of fields for the step, so the one hook wraps that step (docs/verl.md#advantages).
     """
     from verl.trainer.ppo import core_algos
     from verl.trainer.ppo.v1 import trainer_base

@@ -2,8 +2,9 @@
 
 The executor sets ``runtime_env["worker_process_setup_hook"] =
 "trainer.backends.verl.setup_hook.setup_worker"`` on the whole job, so Ray calls this in the
-TaskRunner (where advantages are computed), in the agent-loop workers (where our flows run) and in
-every other worker, before any task.
+TaskRunner (where advantages are computed and the critic's loss is picked), in the agent-loop
+workers (where our flows run) and in the actor and critic workers (where the losses run), before any
+task.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ HOOK = "trainer.backends.verl.setup_hook.setup_worker"
 
 
 def setup_worker() -> None:
-    """Install our estimators in verl (:func:`.estimators.install`) and load the recipe plugins."""
-    from trainer.backends.verl.estimators import install
+    """Install our estimators and losses in verl (:func:`.estimators.install`, :func:`.losses.install`)
+    and load the recipe plugins."""
+    from trainer.backends.verl import estimators, losses
     from trainer.plugins import load_plugins
 
-    install()
+    estimators.install()
+    losses.install()
     # The agent loop scores final answers with the reward function of each row's data_source and
     # builds the recipes' tools and envs: their registries fill when the plugins are imported.
     load_plugins()

@@ -81,7 +81,7 @@ def test_the_grpo_overrides_are_exactly_these() -> None:
         "actor_rollout_ref.actor.clip_ratio_high=0.2",
         "actor_rollout_ref.actor.clip_ratio_c=3.0",
         "actor_rollout_ref.actor.loss_agg_mode=token-mean",
-        "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=agent_r1_vanilla",
         "actor_rollout_ref.actor.data_loader_seed=42",
         "actor_rollout_ref.model.path=/models/qwen3-4b",
         "actor_rollout_ref.model.trust_remote_code=false",
@@ -129,15 +129,15 @@ def test_the_grpo_overrides_are_exactly_these() -> None:
 @pytest.mark.parametrize(
     ("preset", "estimator", "loss", "critic", "kl"),
     [
-        ("ppo", "agent_r1_gae", "vanilla", "true", "none"),
-        ("steppo", "agent_r1_gae", "gspo", "true", "none"),
-        ("grpo", "agent_r1_grpo", "vanilla", "false", "loss"),
-        ("rloo", "agent_r1_rloo", "vanilla", "false", "reward"),
-        ("reinforce", "agent_r1_reinforce", "gpg", "false", "reward"),
-        ("gigpo", "agent_r1_gigpo", "vanilla", "false", "loss"),
+        ("ppo", "agent_r1_gae", "agent_r1_vanilla", "true", "none"),
+        ("steppo", "agent_r1_gae", "agent_r1_gspo", "true", "none"),
+        ("grpo", "agent_r1_grpo", "agent_r1_vanilla", "false", "loss"),
+        ("rloo", "agent_r1_rloo", "agent_r1_vanilla", "false", "reward"),
+        ("reinforce", "agent_r1_reinforce", "agent_r1_reinforce", "false", "reward"),
+        ("gigpo", "agent_r1_gigpo", "agent_r1_vanilla", "false", "loss"),
     ],
 )
-def test_each_preset_maps_onto_our_estimator_in_verl_and_verls_loss_critic_and_kl(
+def test_each_preset_maps_onto_our_estimator_and_loss_in_verl_and_verls_critic_and_kl(
     preset: str, estimator: str, loss: str, critic: str, kl: str
 ) -> None:
     values = dict(

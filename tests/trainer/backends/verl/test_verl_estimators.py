@@ -248,7 +248,7 @@ def one_step_rows(seed: int, rows: int, width: int, *, gaps: bool) -> tuple[torc
 
 @pytest.mark.parametrize("norm", [True, False])
 def test_grpo_equals_verls(norm: bool) -> None:
-    # Groups of 5 only: verl gives a lone sample R / (1 + eps) where ours gives 0 (docs/algorithms.md).
+    # Groups of 5 only: verl gives a lone sample R / (1 + eps) where ours gives 0 (docs/verl.md#advantages).
     rewards, mask, _ = one_step_rows(0, rows=60, width=9, gaps=False)
     uids = [f"p{i // 5}" for i in range(60)]
     config = OmegaConf.create({"norm_adv_by_std_in_grpo": norm})

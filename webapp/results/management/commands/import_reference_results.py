@@ -1,4 +1,4 @@
-"""Import the Agent-R1 paper's reported results (REFERENCE §6, Qwen3-4B) as a labelled reference set.
+"""Import the Agent-R1 paper's reported results (docs/tasks.md#reported-results, Qwen3-4B) as a labelled reference set.
 
 Shown beside our own numbers on the comparison page and in its exports, never mixed into them.
 Running it again updates the same rows.
