@@ -45,6 +45,11 @@ NUM_TURNS_MEAN = "num_turns/mean"
 TOOLS_CALLS_PER_TRAJ = "tools/calls_per_traj"
 TOOLS_ERROR_RATE = "tools/error_rate"
 TOOLS_MALFORMED_RATE = "tools/malformed_rate"
+ACTOR_PG_LOSS = "actor/pg_loss"
+ACTOR_KL = "actor/kl"
+ACTOR_ENTROPY = "actor/entropy"
+ACTOR_CLIPFRAC = "actor/clipfrac"
+TIMING_STEP_S = "timing/step_s"
 VAL_PREFIX = "val/"
 
 

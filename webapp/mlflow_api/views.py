@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.views.decorators.csrf import csrf_exempt
 
@@ -100,7 +101,7 @@ def search_runs(caller: Caller, body: Body, raw: bytes) -> Body:
     experiment_ids = check.array(body, "experiment_ids")
     size = check.max_results(check.optional_int(body, "max_results"), default=1000)
     pks = [get_experiment_for_caller(caller, value).pk for value in experiment_ids]
-    runs = Run.objects.filter(team=caller.team, experiment_id__in=pks)
+    runs: QuerySet[Run] = Run.objects.filter(team=caller.team, experiment_id__in=pks)
     if caller.run is not None:
         runs = runs.filter(pk=caller.run.pk)
     runs = search.filter_runs(runs, check.optional_string(body, "filter"))
