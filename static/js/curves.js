@@ -364,7 +364,8 @@
     }
 
     function postLayout(form) {
-      fetch(form.action, { method: "POST", body: new FormData(form), headers: { Accept: "application/json" } });
+      // getAttribute: the form's hidden input named "action" shadows form.action.
+      fetch(form.getAttribute("action"), { method: "POST", body: new FormData(form), headers: { Accept: "application/json" } });
     }
 
     root.querySelectorAll("form.panel-form").forEach((form) => {

@@ -27,13 +27,14 @@ from webapp.results.views import render_runs_table
 
 
 def form_choices(team: Team) -> dict[str, list[tuple[str, str]]]:
-    from tasks_lib.registry import TASKS
+    from tasks_lib.registry import load_recipes
     from trainer.algos.presets import PRESETS
     from webapp.datasets.models import Dataset
     from webapp.tools.models import tool_choices
 
+    # load_recipes: a fresh worker process has imported no recipe yet, and the list would be empty.
     return {
-        "task": [(name, name) for name in TASKS.names()],
+        "task": [(name, name) for name in load_recipes().names()],
         "preset": [(name, f"{name} — {PRESETS.get(name).description}") for name in PRESETS.names()],
         "train_dataset": [(str(d.pk), str(d)) for d in Dataset.usable_for(team)],
         "tools": tool_choices(team),
@@ -42,9 +43,10 @@ def form_choices(team: Team) -> dict[str, list[tuple[str, str]]]:
 
 def task_settings(task: str) -> dict[str, Any]:
     """The recipe's own RunConfig settings (agent, env, tools, max steps) under the form's values."""
-    from tasks_lib.registry import TASKS
+    from tasks_lib.registry import load_recipes
 
-    return TASKS.get(task).run_defaults() if task in TASKS else {}
+    tasks = load_recipes()
+    return tasks.get(task).run_defaults() if task in tasks else {}
 
 
 @login_required

@@ -16,15 +16,15 @@ class RolloutFilterForm(forms.Form):
     """The rollout list's filters, read from the query string (GET), so every view is a link."""
 
     step = forms.IntegerField(required=False, min_value=0)
-    step_min = forms.IntegerField(required=False, min_value=0, label="from step")
-    step_max = forms.IntegerField(required=False, min_value=0, label="to step")
-    reward_min = forms.FloatField(required=False, label="reward ≥")
-    reward_max = forms.FloatField(required=False, label="reward ≤")
+    step_min = forms.IntegerField(required=False, min_value=0, label="From step")
+    step_max = forms.IntegerField(required=False, min_value=0, label="To step")
+    reward_min = forms.FloatField(required=False, label="Reward ≥")
+    reward_max = forms.FloatField(required=False, label="Reward ≤")
     success = forms.ChoiceField(required=False, choices=YES_NO)
-    tool_errors = forms.ChoiceField(required=False, choices=YES_NO, label="tool errors")
-    data_source = forms.ChoiceField(required=False, choices=[("", "any")], label="data source")
+    tool_errors = forms.ChoiceField(required=False, choices=YES_NO, label="Tool errors")
+    data_source = forms.ChoiceField(required=False, choices=[("", "any")], label="Data source")
     group = forms.CharField(required=False, max_length=200, widget=forms.HiddenInput)
-    sample = forms.IntegerField(required=False, min_value=0, label="dataset row")
+    sample = forms.IntegerField(required=False, min_value=0, label="Dataset row")
 
     def __init__(self, *args: object, data_sources: list[str] = (), **kwargs: object) -> None:  # type: ignore[assignment]
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]

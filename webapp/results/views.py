@@ -199,6 +199,7 @@ def runs_delete(request: HttpRequest, team_slug: str) -> HttpResponse:
         "team": team,
         "chosen": chosen,
         "active": [r for r in chosen if r.status in ACTIVE],
+        "deletable": sum(r.status not in ACTIVE for r in chosen),
         "next": back,
     }
     return render(request, "results/runs_delete.html", context)

@@ -123,6 +123,13 @@ def test_a_seed_group_draws_its_mean_inside_a_min_max_band(
     assert set(drawn["low"]) == {0.2} and set(drawn["high"]) == {0.6}
     page.uncheck("#group-seeds")  # split: one line per seed again
     assert page.evaluate(f"() => window.studioCharts.get('{REWARD_MEAN}')._studio.items.length") == 3
+    # a panel's log scale is kept for this user and experiment
+    with page.expect_response("**/curves/layout/"):
+        page.click(f"figure[data-key='{ACTOR_KL}'] form[data-action=log] button")
+    assert page.evaluate(f"() => window.studioCharts.get('{ACTOR_KL}').scales.y.distr") == 3
+    page.reload()
+    page.wait_for_function(f"() => window.studioCharts && window.studioCharts.get('{ACTOR_KL}')")
+    assert page.evaluate(f"() => window.studioCharts.get('{ACTOR_KL}').scales.y.distr") == 3
 
 
 def test_a_zoom_survives_two_live_refreshes_and_reads_the_zoomed_steps_raw(
