@@ -8,7 +8,9 @@ ours/verl, plus the ratio of the fastest calls. Goal: ours <= 1.0x (on the media
 
 Peers: verl registers the loop implementations ``compute_grpo_outcome_advantage`` ("grpo") and
 ``compute_rloo_outcome_advantage`` ("rloo"); it also ships vectorised variants ("grpo_vectorized",
-"rloo_vectorized"), timed as well so the table compares against verl's fastest code too.
+"rloo_vectorized"), timed as well so the table compares against verl's fastest code too. The
+``name@verl`` rows time the same estimators as the verl backend calls them, through the adapter in
+trainer/backends/verl/estimators.py, against the verl function of the same estimator.
 Exit status is nonzero only on an error (verl missing, outputs that differ), never on a missed goal.
 """
 
@@ -84,10 +86,22 @@ def check_equal(name: str, ours: torch.Tensor, theirs: torch.Tensor, mask: torch
 
 
 def cases(core: Any, batch: StepBatch) -> list[tuple[str, str, Callable[[], Any], Callable[[], Any], bool]]:
-    """(our estimator, verl function, ours, theirs, whether the outputs must match)."""
+    """(our estimator, verl function, ours, theirs, whether the outputs must match).
+
+    ``name@verl`` rows time what the verl backend runs: the same estimator behind the adapter from
+    verl's rows (prompt uids as strings, steps found from the mask) and back.
+    """
+    from trainer.backends.verl.estimators import VERL_ESTIMATORS
+
     index = batch.group_index.numpy()
+    uids = index.astype(str).astype(object)
     rewards, mask, values = batch.token_rewards, batch.response_mask, batch.values
     est = ESTIMATORS.get
+    config = {"gamma": GAMMA, "lam": LAM}
+
+    def adapted(name: str, **kw: Any) -> Callable[[], Any]:
+        return lambda: VERL_ESTIMATORS[f"agent_r1_{name}"](rewards, mask, index=uids, config=config, **kw)
+
     return [
         ("grpo", "compute_grpo_outcome_advantage", lambda: est("grpo")(batch),
          lambda: core.compute_grpo_outcome_advantage(rewards, mask, index), True),
@@ -103,6 +117,12 @@ def cases(core: Any, batch: StepBatch) -> list[tuple[str, str, Callable[[], Any]
         # the brief asks, since it is what our PPO preset runs in place of token-level GAE.
         ("gae", "compute_gae_advantage_return", lambda: est("gae")(batch, gamma=GAMMA, lam=LAM),
          lambda: core.compute_gae_advantage_return(rewards, values, mask, GAMMA, LAM), False),
+        ("grpo@verl", "compute_grpo_outcome_advantage", adapted("grpo"),
+         lambda: core.compute_grpo_outcome_advantage(rewards, mask, index), True),
+        ("rloo@verl", "compute_rloo_outcome_advantage", adapted("rloo"),
+         lambda: core.compute_rloo_outcome_advantage(rewards, mask, index), True),
+        ("token_gae@verl", "compute_gae_advantage_return", adapted("token_gae", values=values),
+         lambda: core.compute_gae_advantage_return(rewards, values, mask, GAMMA, LAM), True),
     ]  # fmt: skip
 
 
@@ -119,7 +139,7 @@ def main() -> int:
     # Two threads on a shared 2-core machine: other load skews parallel ops, so say how busy it was.
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     header = (
-        f"{'ours':<10} {'verl function':<44} {'ours ms':>8} {'verl ms':>8} {'ours/verl':>10} "
+        f"{'ours':<14} {'verl function':<44} {'ours ms':>8} {'verl ms':>8} {'ours/verl':>10} "
         f"{'(best)':>8} {'n':>4}  goal <= 1.0x"
     )
     print(header)
@@ -132,7 +152,7 @@ def main() -> int:
         ratio, best_ratio = ours_s / theirs_s, min(ours_t) / min(their_t)
         verdict = "met" if ratio <= 1.0 else "missed"
         print(
-            f"{name:<10} {verl_name:<44} {ours_s * 1e3:>8.2f} {theirs_s * 1e3:>8.2f} {ratio:>9.3f}x "
+            f"{name:<14} {verl_name:<44} {ours_s * 1e3:>8.2f} {theirs_s * 1e3:>8.2f} {ratio:>9.3f}x "
             f"{best_ratio:>7.3f}x {len(ours_t):>4}  {verdict}",
             flush=True,
         )

@@ -68,9 +68,9 @@ def run_ours(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from trainer.backends.torch import train
+    from trainer.backends.torch.loop import train
     from trainer.config import RunConfig
-    from trainer.report import MemoryReporter
+    from trainer.report.reporters import MemoryReporter
 
     pq.write_table(pa.Table.from_pylist(rows), workdir / "train.parquet")
     config = RunConfig.from_preset(
@@ -85,6 +85,7 @@ def run_ours(
             "rollout.temperature": 1.0,
             "rollout.agent_name": "single_step",
             "algorithm.kl_mode": "none",
+            "algorithm.skip_zero_advantage_groups": True,  # TRL still runs the update for tied groups
             "optim.lr": LEARNING_RATE,
             "optim.mini_batch_size": PROMPTS_PER_STEP * SAMPLES_PER_PROMPT,
             "optim.micro_batch_size": PROMPTS_PER_STEP * SAMPLES_PER_PROMPT,

@@ -1,8 +1,8 @@
 """Metric points per second into Postgres: our ingestion API vs an MLflow tracking server vs raw COPY.
 
 All three write to the same embedded Postgres on this machine, in the same run:
-- ours: gzipped MetricBatch bodies of 10,000 points posted to /api/ingest/runs/{id}/metrics
-  (gunicorn, BENCH_WORKERS workers, two client threads), the way trainer.report.HttpReporter does;
+- ours: gzipped MetricBatch bodies of 10,000 points posted to trainer.contract.METRICS_PATH
+  (gunicorn, BENCH_WORKERS workers, two client threads), the way trainer.report.http.HttpReporter does;
 - MLflow: REST runs/log-batch with 1,000 metrics per call (its limit), two client threads;
 - raw COPY: psycopg binary COPY of (run, key, step, value, ts) rows in batches of 10,000 into a table
   keyed on (run_id, key, step), no server in between: the limit.
@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 from _common import make_run, mlflow_run, mlflow_server, postgres, ratio, setup_django, studio_server
+
+from trainer.contract import METRICS_PATH
 
 KEYS = [f"bench/k{i:02d}" for i in range(20)]
 OUR_BATCHES = int(os.environ.get("BENCH_OUR_BATCHES", "100"))  # x 10,000 points
@@ -64,7 +66,7 @@ def bench_ours(database_url: str) -> float:
         "Content-Encoding": "gzip",
     }
     with studio_server(database_url) as server:
-        url = f"{server.url}/api/ingest/runs/{run.pk}/metrics"
+        url = server.url + METRICS_PATH.format(run_id=run.pk)
         post_all(url, bodies[:2], headers)  # warm up: connections, the key cache of each worker
         seconds = post_all(url, bodies[2:], headers)
     from webapp.results.models import MetricPoint

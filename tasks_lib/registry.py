@@ -13,8 +13,10 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
+from trainer.config import RECIPE_DEFAULTS
 from trainer.plugins import load_plugins
 from trainer.registry import Registry
 
@@ -69,7 +71,7 @@ class Recipe:
     run_overrides: Mapping[str, Any] = field(default_factory=dict)  # further RunConfig settings that suit it
 
     def run_defaults(self) -> dict[str, Any]:
-        """RunConfig overrides (dotted paths) that suit this task."""
+        """This task's RunConfig defaults (dotted paths): over the preset's, under the user's values."""
         return {
             "task": self.data_source,
             "rollout.agent_name": self.agent_name,
@@ -81,6 +83,14 @@ class Recipe:
 
 
 TASKS: Registry[Recipe] = Registry("task recipe")
+
+
+def register(recipe: Recipe) -> Recipe:
+    """Add ``recipe`` to TASKS and its run defaults to the trainer's RECIPE_DEFAULTS, both under its name
+    (the trainer's RunConfig.from_preset puts them between the preset's defaults and the user's values)."""
+    TASKS.add(recipe.name, recipe)
+    RECIPE_DEFAULTS.add(recipe.name, MappingProxyType(recipe.run_defaults()))
+    return recipe
 
 
 def load_recipes() -> Registry[Recipe]:

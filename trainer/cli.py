@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import logging
 import os
 import signal
@@ -35,20 +34,15 @@ import httpx
 import yaml
 from pydantic import ValidationError
 
+from trainer.backends import BACKENDS
 from trainer.config import RunConfig, validation_errors
 from trainer.contract import API_ENV, TOKEN_ENV
 from trainer.plugins import load_plugins
 from trainer.registry import RegistryError
-from trainer.report import (
-    ConsoleReporter,
-    HttpReporter,
-    JsonlReporter,
-    MultiReporter,
-    PermanentHttpError,
-    Reporter,
-    RetryableHttpError,
-    RunApiClient,
-)
+from trainer.report.client import RunApiClient
+from trainer.report.http import HttpReporter
+from trainer.report.reporters import ConsoleReporter, JsonlReporter, MultiReporter, Reporter
+from trainer.report.retry import PermanentHttpError, RetryableHttpError
 
 logger = logging.getLogger("trainer")
 
@@ -195,7 +189,9 @@ def _fetch_and_train(args: argparse.Namespace, token: str, http: HttpReporter, w
     config = _fetch_run(args, token, http, work_dir)
     if config is None:
         return EXIT_FAILED
-    reporters: list[Reporter] = [http, ConsoleReporter(progress=False)]
+    reporters: list[Reporter] = [http]
+    if config.report.console:
+        reporters.append(ConsoleReporter(progress=False))
     if config.report.jsonl_path:
         reporters.append(JsonlReporter(config.report.jsonl_path))
     return run_training(config, _combine(reporters))
@@ -272,7 +268,8 @@ def _train_and_report(
         with _stop_on_signals(stop, received):
             # Recipes (tasks_lib or a user's package) register their rewards, tools and envs here.
             load_plugins()
-            train = train or load_backend(config.backend)
+            # The backend imports its libraries (torch, verl) only now, inside train.
+            train = train or BACKENDS.get(config.backend).train
             reporter.set_status("running")
             result = train(config, reporter, stop_event=stop)
     except KeyboardInterrupt:
@@ -291,16 +288,6 @@ def _train_and_report(
         return EXIT_SIGTERM if received and received[0] == signal.SIGTERM else EXIT_SIGINT
     reporter.set_status("succeeded", progress=1.0)
     return EXIT_OK
-
-
-def load_backend(name: str) -> TrainFn:
-    """``trainer.backends.<name>.train``, imported only now (it pulls in torch)."""
-    try:
-        module = importlib.import_module(f"trainer.backends.{name}")
-    except ImportError as error:
-        raise RuntimeError(f"backend {name} is not available here ({error}); install its extra") from error
-    train: TrainFn = module.train
-    return train
 
 
 @contextlib.contextmanager
@@ -327,8 +314,10 @@ def _stop_on_signals(stop: threading.Event, received: list[int]) -> Iterator[Non
 
 
 def load_config(path: Path, sets: Sequence[str] = ()) -> RunConfig:
-    """A config file with ``--set`` overrides on top; UsageError (field path -> messages) if bad."""
+    """A config file with ``--set`` overrides on top (over its task recipe's defaults and its preset's);
+    UsageError (field path -> messages) if bad."""
     overrides = parse_sets(sets)
+    load_plugins()  # the recipes register their defaults (and rewards, tools, envs)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as error:

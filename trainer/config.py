@@ -8,6 +8,13 @@ Field paths are dotted (``rollout.n``); the same paths key overrides (``--set ro
 preset defaults, :func:`config_errors` (so the webapp can put a message on the right form field)
 and :func:`diff` (the clone page).
 
+Defaults come in one order, :meth:`RunConfig.from_preset`'s: the preset's, then the task recipe's
+(:data:`RECIPE_DEFAULTS`, which recipe plugins fill), then the caller's explicit values. The
+New-experiment form, the REST API, the CLI and config files all build configs through it.
+
+Each backend (:data:`trainer.backends.BACKENDS`) refuses what it cannot honour; RunConfig's
+validation asks the config's backend and puts its messages on the fields.
+
 Importing this module needs no torch. Validating a config reads the presets
 (``trainer.algos.presets``), which today pulls in torch through the ``trainer.algos`` package.
 """
@@ -17,12 +24,24 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
+from trainer.backends import BACKENDS
+from trainer.registry import Registry
+
 DEFAULT_PRESET = "grpo"
+
+# Per-task RunConfig defaults (dotted path -> value), registered by each task recipe under its task
+# name when the recipe's plugin is imported (trainer.plugins); the trainer keeps no task table.
+RECIPE_DEFAULTS: Registry[Mapping[str, Any]] = Registry("task recipe")
+
+if TYPE_CHECKING:
+    BackendName = str
+else:  # the registry's names, so a backend added there is a valid choice here and in the form
+    BackendName = Literal[tuple(BACKENDS.names())]
 
 # The names of the algos registries, spelled out here so that validating a config needs neither
 # torch nor the registries; tests/trainer/test_config.py checks they match the registries.
@@ -32,6 +51,8 @@ KlKind = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]
 
 CRITIC_ESTIMATORS = frozenset({"gae", "token_gae"})
+# Estimators that compare steps sharing an anchor observation (StepBatch.anchor_index).
+ANCHOR_ESTIMATORS = frozenset({"gigpo"})
 # Estimators whose baseline comes from the other samples of the same prompt (REFERENCE §3).
 GROUP_ESTIMATORS = frozenset({"grpo", "rloo", "gigpo"})
 # Of those, the ones for which one sample per prompt makes every advantage zero (a size-1 group).
@@ -48,7 +69,9 @@ class ModelConfig(_Section):
         description="Local Hugging Face model folder (or a name the backend resolves offline) to train.",
     )
     dtype: Literal["float32", "bfloat16"] = Field(
-        default="float32", description="Parameter dtype for the policy, reference and critic models."
+        default="float32",
+        description="Dtype the policy, reference and critic weights are held and computed in; with "
+        "bfloat16 the optimizer keeps fp32 master copies of the trained weights.",
     )
     trust_remote_code: bool = Field(
         default=False, description="Allow the model folder's own Python code to run when loading it."
@@ -73,7 +96,10 @@ class DataConfig(_Section):
         description="Longest prompt in tokens; a step whose prompt is longer ends the episode.",
     )
     max_response_length: int = Field(
-        default=512, ge=1, description="Most response tokens one trajectory may generate over all its steps."
+        default=512,
+        ge=1,
+        description="A trajectory's response budget: the most model tokens it generates over all its "
+        "steps (the episode ends when it is spent). verl counts the tool and env tokens between turns too.",
     )
     shuffle: bool = Field(default=True, description="Shuffle the training rows every epoch (seeded).")
     val_max_samples: int | None = Field(
@@ -141,8 +167,9 @@ class AlgorithmConfig(_Section):
         default=1.0, ge=0.0, description="GiGPO: weight of the step-level (anchor group) advantage."
     )
     skip_zero_advantage_groups: bool = Field(
-        default=True,
-        description="Drop trajectories whose advantages are all zero before the update (they carry no gradient).",
+        default=False,
+        description="Leave out of the actor update the groups whose advantages are all zero: their "
+        "forward and backward passes are saved, and the loss is averaged over the other groups only.",
     )
 
 
@@ -208,7 +235,7 @@ class RunConfig(_Section):
     preset: str = Field(
         default=DEFAULT_PRESET, min_length=1, description="Algorithm preset the run started from (PRESETS)."
     )
-    backend: Literal["torch", "verl"] = Field(
+    backend: BackendName = Field(
         default="torch", description="torch: one process, CPU or one GPU. verl: Ray + vLLM + FSDP on GPUs."
     )
     executor: Literal["local", "ray"] = Field(
@@ -245,14 +272,15 @@ class RunConfig(_Section):
 
     @classmethod
     def from_preset(cls, preset_name: str = DEFAULT_PRESET, /, **overrides: Any) -> RunConfig:
-        """The preset's estimator, loss, KL mode and defaults, then ``overrides`` on top.
+        """The one precedence rule: the preset's estimator, loss, KL mode and defaults, then the
+        recipe's defaults of the ``task`` the overrides name (:data:`RECIPE_DEFAULTS`), then the
+        overrides, the caller's explicit values.
 
         Overrides are keyed by dotted path (``**{"rollout.n": 8}``) or by section
-        (``model={"path": ...}``); either way only the named fields change. When the overrides name
-        a known ``task`` (gsm8k, hotpotqa, alfworld, webshop), its Agent-R1 recipe settings sit
-        between the preset's defaults and the overrides.
+        (``model={"path": ...}``); either way only the named fields change. A task no recipe has
+        registered (its plugin not loaded, or free text) adds nothing.
         """
-        from trainer.algos.presets import PRESETS, task_defaults
+        from trainer.algos.presets import PRESETS
 
         preset = PRESETS.get(preset_name)
         flat_overrides = flatten_paths(overrides)
@@ -264,8 +292,8 @@ class RunConfig(_Section):
         }
         values.update(flatten_paths(preset.defaults))
         task = flat_overrides.get("task")
-        if isinstance(task, str):
-            values.update(flatten_paths(task_defaults(task)))
+        if isinstance(task, str) and task in RECIPE_DEFAULTS:
+            values.update(flatten_paths(RECIPE_DEFAULTS.get(task)))
         values.update(flat_overrides)
         return cls.model_validate(nest_paths(values))
 
@@ -403,42 +431,8 @@ def _batch_problems(config: RunConfig) -> list[tuple[str, str]]:
 
 
 def _backend_problems(config: RunConfig) -> list[tuple[str, str]]:
-    resources = config.resources
-    if config.backend == "torch":
-        problems = []
-        if resources.nodes > 1:
-            problems.append(
-                (
-                    "resources.nodes",
-                    "backend torch runs in one process: set resources.nodes to 1, or use backend verl",
-                )
-            )
-        if config.executor == "ray" and config.trainer.device == "cuda" and resources.gpus_per_node < 1:
-            problems.append(
-                (
-                    "resources.gpus_per_node",
-                    "trainer.device is cuda on a Ray job that asks for no GPU: set resources.gpus_per_node to 1",
-                )
-            )
-        return problems
-    if resources.gpus_per_node < 1:
-        return [
-            (
-                "resources.gpus_per_node",
-                "backend verl needs GPUs: set resources.gpus_per_node to 1 or more, or use backend torch",
-            )
-        ]
-    world = resources.gpus_per_node * resources.nodes
-    trajectories = config.trainer.batch_size * config.rollout.n
-    if trajectories % world:
-        return [
-            (
-                "trainer.batch_size",
-                f"verl splits trainer.batch_size * rollout.n ({trajectories}) across {world} GPUs: set "
-                f"trainer.batch_size so that batch_size * rollout.n is a multiple of {world}",
-            )
-        ]
-    return []
+    """What the config's backend refuses in it (see trainer.backends.base.Backend.problems)."""
+    return BACKENDS.get(config.backend).problems(config)
 
 
 def _checkpoint_problems(config: RunConfig) -> list[tuple[str, str]]:

@@ -5,8 +5,10 @@ the run statuses the trainer reports, the metric-key names with the one alias ta
 and the pydantic wire models of every body the trainer sends. The Django routes are mounted from
 these paths; the executors set these variables; the reporters send these models.
 
-Every body the trainer POSTs carries a ``batch_id`` (also sent as the ``Idempotency-Key`` header): a
-replayed batch has the same id, so the server can answer 2xx without storing it twice.
+Every batch the trainer POSTs carries a ``batch_id`` (also sent as the ``Idempotency-Key`` header): a
+replayed batch has the same id, so the server can answer 2xx without storing it twice. The calls
+about the run's life need none: a claim retried by its own worker is answered yes again, the first
+terminal status wins, and a status message or a heartbeat sent twice changes nothing more.
 """
 
 from __future__ import annotations
@@ -34,38 +36,62 @@ MLFLOW_RUN_ID_ENV = "MLFLOW_RUN_ID"
 
 # -- metric keys ----------------------------------------------------------------------------------
 # Namespaced keys shared by the trainer and the UI. verl logs some of the same quantities under its
-# own names; VERL_KEY_ALIASES maps them to ours once, as they arrive (docs/contract.md).
+# own names; VERL_KEY_ALIASES maps them to ours once, as they arrive (see canonical_key), so nothing
+# downstream of ingestion knows verl's spellings.
 
 REWARD_MEAN = "reward/mean"
 REWARD_STD = "reward/std"
 REWARD_MAX = "reward/max"
 REWARD_MIN = "reward/min"
-RESPONSE_LENGTH_MEAN = "response_length/mean"
+RESPONSE_LENGTH_MEAN = "response_length/mean"  # generated tokens per trajectory (verl: the same key)
 NUM_TURNS_MEAN = "num_turns/mean"
 TOOLS_CALLS_PER_TRAJ = "tools/calls_per_traj"
 TOOLS_ERROR_RATE = "tools/error_rate"
 TOOLS_MALFORMED_RATE = "tools/malformed_rate"
+ROLLOUT_EMPTY_TRAJECTORIES = "rollout/empty_trajectories"
 ACTOR_PG_LOSS = "actor/pg_loss"
-ACTOR_KL = "actor/kl"
+ACTOR_KL = "actor/kl"  # KL to the reference policy, as the loss term computes it
 ACTOR_ENTROPY = "actor/entropy"
 ACTOR_CLIPFRAC = "actor/clipfrac"
+ACTOR_CLIPFRAC_LOWER = "actor/clipfrac_lower"
+ACTOR_GRAD_NORM = "actor/grad_norm"
+ACTOR_LR = "actor/lr"
+CRITIC_VALUE_LOSS = "critic/value_loss"
+TIMING_ROLLOUT_S = "timing/rollout_s"
+TIMING_UPDATE_S = "timing/update_s"
 TIMING_STEP_S = "timing/step_s"
+TIMING_VAL_S = "timing/val_s"
+PERF_SAMPLES_PER_S = "perf/samples_per_s"
+PERF_GENERATED_TOKENS = "perf/generated_tokens"
 VAL_PREFIX = "val/"
+VAL_METRIC = "acc"  # a trajectory's validation score: the reward function's acc, else its reward
 
 
-def val_key(task: str, metric: str = "acc") -> str:
+def val_key(task: str, metric: str = VAL_METRIC) -> str:
     """The validation key of one task: ``val/<task>/acc``."""
     return f"{VAL_PREFIX}{task}/{metric}"
 
 
-# verl's key → ours, for keys that name the same quantity.
+# verl's key → ours, for keys that name the same quantity (verl 0.9.1: trainer/ppo/metric_utils.py,
+# trainer/ppo/core_algos.py, workers/utils/losses.py). Keys verl and we spell alike (actor/pg_loss,
+# actor/entropy, actor/grad_norm, actor/lr, actor/ppo_kl, response_length/mean, critic/advantages/*)
+# need no entry.
 VERL_KEY_ALIASES: Mapping[str, str] = {
-    "critic/score/mean": REWARD_MEAN,
+    "critic/score/mean": REWARD_MEAN,  # verl's score is the reward function's R(τ), ours too
     "critic/score/max": REWARD_MAX,
     "critic/score/min": REWARD_MIN,
+    "actor/pg_clipfrac": ACTOR_CLIPFRAC,
+    "actor/pg_clipfrac_lower": ACTOR_CLIPFRAC_LOWER,
+    "actor/kl_loss": ACTOR_KL,
+    "critic/vf_loss": CRITIC_VALUE_LOSS,
+    "timing_s/gen": TIMING_ROLLOUT_S,
+    "timing_s/step": TIMING_STEP_S,
+    "timing_s/testing": TIMING_VAL_S,
 }
-# verl's validation keys, val-core/<data_source>/<metric>/mean@N; MLflow's client logs "@" as "_at_".
-VERL_VAL_KEY = re.compile(r"^val-core/(?P<task>[^/]+)/(?P<metric>[^/]+)/mean(?:@|_at_)(?P<n>\d+)$")
+# verl's validation key: val-core/<data_source>/<var>/mean@N, where var is acc when the reward
+# function gives one, else reward (our rule for val/<task>/acc too) and N the samples per prompt;
+# verl's MLflow logger writes "@" as "_at_". Only the largest N is in val-core.
+VERL_VAL_KEY = re.compile(r"^val-core/(?P<task>[^/]+)/(?:acc|reward)/mean(?:@|_at_)\d+$")
 
 
 def canonical_key(key: str) -> str | None:
@@ -74,21 +100,33 @@ def canonical_key(key: str) -> str | None:
         return VERL_KEY_ALIASES[key]
     match = VERL_VAL_KEY.match(key)
     if match:
-        return val_key(match["task"], match["metric"])
+        return val_key(match["task"])
     return None
 
 
 # -- API paths ------------------------------------------------------------------------------------
+# Every path the trainer calls, under the root where the web app mounts its JSON API; the web app
+# mounts its routes from these (webapp.api.route) and verl's MLflow client is pointed at MLFLOW_ROOT.
 
-METRICS_PATH = "/api/ingest/runs/{run_id}/metrics"
-TRAJECTORIES_PATH = "/api/ingest/runs/{run_id}/trajectories"
-STATUS_PATH = "/api/ingest/runs/{run_id}/status"
-HEARTBEAT_PATH = "/api/ingest/runs/{run_id}/heartbeat"
-LOGS_PATH = "/api/ingest/runs/{run_id}/logs"
-CHECKPOINTS_PATH = "/api/ingest/runs/{run_id}/checkpoints"
-CONFIG_PATH = "/api/runs/{run_id}/config"
-CLAIM_PATH = "/api/runs/{run_id}/claim"
-DATASET_PATH = "/api/runs/{run_id}/dataset/{split}"
+API_ROOT = "/api"
+MLFLOW_ROOT = "/mlflow"
+_RUN = API_ROOT + "/runs/{run_id}"
+_INGEST = API_ROOT + "/ingest/runs/{run_id}"
+# The run's life: the trainer claims it, reads it, says how it goes.
+CLAIM_PATH = _RUN + "/claim"
+CONFIG_PATH = _RUN + "/config"
+DATASET_PATH = _RUN + "/dataset/{split}"
+STATUS_PATH = _RUN + "/status"
+HEARTBEAT_PATH = _RUN + "/heartbeat"
+# What the run produces.
+METRICS_PATH = _INGEST + "/metrics"
+TRAJECTORIES_PATH = _INGEST + "/trajectories"
+LOGS_PATH = _INGEST + "/logs"
+CHECKPOINTS_PATH = _INGEST + "/checkpoints"
+TRAINER_PATHS: tuple[str, ...] = (
+    CLAIM_PATH, CONFIG_PATH, DATASET_PATH, STATUS_PATH, HEARTBEAT_PATH,
+    METRICS_PATH, TRAJECTORIES_PATH, LOGS_PATH, CHECKPOINTS_PATH,
+)  # fmt: skip
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 RunStatus = Literal["starting", "running", "succeeded", "failed", "cancelled"]
@@ -225,6 +263,14 @@ class TrajectoryBatch(_Wire):
     batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key of this batch.")
     training_step: int = Field(ge=0, description="Training step whose rollouts these are.")
     trajectories: list[TrajectoryWire]
+
+
+class ClaimRequest(_Wire):
+    worker: str = Field(
+        min_length=1,
+        max_length=200,
+        description="The claiming process, host:pid: a retried claim is its own.",
+    )
 
 
 class StatusUpdate(_Wire):

@@ -8,7 +8,9 @@ ordered steps of one episode; a group is the n trajectories sampled for one prom
 
 from __future__ import annotations
 
+import array
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,6 +77,20 @@ class Step:
             raise ValueError(
                 f"response_mask has {len(self.response_mask)} entries but response_ids has {len(self.response_ids)}"
             )
+
+    @property
+    def anchor_id(self) -> int:
+        """GiGPO's anchor observation of this step as a 63-bit id; both backends group steps by it.
+
+        The state is the step's full prompt, so equal prompts are one anchor state; a flow that names
+        the anchor itself (``anchor``) is keyed by that name instead. A 63-bit id fits the int64
+        tensors that carry it through verl (collisions: about n^2 / 2^64 for n distinct states).
+        """
+        if self.anchor is not None:
+            key = b"anchor:" + self.anchor.encode()
+        else:
+            key = b"prompt:" + array.array("q", self.prompt_ids).tobytes()
+        return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 1
 
 
 @dataclass

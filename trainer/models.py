@@ -172,12 +172,16 @@ class ValueHeadModel(nn.Module):
 
     @classmethod
     def from_pretrained(
-        cls, path: str | os.PathLike[str], *, dtype: torch.dtype = torch.float32
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        dtype: torch.dtype = torch.float32,
+        trust_remote_code: bool = False,
     ) -> ValueHeadModel:
         """Build from a causal-LM folder (a fresh head) or from a saved critic folder (its saved head)."""
         from transformers import AutoModel
 
-        backbone = AutoModel.from_pretrained(path, dtype=dtype)
+        backbone = AutoModel.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
         model = cls(backbone, int(backbone.config.hidden_size))
         head_file = Path(path) / VALUE_HEAD_FILE
         if head_file.is_file():
@@ -250,13 +254,14 @@ def resolve_model_path(path: str) -> Path:
     return folder
 
 
-def load_policy(path: str | os.PathLike[str], *, trust_remote_code: bool = False) -> Any:
-    """Load a causal LM with fp32 weights: the optimizer keeps fp32 masters and bf16 runs under autocast."""
+def load_policy(
+    path: str | os.PathLike[str], *, dtype: torch.dtype = torch.float32, trust_remote_code: bool = False
+) -> Any:
+    """Load a causal LM with its weights in ``dtype`` (model.dtype; the optimizer keeps fp32 masters
+    of bf16 weights, see trainer/backends/torch/optim.py)."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch.float32, trust_remote_code=trust_remote_code
-    )
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
 
 
 def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = False) -> Any:
@@ -266,3 +271,13 @@ def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = Fa
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def load_generation_config(path: str | os.PathLike[str]) -> Any | None:
+    """The model folder's ``generation_config.json`` (its EOS ids), or None when there is none."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(path)
+    except OSError:
+        return None

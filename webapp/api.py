@@ -1,6 +1,8 @@
 """The JSON API: one django-ninja instance, with the routers each app keeps beside its models.
 
-- ``/api/ingest/runs/{id}/...`` and ``/api/runs/{id}/config``: the trainer, with its per-run token.
+- the trainer's calls (``trainer.contract``: its run's life under ``/api/runs/<id>/``, what it
+  produces under ``/api/ingest/runs/<id>/``), with its per-run token; each route is mounted from
+  the contract's path by :func:`route`;
 - ``/api/t/{team}/...``: people and scripts, with a personal API token (Bearer ``sk_...``).
 - ``/api/openapi.json`` is the OpenAPI 3 schema, generated from the pydantic models;
   ``/api/docs`` shows it (Swagger UI, served from the django-ninja package, no CDN).
@@ -11,6 +13,7 @@ Errors are ``{"error": "..."}`` with the status that fits: 400 a bad body, 401 n
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -21,8 +24,20 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 from pydantic import BaseModel
 
+from trainer.contract import API_ROOT
 from webapp.accounts.models import ApiToken
 from webapp.experiments.models import Run
+
+_PATH_PARAMETER = re.compile(r"\{(\w+)\}")
+
+
+def route(contract_path: str) -> str:
+    """A path of ``trainer.contract`` as a route of this API: relative to API_ROOT (where urls.py
+    mounts it), with ``{x_id}`` parameters typed as integers."""
+    if not contract_path.startswith(API_ROOT + "/"):
+        raise ValueError(f"{contract_path} is not under the API root {API_ROOT}")
+    relative = contract_path.removeprefix(API_ROOT)
+    return _PATH_PARAMETER.sub(lambda m: f"{{int:{m[1]}}}" if m[1].endswith("_id") else m[0], relative)
 
 
 class RunTokenAuth(HttpBearer):
@@ -30,6 +45,14 @@ class RunTokenAuth(HttpBearer):
 
     def authenticate(self, request: HttpRequest, token: str) -> Run | None:
         return Run.for_token(token)
+
+
+def get_run_for_token(request: HttpRequest, run_id: int) -> Run:
+    """The run a trainer's request names, which must be its token's own: any other run is a 404."""
+    run: Run = request.auth  # type: ignore[attr-defined]
+    if run.pk != run_id:
+        raise Http404("no such run")
+    return run
 
 
 class UserTokenAuth(HttpBearer):
@@ -122,13 +145,15 @@ def _register_routers() -> None:
     from webapp.datasets.api import router as datasets_router
     from webapp.datasets.api import team_router as datasets_team_router
     from webapp.experiments.api import router as experiments_router
+    from webapp.experiments.trainer_api import router as lifecycle_router
     from webapp.results.api import router as results_router
-    from webapp.results.ingest import config_router, ingest_router
+    from webapp.results.ingest import router as ingest_router
     from webapp.tools.api import router as tools_router
 
-    api.add_router("/ingest/runs", ingest_router)
-    api.add_router("/runs", config_router)
-    api.add_router("/runs", datasets_router)
+    # The trainer's routers carry whole paths (route(...)): they mount at the root.
+    api.add_router("", lifecycle_router)
+    api.add_router("", datasets_router)
+    api.add_router("", ingest_router)
     api.add_router("/t", experiments_router)
     api.add_router("/t", results_router)
     api.add_router("/t", datasets_team_router)

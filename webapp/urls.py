@@ -6,6 +6,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path, reverse_lazy
 from django.views.generic import RedirectView
 
+from trainer.contract import API_ROOT, MLFLOW_ROOT
 from webapp import health
 from webapp.accounts import views as accounts
 from webapp.api import api
@@ -47,8 +48,8 @@ team_patterns = [
 urlpatterns = [
     path("", accounts.home, name="home"),
     path("healthz", health.healthz, name="healthz"),
-    path("api/", api.urls),
-    path("mlflow/", include("webapp.mlflow_api.urls")),
+    path(API_ROOT.strip("/") + "/", api.urls),
+    path(MLFLOW_ROOT.strip("/") + "/", include("webapp.mlflow_api.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(

@@ -6,13 +6,12 @@ from tasks_lib.alfworld import env as env
 from tasks_lib.alfworld import tools as tools
 from tasks_lib.alfworld.data import DATA_SOURCE, FIXTURES, prepare
 from tasks_lib.alfworld.reward import compute_score
-from tasks_lib.registry import TASKS, Recipe
+from tasks_lib.registry import Recipe, register
 from trainer.rewards import REWARDS
 
 REWARDS.add(DATA_SOURCE, compute_score)
 
-RECIPE = TASKS.add(
-    "alfworld",
+RECIPE = register(
     Recipe(
         name="alfworld",
         description="Household tasks (six families: pick, look in light, clean, heat, cool, pick two) "

@@ -5,13 +5,12 @@ from __future__ import annotations
 from tasks_lib.arithmetic import tools as tools
 from tasks_lib.arithmetic.data import DATA_SOURCE, FIXTURES, prepare
 from tasks_lib.arithmetic.reward import compute_score
-from tasks_lib.registry import TASKS, Recipe
+from tasks_lib.registry import Recipe, register
 from trainer.rewards import REWARDS
 
 REWARDS.add(DATA_SOURCE, compute_score)
 
-RECIPE = TASKS.add(
-    "arithmetic",
+RECIPE = register(
     Recipe(
         name="arithmetic",
         description="Small multi-step sums with a calculator tool; the demo a new user's first run uses "

@@ -5,13 +5,12 @@ from __future__ import annotations
 from tasks_lib.gsm8k import tools as tools
 from tasks_lib.gsm8k.data import DATA_SOURCE, FIXTURES, prepare
 from tasks_lib.gsm8k.reward import compute_score
-from tasks_lib.registry import TASKS, Recipe
+from tasks_lib.registry import Recipe, register
 from trainer.rewards import REWARDS
 
 REWARDS.add(DATA_SOURCE, compute_score)
 
-RECIPE = TASKS.add(
-    "gsm8k",
+RECIPE = register(
     Recipe(
         name="gsm8k",
         description="Grade-school math word problems; the agent may call a calculator and ends with "

@@ -5,13 +5,12 @@ from __future__ import annotations
 from tasks_lib.hotpotqa import tools as tools
 from tasks_lib.hotpotqa.data import DATA_SOURCE, FIXTURES, prepare
 from tasks_lib.hotpotqa.reward import compute_score
-from tasks_lib.registry import TASKS, Recipe
+from tasks_lib.registry import Recipe, register
 from trainer.rewards import REWARDS
 
 REWARDS.add(DATA_SOURCE, compute_score)
 
-RECIPE = TASKS.add(
-    "hotpotqa",
+RECIPE = register(
     Recipe(
         name="hotpotqa",
         description="Multi-hop questions; the agent searches a BM25 index of passages and answers in "
@@ -21,6 +20,8 @@ RECIPE = TASKS.add(
         fixtures=FIXTURES,
         tools=("search",),
         max_steps=5,
+        # Agent-R1's HotpotQA recipe discounts between steps; the other tasks keep the presets' 1.0.
+        run_overrides={"algorithm.gamma": 0.99},
         input_help="HotpotQA hotpot_train_v1.1.json / hotpot_dev_distractor_v1.json, a file or a folder; "
         "--corpus FILE.jsonl|pooled for one shared index",
         needs_input=False,

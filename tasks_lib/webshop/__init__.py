@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tasks_lib.registry import TASKS, Recipe
+from tasks_lib.registry import Recipe, register
 from tasks_lib.webshop import env as env
 from tasks_lib.webshop import tools as tools
 from tasks_lib.webshop.data import DATA_SOURCE, FIXTURES, prepare
@@ -11,8 +11,7 @@ from trainer.rewards import REWARDS
 
 REWARDS.add(DATA_SOURCE, compute_score)
 
-RECIPE = TASKS.add(
-    "webshop",
+RECIPE = register(
     Recipe(
         name="webshop",
         description="Shop for a product matching an instruction: search, open a result, pick options, "

@@ -23,10 +23,10 @@ from tests.tasks_lib.test_gsm8k import oracle_replies as gsm8k_replies
 from tests.tasks_lib.test_hotpotqa import oracle as hotpotqa_replies
 from tests.tasks_lib.test_webshop import oracle as webshop_oracle
 from trainer.backends.torch.data import load_rows
-from trainer.backends.torch.rollout import score_trajectory
 from trainer.flows import FLOWS, flow_for_row
 from trainer.llm import SamplingParams
 from trainer.mdp import Observation, Trajectory
+from trainer.rollout import score_trajectory
 
 Prepared = Callable[..., dict[str, Path]]
 TextPolicy = Callable[[str], str]

@@ -20,10 +20,19 @@ import pytest
 from loopback import RUN_ID, TOKEN, LoopbackServer, Recorder
 
 from trainer.algos.presets import PRESETS
-from trainer.cli import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, main, run_training
+from trainer.cli import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    EXIT_USAGE,
+    load_config,
+    main,
+    run_training,
+)
 from trainer.config import RunConfig
 from trainer.contract import StatusUpdate
-from trainer.report import MemoryReporter, Reporter
+from trainer.report.reporters import MemoryReporter, Reporter
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,6 +150,16 @@ def test_presets_lists_every_preset_with_its_estimator_and_loss(capsys: pytest.C
     assert [line.split()[0] for line in lines] == PRESETS.names()
     ppo = next(line for line in lines if line.startswith("ppo "))
     assert "gae + vanilla, critic, kl none" in ppo
+
+
+def test_a_config_files_task_brings_its_recipes_defaults_under_the_files_values(tmp_path: Path) -> None:
+    path = tmp_path / "hotpot.yaml"
+    path.write_text("task: hotpotqa\nrollout: {max_steps: 2}\n")
+
+    config = load_config(path, ["rollout.n=2"])  # the recipe plugins are loaded on the way
+
+    assert (config.algorithm.gamma, config.rollout.tools) == (0.99, ["search"])  # HotpotQA's recipe
+    assert (config.rollout.max_steps, config.rollout.n, config.algorithm.estimator) == (2, 2, "grpo")
 
 
 def test_the_cli_module_imports_without_torch() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from trainer.algos.advantages import ESTIMATORS
 from trainer.algos.losses import AGG_MODES, KL_KINDS, POLICY_LOSSES
 from trainer.algos.presets import PRESETS
 from trainer.config import (
+    RECIPE_DEFAULTS,
     Estimator,
     KlKind,
     LossAggMode,
@@ -24,7 +26,7 @@ from trainer.config import (
     field_paths,
     validation_errors,
 )
-from trainer.registry import RegistryError
+from trainer.registry import Registry, RegistryError
 
 # The field names the backend relies on (trainer_spec.md, "RunConfig").
 SPEC_FIELDS = """
@@ -128,13 +130,27 @@ def test_overrides_win_over_the_preset_defaults() -> None:
     assert config.model.dtype == "float32"  # a section override only changes the fields it names
 
 
-def test_a_known_task_brings_its_recipe_settings_between_preset_and_overrides() -> None:
-    hotpot = RunConfig.from_preset("grpo", task="hotpotqa")
-    alfworld = RunConfig.from_preset("grpo", task="alfworld", **{"rollout.max_steps": 3})
+def test_a_registered_recipe_sits_between_the_preset_and_the_explicit_values(
+    temp_register: Callable[[Registry[Any], str, Any], Any],
+) -> None:
+    temp_register(
+        RECIPE_DEFAULTS, "discounted", {"algorithm.gamma": 0.9, "rollout.max_steps": 7, "rollout.n": 2}
+    )
 
-    assert (hotpot.algorithm.gamma, hotpot.rollout.max_steps, hotpot.rollout.n) == (0.99, 5, 8)
-    assert alfworld.rollout.max_steps == 3  # the override wins over the recipe's 20
-    assert RunConfig.from_preset("grpo", task="my own task").algorithm.gamma == 1.0
+    recipe = RunConfig.from_preset("grpo", task="discounted")
+    explicit = RunConfig.from_preset("grpo", task="discounted", **{"algorithm.gamma": 0.5})
+
+    assert (recipe.algorithm.gamma, recipe.rollout.max_steps, recipe.rollout.n) == (
+        0.9,
+        7,
+        2,
+    )  # recipe > preset
+    assert recipe.algorithm.kl_coef == PRESETS.get("grpo").defaults["algorithm.kl_coef"]  # the rest: preset
+    assert (explicit.algorithm.gamma, explicit.rollout.max_steps) == (0.5, 7)  # explicit > recipe
+    assert RunConfig.from_preset("grpo", task="my own task").algorithm.gamma == 1.0  # no recipe: preset
+    assert (
+        RunConfig.from_mapping({"task": "discounted"}).rollout.max_steps == 7
+    )  # config files: the same rule
 
 
 def test_it_rejects_an_unknown_preset_and_lists_the_choices() -> None:

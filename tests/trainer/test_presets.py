@@ -1,4 +1,4 @@
-"""Presets: the REFERENCE §4 mapping, recipe defaults, task defaults and registry behaviour."""
+"""Presets: the REFERENCE §4 mapping, their defaults and registry behaviour."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from trainer.algos.advantages import ESTIMATORS
 from trainer.algos.losses import AGG_MODES, KL_KINDS, POLICY_LOSSES
-from trainer.algos.presets import PRESETS, Preset, recipe_defaults, task_defaults
+from trainer.algos.presets import PRESETS, Preset
 from trainer.registry import RegistryError
 
 # REFERENCE §4: name -> (estimator, policy loss, critic, where the KL goes).
@@ -32,7 +32,7 @@ def test_the_registry_holds_exactly_the_six_presets() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_recipe_defaults_follow_agent_r1(name: str) -> None:
+def test_preset_defaults_follow_agent_r1(name: str) -> None:
     defaults = PRESETS.get(name).defaults
     assert defaults["optim.lr"] == 1e-6
     assert defaults["optim.critic_lr"] == 1e-5
@@ -68,16 +68,15 @@ def test_preset_defaults_name_real_registry_entries(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_run_config_accepts_every_preset_and_its_recipe_defaults(name: str) -> None:
+def test_run_config_accepts_every_preset_and_its_defaults(name: str) -> None:
     # The defaults are keyed by RunConfig's dotted paths; RunConfig forbids unknown fields.
     from trainer.config import RunConfig
 
-    config = RunConfig.from_preset(name, **recipe_defaults(name, "alfworld"))
+    config = RunConfig.from_preset(name, **PRESETS.get(name).defaults)
     assert config.algorithm.estimator == PRESETS.get(name).estimator
     assert config.algorithm.policy_loss == PRESETS.get(name).policy_loss
     assert config.algorithm.kl_mode == PRESETS.get(name).kl_mode
     assert config.rollout.n == PRESETS.get(name).defaults["rollout.n"]
-    assert config.rollout.max_steps == 20
 
 
 def test_preset_defaults_cannot_be_mutated() -> None:
@@ -85,33 +84,9 @@ def test_preset_defaults_cannot_be_mutated() -> None:
         PRESETS.get("grpo").defaults["rollout.n"] = 1  # type: ignore[index]
 
 
-@pytest.mark.parametrize(
-    ("task", "expected"),
-    [
-        ("gsm8k", {"rollout.max_steps": 5}),
-        ("HotpotQA", {"rollout.max_steps": 5, "algorithm.gamma": 0.99}),
-        ("alfworld", {"rollout.max_steps": 20}),
-        (" WebShop ", {"rollout.max_steps": 15}),
-        ("my_own_task", {}),
-    ],
-)
-def test_task_defaults_per_recipe(task: str, expected: dict[str, object]) -> None:
-    assert dict(task_defaults(task)) == expected
-
-
-def test_recipe_defaults_let_the_task_override_the_preset() -> None:
-    merged = recipe_defaults("grpo", "hotpotqa")
-    assert merged["algorithm.gamma"] == 0.99
-    assert merged["rollout.max_steps"] == 5
-    assert merged["rollout.n"] == 8
-    assert recipe_defaults("grpo") == dict(PRESETS.get("grpo").defaults)
-
-
 def test_an_unknown_preset_lists_the_choices() -> None:
     with pytest.raises(RegistryError, match="gigpo, grpo, ppo, reinforce, rloo, stepppo"):
         PRESETS.get("dapo")
-    with pytest.raises(RegistryError, match="gigpo, grpo"):
-        recipe_defaults("dapo")
 
 
 def test_a_duplicate_preset_is_rejected() -> None:

@@ -13,17 +13,17 @@ from loopback import RUN_ID, TOKEN, LoopbackServer, Recorded, Recorder, free_por
 
 from trainer.contract import IDEMPOTENCY_HEADER, MetricBatch, StatusUpdate, TrajectoryBatch, TrajectoryWire
 from trainer.mdp import Step, ToolCallRecord, Trajectory
-from trainer.report import (
+from trainer.report.client import RunApiClient
+from trainer.report.http import HttpReporter
+from trainer.report.reporters import (
     ConsoleReporter,
-    HttpReporter,
     JsonlReporter,
     MemoryReporter,
     MultiReporter,
-    PermanentHttpError,
     Reporter,
-    RunApiClient,
     read_jsonl,
 )
+from trainer.report.retry import PermanentHttpError
 
 
 @pytest.fixture

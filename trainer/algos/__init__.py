@@ -19,7 +19,7 @@ from trainer.algos.losses import (
     masked_mean,
     value_loss,
 )
-from trainer.algos.presets import PRESETS, Preset, recipe_defaults, task_defaults
+from trainer.algos.presets import PRESETS, Preset
 
 __all__ = [
     "AGG_MODES",
@@ -36,7 +36,5 @@ __all__ = [
     "entropy_from_logits",
     "kl_penalty",
     "masked_mean",
-    "recipe_defaults",
-    "task_defaults",
     "value_loss",
 ]

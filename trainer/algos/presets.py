@@ -1,8 +1,8 @@
 """Algorithm presets: estimator + policy loss + defaults, as in Agent-R1 (REFERENCE §4).
 
 ``Preset.defaults`` is keyed by RunConfig's dotted field paths (``"rollout.n"``, ``"algorithm.gamma"``),
-so ``RunConfig.from_preset`` can apply them as plain overrides. Per-task recipe settings (max steps,
-HotpotQA's discount) come from :func:`task_defaults`; :func:`recipe_defaults` merges both.
+so ``RunConfig.from_preset`` can apply them as plain overrides. Per-task settings (max steps,
+HotpotQA's discount) are the task recipes' own (``trainer.config.RECIPE_DEFAULTS``); they win over these.
 """
 
 from __future__ import annotations
@@ -14,13 +14,12 @@ from typing import Any, Literal, get_args
 
 from trainer.algos.advantages import ESTIMATORS
 from trainer.algos.losses import POLICY_LOSSES
+from trainer.config import CRITIC_ESTIMATORS
 from trainer.registry import Registry
 
-__all__ = ["PRESETS", "Preset", "recipe_defaults", "task_defaults"]
+__all__ = ["PRESETS", "Preset"]
 
 KlMode = Literal["loss", "reward", "none"]
-# The estimators that read StepBatch.values, i.e. need a critic.
-_VALUE_ESTIMATORS = frozenset({"gae", "token_gae"})
 
 
 @dataclass(frozen=True)
@@ -39,10 +38,10 @@ class Preset:
         # Fail at import time, not mid-run, if a preset names something that is not registered.
         ESTIMATORS.get(self.estimator)
         POLICY_LOSSES.get(self.policy_loss)
-        if self.use_critic != (self.estimator in _VALUE_ESTIMATORS):
+        if self.use_critic != (self.estimator in CRITIC_ESTIMATORS):
             raise ValueError(
                 f"preset {self.name!r}: use_critic must be True exactly when the estimator reads critic "
-                f"values ({', '.join(sorted(_VALUE_ESTIMATORS))}); estimator is {self.estimator!r}"
+                f"values ({', '.join(sorted(CRITIC_ESTIMATORS))}); estimator is {self.estimator!r}"
             )
         if self.kl_mode not in get_args(KlMode):
             raise ValueError(
@@ -156,24 +155,3 @@ _add(
         ),
     )
 )
-
-# Agent-R1's per-task recipe settings. Tasks are free text; unknown ones get no overrides.
-_TASK_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gsm8k": {"rollout.max_steps": 5},
-    "hotpotqa": {"rollout.max_steps": 5, "algorithm.gamma": 0.99},
-    "alfworld": {"rollout.max_steps": 20},
-    "webshop": {"rollout.max_steps": 15},
-}
-
-
-def task_defaults(task: str) -> Mapping[str, Any]:
-    """Recipe overrides for a known task (case-insensitive: gsm8k, hotpotqa, alfworld, webshop), else {}."""
-    return MappingProxyType(dict(_TASK_DEFAULTS.get(task.strip().lower(), {})))
-
-
-def recipe_defaults(preset: str, task: str | None = None) -> dict[str, Any]:
-    """The preset's defaults with the task's recipe overrides on top (the task wins: HotpotQA's gamma)."""
-    merged = dict(PRESETS.get(preset).defaults)
-    if task is not None:
-        merged.update(task_defaults(task))
-    return merged

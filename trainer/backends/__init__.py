@@ -1,1 +1,15 @@
-"""Training backends: ``torch`` (single process, the embedded default) and ``verl`` (Ray + vLLM on GPUs)."""
+"""Training backends, in one registry: ``torch`` (single process, the embedded default) and ``verl``
+(Ray + vLLM on GPUs). Each declares what it honours and refuses and what its launch needs
+(:class:`~trainer.backends.base.Backend`); importing this registry imports neither torch nor verl.
+"""
+
+from __future__ import annotations
+
+from trainer.backends.base import BACKENDS, Backend, ClusterNeeds, Job, LaunchEnv
+from trainer.backends.torch import TorchBackend
+from trainer.backends.verl import VerlBackend
+
+BACKENDS.add(TorchBackend.name, TorchBackend())
+BACKENDS.add(VerlBackend.name, VerlBackend())
+
+__all__ = ["BACKENDS", "Backend", "ClusterNeeds", "Job", "LaunchEnv"]

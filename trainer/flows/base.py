@@ -8,6 +8,7 @@ run's env defaults.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 @dataclass
 class FlowOutput:
     """The steps of one episode, the flow's metrics, and ``info["stop_reason"]``
-    ("done", "max_steps" or "prompt_too_long")."""
+    ("done", "max_steps", "prompt_too_long" or "response_budget")."""
 
     steps: list[Step]
     metrics: dict[str, float]
@@ -77,9 +78,12 @@ class AgentFlowBase(ABC):
         window: int = 4,
         env_type: str = "tool",
         env_defaults: Mapping[str, Any] | None = None,
+        max_response_length: int | None = None,
     ) -> None:
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+        if max_response_length is not None and max_response_length < 1:
+            raise ValueError(f"max_response_length must be at least 1, got {max_response_length}")
         if max_prompt_length < 1:
             raise ValueError(f"max_prompt_length must be at least 1, got {max_prompt_length}")
         if window < 1:
@@ -92,6 +96,7 @@ class AgentFlowBase(ABC):
         self.window = window
         self.env_type = env_type
         self.env_defaults = dict(env_defaults or {})
+        self.max_response_length = max_response_length  # the trajectory's model-token budget; None: none
         template = getattr(tokenizer, "chat_template", None) or ""
         # Templates such as SmolLM2's ignore ``tools=``; then the tool list goes into the system
         # message in the tool format's own words, or the model would never learn the tools exist.
@@ -138,6 +143,20 @@ class AgentFlowBase(ABC):
         if not isinstance(text, str):
             raise TypeError(f"tokenizer.decode returned {type(text).__name__}, expected str")
         return text
+
+    def budgeted(self, sampling: SamplingParams, steps: Sequence[Step]) -> SamplingParams | None:
+        """``sampling`` for the next step, its max_new_tokens capped by what is left of the trajectory's
+        response budget (``max_response_length`` model tokens over all steps); None once it is spent."""
+        if self.max_response_length is None:
+            return sampling
+        left = self.max_response_length - sum(len(step.response_ids) for step in steps)
+        if left <= 0:
+            return None
+        return (
+            sampling
+            if sampling.max_new_tokens <= left
+            else dataclasses.replace(sampling, max_new_tokens=left)
+        )
 
     async def generate(
         self, prompt_ids: list[int], sampling: SamplingParams

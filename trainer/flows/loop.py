@@ -14,9 +14,10 @@ from trainer.mdp import Action, Step
 
 @FLOWS.register("agent_env_loop")
 class AgentEnvLoop(AgentFlowBase):
-    """Reset the env, then up to ``max_steps`` times: build the prompt from the env's messages
-    through the context policy, stop if it exceeds ``max_prompt_length``, generate, step the env,
-    record the step, stop when the env says done.
+    """Reset the env, then up to ``max_steps`` times: stop if the response budget is spent, build the
+    prompt from the env's messages through the context policy, stop if it exceeds
+    ``max_prompt_length``, generate (at most what is left of the budget), step the env, record the
+    step, stop when the env says done.
     """
 
     async def run(self, sampling: SamplingParams, **row: Any) -> FlowOutput:
@@ -30,11 +31,14 @@ class AgentEnvLoop(AgentFlowBase):
         observation = env.reset(**row)
         steps: list[Step] = []
         for step_index in range(self.max_steps):
+            step_sampling = self.budgeted(sampling, steps)
+            if step_sampling is None:
+                return self.finish(steps, "response_budget")
             messages = self.context(observation.messages, self.window)
             prompt_ids = self.encode_prompt(messages, observation.tools, observation.info.get("tool_format"))
             if len(prompt_ids) > self.max_prompt_length:
                 return self.finish(steps, "prompt_too_long")
-            generation, text, generate_s = await self.generate(prompt_ids, sampling)
+            generation, text, generate_s = await self.generate(prompt_ids, step_sampling)
             started = time.perf_counter()
             observation, reward, done, env_info = await env.step(
                 Action(text=text, token_ids=generation.token_ids)

@@ -17,7 +17,10 @@ class SingleStepFlow(AgentFlowBase):
         prompt_ids = self.encode_prompt(prompt_messages(row))
         if len(prompt_ids) > self.max_prompt_length:
             return self.finish([], "prompt_too_long")
-        generation, text, generate_s = await self.generate(prompt_ids, sampling)
+        # A fresh trajectory's budget holds at least one token (checked in __init__), never None here.
+        generation, text, generate_s = await self.generate(
+            prompt_ids, self.budgeted(sampling, []) or sampling
+        )
         step = self.make_step(
             prompt_ids,
             generation,

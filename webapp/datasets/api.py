@@ -1,4 +1,4 @@
-"""The trainer's dataset download: GET /api/runs/<run_id>/dataset/<split> with the run's bearer token.
+"""The trainer's dataset download (trainer.contract.DATASET_PATH) with the run's bearer token.
 
 The run's frozen config names its data as ``dataset:<id>`` in ``data.train_path`` / ``data.val_path``;
 the file served is that dataset of the run's own team, and only while it is valid.
@@ -13,11 +13,11 @@ from django.http import FileResponse, Http404, HttpRequest
 from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 
+from trainer.contract import DATASET_PATH
 from webapp.accounts.access import get_team_for_user
-from webapp.api import PageParams, RunTokenAuth, UserTokenAuth, paginate
+from webapp.api import PageParams, RunTokenAuth, UserTokenAuth, get_run_for_token, paginate, route
 from webapp.datasets.access import get_dataset_for_user
 from webapp.datasets.models import Dataset
-from webapp.experiments.models import Run
 
 router = Router(auth=RunTokenAuth(), tags=["datasets (trainer)"])
 
@@ -25,14 +25,12 @@ SPLITS = ("train", "val")
 
 
 @router.get(
-    "/{int:run_id}/dataset/{split}",
+    route(DATASET_PATH),
     summary="The run's train or val parquet file",
     response={200: None, 404: dict, 409: dict},
 )
 def run_dataset(request: HttpRequest, run_id: int, split: str) -> FileResponse:
-    run: Run = request.auth  # type: ignore[attr-defined]
-    if run.pk != run_id:
-        raise Http404("no such run")  # a token opens its own run only
+    run = get_run_for_token(request, run_id)
     reference = (run.config.get("data") or {}).get(f"{split}_path") if split in SPLITS else None
     if not reference:
         raise Http404(f"run {run_id} has no {split!r} split")  # the trainer reads 404 as "no such split"

@@ -34,5 +34,5 @@ class RunAdmin(admin.ModelAdmin):
     readonly_fields = [
         "status", "step", "total_steps", "message", "executor", "executor_ref", "token_hash", "claimed_by",
         "cancel_requested", "cancel_requested_at", "cancelled_by", "queued_at", "started_at", "heartbeat_at",
-        "progress_at", "finished_at", "external", "mlflow_run_id", "created",
+        "progress_at", "finished_at", "mlflow_run_id", "created",
     ]  # fmt: skip

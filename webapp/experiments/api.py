@@ -11,7 +11,10 @@ from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import ValidationError
 
+from tasks_lib.registry import load_recipes
+from trainer.backends import BACKENDS
 from trainer.config import RunConfig
+from trainer.registry import RegistryError
 from webapp.accounts.access import get_team_for_user
 from webapp.api import PageParams, UserTokenAuth, paginate
 from webapp.experiments import services
@@ -50,6 +53,10 @@ class RunOut(Schema):
     external: bool = Field(description="Logged by an MLflow client through /mlflow/, not launched by us.")
     mlflow_run_id: str = Field(description="The run's id on the MLflow-compatible endpoint (MLFLOW_RUN_ID).")
 
+    @staticmethod
+    def resolve_external(obj: Run) -> bool:
+        return obj.is_external
+
 
 class RunDetailOut(RunOut):
     params: dict[str, str] = Field(description="Params logged through MLflow.")
@@ -70,7 +77,10 @@ class RunFilters(Schema):
 
 
 class ExperimentCreate(Schema):
-    config: dict[str, Any] = Field(description="A RunConfig as JSON (trainer.config.RunConfig).")
+    config: dict[str, Any] = Field(
+        description="RunConfig fields as JSON (trainer.config.RunConfig), nested or by dotted path: "
+        "over the task recipe's defaults, over the preset's (grpo when it names none)."
+    )
     seeds: list[int] = Field(default_factory=list, description="One run per seed; empty: the config's seed.")
     description: str = ""
 
@@ -98,10 +108,18 @@ def experiments(request: HttpRequest, team_slug: str, paging: Query[PageParams])
 @router.post("/{team_slug}/experiments", response={201: ExperimentOut}, summary="Create an experiment")
 def create_experiment(request: HttpRequest, team_slug: str, body: ExperimentCreate) -> Any:
     team = get_team_for_user(request, team_slug, role="member")
+    load_recipes()  # their defaults sit under the body's values (RunConfig.from_preset's rule)
     try:
-        config = RunConfig.model_validate(body.config)
-    except (ValidationError, ValueError) as error:
+        config = RunConfig.from_mapping(body.config)
+        problems = BACKENDS.get(config.backend).check(config)
+    except (ValidationError, ValueError, RegistryError) as error:
         raise HttpError(400, f"config: {error}") from None
+    except ImportError as error:
+        raise HttpError(
+            400, f"config: backend {config.backend} cannot be checked on this server ({error})"
+        ) from None
+    if problems:
+        raise HttpError(400, "config: " + "; ".join(f"{path}: {message}" for path, message in problems))
     if Experiment.objects.filter(team=team, name=config.name).exists():
         raise HttpError(409, f"the team already has an experiment named {config.name!r}")
     experiment = services.create_experiment(
@@ -146,6 +164,6 @@ def run(request: HttpRequest, team_slug: str, run_id: int) -> Run:
 def cancel(request: HttpRequest, team_slug: str, run_id: int) -> Run:
     """A run that has not started is cancelled at once; a running one is asked to stop."""
     found = get_run_for_user(request, team_slug, run_id, write=True)
-    if found.request_cancel() and not found.is_terminal:
+    if found.request_cancel(by=request.user) and not found.is_terminal:
         cancel_run.delay_on_commit(found.pk)
     return found

@@ -20,16 +20,8 @@ from typing import Any, Protocol
 import psutil
 from django.conf import settings
 
+from trainer.backends import BACKENDS, Job, LaunchEnv
 from trainer.config import RunConfig
-from trainer.contract import (
-    API_ENV,
-    MLFLOW_RUN_ID_ENV,
-    MLFLOW_TRACKING_TOKEN_ENV,
-    MLFLOW_TRACKING_URI_ENV,
-    PROJECT_ENV,
-    RUN_ID_ENV,
-    TOKEN_ENV,
-)
 from trainer.registry import Registry
 from webapp.experiments import cluster
 from webapp.experiments.models import Run
@@ -65,8 +57,18 @@ EXECUTORS: Registry[Executor] = Registry("executor")
 TRAINER_ENV = {"PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 
 
-def trainer_argv(run: Run) -> list[str]:
-    return ["-m", "trainer", "run", "--run-id", str(run.pk), "--api", str(settings.PUBLIC_URL)]
+def job_for(run: Run, token: str = "") -> Job:
+    """What the run's backend says launching it takes. ``token`` is the run's fresh API token when
+    launching; the stall hint and the precheck need none."""
+    config = RunConfig.model_validate(run.config)
+    env = LaunchEnv(
+        run_id=str(run.pk),
+        api_url=str(settings.PUBLIC_URL),
+        token=token,
+        project=run.experiment.name,
+        mlflow_run_id=run.mlflow_run_id,
+    )
+    return BACKENDS.get(config.backend).job(config, env)
 
 
 def run_dir(run: Run) -> Path:
@@ -102,11 +104,12 @@ class LocalExecutor:
         directory = run_dir(run)
         exit_file = directory / "exit_code"
         exit_file.unlink(missing_ok=True)
-        command = " ".join([_quote(sys.executable), *map(_quote, trainer_argv(run))])
+        job = job_for(run, token)
+        command = " ".join([_quote(sys.executable), *map(_quote, job.argv)])
         script = (
             f"{command} >> {_quote(str(directory / 'train.log'))} 2>&1; echo $? > {_quote(str(exit_file))}"
         )
-        env = {**os.environ, **TRAINER_ENV, TOKEN_ENV: token}
+        env = {**os.environ, **TRAINER_ENV, **job.env}
         env.pop("DJANGO_SETTINGS_MODULE", None)  # the trainer never imports Django
         # Double fork through a helper that exits at once: the trainer outlives this worker.
         helper = subprocess.run(
@@ -166,52 +169,22 @@ class ClusterTooSmall(RuntimeError):
     """The precheck's refusal: the message says what the run needs and what the cluster has."""
 
 
-# verl's TaskRunner (where trainer.logger=[console,mlflow] runs) and every other worker of the job
-# import our estimators and agent loop through this hook; metrics leave through MLflow's client.
-VERL_SETUP_HOOK = "trainer.backends.verl.setup_hook.setup_worker"
+def ray_job_options(job: Job) -> dict[str, Any]:
+    """submit_job's runtime_env and entrypoint resources for the job (every process of a Ray job
+    gets the job-level runtime_env)."""
+    runtime_env: dict[str, Any] = {"env_vars": {**TRAINER_ENV, **job.env}, **job.runtime_env}
+    options: dict[str, Any] = {"runtime_env": runtime_env, "entrypoint_num_cpus": job.num_cpus}
+    if job.num_gpus:
+        options["entrypoint_num_gpus"] = job.num_gpus
+    return options
 
 
-def ray_env_vars(run: Run, token: str) -> dict[str, str]:
-    """The job's environment: every process of the job gets it (Ray's job-level runtime_env).
-
-    verl's workers run our agent loop, which reports trajectories to this run; verl's own metrics
-    reach the run through the MLflow-compatible endpoint with the same per-run token.
-    """
-    env = {**TRAINER_ENV, TOKEN_ENV: token}
-    if run.config.get("backend") != "verl":
-        return env
-    api = str(settings.PUBLIC_URL).rstrip("/")
-    env |= {
-        RUN_ID_ENV: str(run.pk),
-        API_ENV: api,
-        PROJECT_ENV: run.experiment.name,  # verl's trainer.project_name
-        MLFLOW_TRACKING_URI_ENV: f"{api}/mlflow",
-        MLFLOW_TRACKING_TOKEN_ENV: token,
-        # verl's Tracking attaches to this run instead of creating one (verl/utils/tracking.py).
-        MLFLOW_RUN_ID_ENV: run.mlflow_run_id,
-    }
-    return env
-
-
-def ray_job_options(run: Run, token: str) -> dict[str, Any]:
-    """submit_job's runtime_env and entrypoint resources for this run."""
-    resources = run.config.get("resources") or {}
-    runtime_env: dict[str, Any] = {"env_vars": ray_env_vars(run, token)}
-    options: dict[str, Any] = {"entrypoint_num_cpus": resources.get("cpus", 1)}
-    if run.config.get("backend") == "verl":
-        # The driver only supervises verl's main_ppo; verl's placement groups take the GPUs.
-        runtime_env["worker_process_setup_hook"] = VERL_SETUP_HOOK
-    elif resources.get("gpus_per_node"):
-        options["entrypoint_num_gpus"] = resources["gpus_per_node"]  # the torch backend trains in the driver
-    return {"runtime_env": runtime_env, **options}
-
-
-def precheck_verl(run: Run, address: str) -> None:
-    """Refuse (ClusterTooSmall) a verl run the cluster cannot hold, before anything is submitted."""
-    if run.config.get("backend") != "verl" or not settings.VERL_PRECHECK:
+def precheck(job: Job, address: str) -> None:
+    """Refuse (ClusterTooSmall) a job whose backend declares needs the cluster cannot hold, before
+    anything is submitted (webapp/experiments/cluster.py says why)."""
+    if job.needs is None or not settings.VERL_PRECHECK:
         return
-    config = RunConfig.model_validate(run.config)
-    problem = cluster.shortfall(cluster.verl_needs(config), cluster.cluster_nodes(address))
+    problem = cluster.shortfall(job.needs, cluster.cluster_nodes(address))
     if problem:
         raise ClusterTooSmall(problem)
 
@@ -232,16 +205,17 @@ class RayExecutor:
         return str(settings.RAY_ADDRESS)
 
     def start(self, run: Run, token: str) -> str:
-        precheck_verl(run, self.address())
+        job = job_for(run, token)
+        precheck(job, self.address())
         client = self.client()
         job_id = submission_id(run)
-        entrypoint = " ".join(["python", *map(_quote, trainer_argv(run))])
+        entrypoint = " ".join(["python", *map(_quote, job.argv)])
         try:
             client.submit_job(  # type: ignore[attr-defined]
                 entrypoint=entrypoint,
                 submission_id=job_id,
                 metadata={"studio_run": str(run.pk), "experiment": run.experiment.name[:100]},
-                **ray_job_options(run, token),
+                **ray_job_options(job),
             )
         except RuntimeError as exc:
             # A retried launch: the job exists already, which is exactly what we wanted.

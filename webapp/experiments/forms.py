@@ -14,6 +14,7 @@ from typing import Any
 from django import forms
 from pydantic.fields import FieldInfo
 
+from trainer.backends import BACKENDS
 from trainer.config import RunConfig, _section_model, config_errors, flatten_paths, nest_paths
 from webapp.experiments.models import MAX_LABEL_LENGTH
 
@@ -25,6 +26,7 @@ ADVANCED_PATHS = [
     "algorithm.estimator", "algorithm.policy_loss", "algorithm.kl_mode", "algorithm.kl_coef",
     "algorithm.gamma", "algorithm.lam", "algorithm.norm_adv_by_std", "algorithm.clip_low",
     "algorithm.clip_high", "algorithm.loss_agg_mode", "algorithm.entropy_coef",
+    "algorithm.skip_zero_advantage_groups",
     "rollout.n", "rollout.temperature", "rollout.top_p", "rollout.max_new_tokens", "rollout.window",
     "optim.lr", "optim.critic_lr", "optim.ppo_epochs", "optim.mini_batch_size", "optim.micro_batch_size",
     "trainer.total_steps", "trainer.batch_size", "trainer.val_every", "trainer.save_every",
@@ -155,12 +157,13 @@ class ExperimentForm(forms.Form):
             raise forms.ValidationError("Give between 1 and 20 different seeds.")
         return seeds
 
-    def build_config(self, task_settings: Mapping[str, Any] | None = None) -> RunConfig | None:
-        """The RunConfig these fields describe (over the task recipe's own settings), or None with
-        RunConfig's errors put on the fields."""
+    def build_config(self) -> RunConfig | None:
+        """The RunConfig these fields describe (the form's values over the task recipe's defaults over
+        the preset's, RunConfig.from_preset's rule), or None with the errors put on the fields.
+
+        The task's recipes must be loaded (tasks_lib.registry.load_recipes)."""
         data = self.cleaned_data
-        overrides = dict(task_settings or {})
-        overrides |= {
+        overrides = {
             path: data[path] for path in BASIC_PATHS + ADVANCED_PATHS if data.get(path) not in (None, "")
         }
         overrides.update(
@@ -180,23 +183,19 @@ class ExperimentForm(forms.Form):
         try:
             config = RunConfig.from_preset(data["preset"], **overrides)
         except ValueError:
-            full = flatten_paths(RunConfig.from_preset(data["preset"]).model_dump())
+            full = flatten_paths(RunConfig.from_preset(data["preset"], task=data["task"]).model_dump())
             full.update(overrides)
             self._place_errors(config_errors(nest_paths(full)))
             return None
-        return config if self._verl_accepts(config) else None
+        return config if self._backend_accepts(config) else None
 
-    def _verl_accepts(self, config: RunConfig) -> bool:
-        """verl's own validate_config on the command a verl run would get, its objections on our fields."""
-        if config.backend != "verl":
-            return True
+    def _backend_accepts(self, config: RunConfig) -> bool:
+        """The backend's own deeper check (verl: verl's validate_config), its objections on our fields."""
         try:
-            from trainer.backends.verl.command import verl_problems
-
-            problems = verl_problems(config)
-        except ImportError as error:  # the web host lacks verl's CPU core: nothing can check the config
-            self.add_error("backend", f"The verl backend cannot be checked on this server ({error}): "
-                                      f"install verl's CPU core (see README) or choose torch.")  # fmt: skip
+            problems = BACKENDS.get(config.backend).check(config)
+        except ImportError as error:  # the web host lacks the backend's libraries: nothing can check it
+            self.add_error("backend", f"The {config.backend} backend cannot be checked on this server "
+                                      f"({error}): install its libraries (see README) or choose another.")  # fmt: skip
             return False
         errors: dict[str, list[str]] = {}
         for path, message in problems:

@@ -36,7 +36,9 @@ class Experiment(models.Model):
     seeds = models.JSONField(default=list, help_text="One run per seed.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     created = models.DateTimeField(auto_now_add=True)
-    # Experiments created by an MLflow client (issue 8) rather than the form.
+    # Made by an MLflow client (create_external) rather than the form: it has no RunConfig to launch.
+    # An experiment's origin, not its runs': an MLflow client may log a run into a launched
+    # experiment, and a launched run may log through MLflow (Run.is_external says which runs are whose).
     external = models.BooleanField(default=False)
     cloned_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="clones"
@@ -50,6 +52,15 @@ class Experiment(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @classmethod
+    def create_external(cls, team: Team, name: str, user: Any | None) -> tuple[Experiment, bool]:
+        """The team's experiment of that name, made for an MLflow client when new; True when new."""
+        # Race: two clients calling set_experiment(name) at once; the unique (team, name)
+        # constraint lets one create it and get_or_create hands the other the same row.
+        return cls.objects.get_or_create(
+            team=team, name=name, defaults={"external": True, "created_by": user}
+        )
 
 
 class RunStatus(models.TextChoices):
@@ -65,6 +76,10 @@ class RunStatus(models.TextChoices):
 
 TERMINAL = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 ACTIVE = (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED)
+CLAIMED = (RunStatus.RUNNING, RunStatus.STALLED)  # the statuses of a run its trainer owns
+# The executor of a run an MLflow client created (/mlflow/): none of ours starts, polls or stops it,
+# and its status is whatever the client reports. This is the one mark of an external run.
+EXTERNAL_EXECUTOR = "external"
 
 
 def hash_token(token: str) -> str:
@@ -133,9 +148,6 @@ class Run(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     progress_at = models.DateTimeField(null=True, blank=True, help_text="When the step counter last moved.")
     finished_at = models.DateTimeField(null=True, blank=True)
-    # Created by an MLflow client through /mlflow/ (executor "external"): its status is whatever the
-    # client reports; no executor or reaper ever touches it.
-    external = models.BooleanField(default=False)
     # The run's id on the MLflow-compatible endpoint; launched runs have one too, so a trainer that
     # logs through MLflow (verl's MLFLOW_RUN_ID) attaches to its own run.
     mlflow_run_id = models.CharField(max_length=32, unique=True, default=new_mlflow_run_id, editable=False)
@@ -184,6 +196,23 @@ class Run(models.Model):
         return self.step / self.total_steps if self.total_steps else 0.0
 
     @property
+    def is_external(self) -> bool:
+        """Logged by an MLflow client, not launched by us (see EXTERNAL_EXECUTOR)."""
+        return self.executor == EXTERNAL_EXECUTOR
+
+    @classmethod
+    def create_external(cls, experiment: Experiment, name: str, started_at: Any | None) -> Run:
+        """A run an MLflow client creates: running from the start, named ``run-<id>`` if unnamed."""
+        now = timezone.now()
+        run = cls.objects.create(
+            experiment=experiment, team=experiment.team, executor=EXTERNAL_EXECUTOR, status=RunStatus.RUNNING,
+            name=name, started_at=started_at or now, heartbeat_at=now, progress_at=now,
+        )  # fmt: skip
+        if not name:
+            run.rename(f"run-{run.pk}")  # the id is known only once the row exists
+        return run
+
+    @property
     def is_archived(self) -> bool:
         return self.archived_at is not None
 
@@ -216,6 +245,19 @@ class Run(models.Model):
             return None
         return cls.objects.filter(token_hash=hash_token(token)).select_related("team", "experiment").first()
 
+    def freeze_config(self, config: dict[str, Any]) -> bool:
+        """The RunConfig the run trains with, set while it is a draft (its seed and paths need its id)."""
+        # Race: none between writers (one launch creates the run); the draft filter keeps a queued
+        # run's config, which its trainer may already be reading, from changing under it.
+        return self._transition((RunStatus.DRAFT,), config=config)
+
+    def record_executor_ref(self, executor_ref: str) -> None:
+        """Where the executor started the run (process group, Ray submission), for the reaper."""
+        # Unguarded on purpose: a run cancelled while its process started still needs the ref, so
+        # that the reaper can find and stop the process.
+        Run.objects.filter(pk=self.pk).update(executor_ref=executor_ref)
+        self.executor_ref = executor_ref
+
     def enqueue(self) -> bool:
         # Race: a double-clicked "launch" would enqueue twice; only the first draft → queued wins.
         return self._transition((RunStatus.DRAFT,), status=RunStatus.QUEUED, queued_at=timezone.now())
@@ -225,6 +267,7 @@ class Run(models.Model):
         return self._transition((RunStatus.QUEUED,), status=RunStatus.STARTING, executor_ref=executor_ref)
 
     def claim(self, worker: str) -> bool:
+        """The one way a run becomes a trainer's: True when ``worker`` owns it now."""
         # Race: two trainer processes for one run (a retried submit); only one may own it. A run
         # stalled before any process claimed it (a Ray job pending for resources) may still be.
         now = timezone.now()
@@ -234,7 +277,20 @@ class Run(models.Model):
             status=RunStatus.RUNNING, claimed_by=worker, started_at=now, heartbeat_at=now, progress_at=now,
         )  # fmt: skip
         self.refresh_from_db()
-        return changed == 1
+        # A claim retried by its own worker (the first answer was lost) finds the run already its
+        # own: yes again, and nothing changes; any other worker is refused.
+        return changed == 1 or (self.claimed_by == worker and self.status in CLAIMED)
+
+    def report(self, status: str, message: str = "") -> bool:
+        """A status the trainer reports; True when it changed the run. A terminal status finishes the
+        run; ``starting`` and ``running`` only keep the message: no report claims a run (see claim)."""
+        if status in TERMINAL:
+            return self.finish(status, message)
+        if not message:
+            return False
+        # Race: a message arriving after the run ended must not replace the one that ended it; a
+        # "running" one is for a claimed run only.
+        return self._transition(CLAIMED if status == RunStatus.RUNNING else ACTIVE, message=message)
 
     def heartbeat(self, step: int | None = None, total_steps: int | None = None) -> bool:
         # After a terminal state a heartbeat changes nothing; a stalled run is revived only by
@@ -259,7 +315,9 @@ class Run(models.Model):
         changes: dict[str, Any] = {"heartbeat_at": now, "progress_at": now}
         if step is not None:
             changes["step"] = Greatest("step", Value(step))
-        Run.objects.filter(pk=self.pk, status__in=(RunStatus.RUNNING, RunStatus.STALLED)).update(**changes)
+        # An external run's state is its client's: its counter follows what it logs in any status.
+        moving = Q(status__in=CLAIMED) | Q(executor=EXTERNAL_EXECUTOR)
+        Run.objects.filter(moving, pk=self.pk).update(**changes)
         self._revive_if_progressing()
 
     def _revive_if_progressing(self) -> None:
@@ -331,7 +389,7 @@ class Run(models.Model):
         """An MLflow update-run. Only external runs take its status and end time: a launched run's
         state belongs to its executor and the reaper, so a trainer's MLflow end_run must not move it."""
         if name:
-            Run.objects.filter(pk=self.pk).update(name=name)
+            self.rename(name)
         changes: dict[str, Any] = {}
         if status:
             changes["status"] = status
@@ -339,9 +397,35 @@ class Run(models.Model):
             changes["finished_at"] = finished_at
         if changes:
             # Race: none to guard between MLflow writers (last write wins, as on MLflow); the
-            # external filter is what keeps a launched run's state machine out of reach.
-            Run.objects.filter(pk=self.pk, external=True).update(**changes)
+            # executor filter is what keeps a launched run's state machine out of reach.
+            Run.objects.filter(pk=self.pk, executor=EXTERNAL_EXECUTOR).update(**changes)
         self.refresh_from_db()
+
+    def rename(self, name: str) -> None:
+        Run.objects.filter(pk=self.pk).update(name=name)
+        self.name = name
+
+    def log_params(self, params: dict[str, str]) -> list[tuple[str, str, str]]:
+        """Store new params; (key, stored value, refused value) of each param logged before with
+        another value, which keeps its first value (params are logged once, as on MLflow)."""
+        if not params:
+            return []
+        RunParam.objects.bulk_create(
+            [RunParam(run=self, key=key, value=value) for key, value in params.items()], ignore_conflicts=True
+        )
+        # Read back after the insert: a concurrent writer's value for the same key is seen here.
+        stored = dict(RunParam.objects.filter(run=self, key__in=list(params)).values_list("key", "value"))
+        return [(key, stored[key], value) for key, value in params.items() if stored.get(key) != value]
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        """Set tags; a tag set again takes the new value."""
+        if tags:
+            RunTag.objects.bulk_create(
+                [RunTag(run=self, key=key, value=value) for key, value in tags.items()],
+                update_conflicts=True,
+                unique_fields=["run", "key"],
+                update_fields=["value"],
+            )
 
     def finished_in_s(self) -> float | None:
         if self.started_at and self.finished_at:

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from trainer.config import RunConfig
-from webapp.experiments.executors import EXECUTORS, ClusterTooSmall, ExecutorState, submission_id
+from webapp.experiments.executors import EXECUTORS, ClusterTooSmall, ExecutorState, job_for, submission_id
 from webapp.experiments.models import Experiment, Run, RunStatus
 
 logger = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ def start_run(run: Run) -> None:
         logger.exception("run %s could not start", run.pk)
         run.finish(RunStatus.FAILED, f"could not start on the {run.executor} executor: {exc}")
         return
-    Run.objects.filter(pk=run.pk).update(executor_ref=ref)
+    run.record_executor_ref(ref)
 
 
 def reconcile(run: Run) -> None:
@@ -97,11 +97,12 @@ def _stall_message(run: Run) -> str:
     if run.status == RunStatus.STARTING:
         # A Ray job stays PENDING while the cluster cannot place its entrypoint.
         return f"the {run.executor} executor has not started the trainer within {limit} s (waiting for resources?)"
-    if run.config.get("backend") == "verl":
-        # verl waits for placement groups and TransferQueue actors without a word.
-        return (f"no training progress for {limit} s while the Ray job is alive: verl may be waiting for "
-                f"GPUs or CPUs the cluster cannot give it (see the job's log)")  # fmt: skip
-    return f"no heartbeat or progress for {limit} s while the process is alive"
+    message = f"no heartbeat or progress for {limit} s while the trainer is alive"
+    try:
+        hint = job_for(run).stall_hint
+    except ValueError:  # a stored config this version refuses: the stall is news all the same
+        hint = ""
+    return f"{message}: {hint}" if hint else message
 
 
 def stop_executor(run: Run) -> None:
@@ -150,8 +151,7 @@ def launch(experiment: Experiment) -> list[Run]:
         run = Run.objects.create(experiment=experiment, team=experiment.team, seed=seed, executor=base.executor,
                                  name=f"{experiment.name} · seed {seed}")  # fmt: skip
         config = base.with_overrides(**{"trainer.seed": seed, "trainer.checkpoint_dir": checkpoint_dir(run)})
-        Run.objects.filter(pk=run.pk).update(config=json.loads(config.to_json()))
-        run.refresh_from_db()
+        run.freeze_config(json.loads(config.to_json()))
         run.enqueue()
         launch_run.delay_on_commit(run.pk)
         runs.append(run)

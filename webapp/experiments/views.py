@@ -27,26 +27,18 @@ from webapp.results.views import render_runs_table
 
 
 def form_choices(team: Team) -> dict[str, list[tuple[str, str]]]:
+    """The form's choices. Loads the task recipes, whose defaults RunConfig.from_preset layers."""
     from tasks_lib.registry import load_recipes
     from trainer.algos.presets import PRESETS
     from webapp.datasets.models import Dataset
     from webapp.tools.models import tool_choices
 
-    # load_recipes: a fresh worker process has imported no recipe yet, and the list would be empty.
     return {
         "task": [(name, name) for name in load_recipes().names()],
         "preset": [(name, f"{name} — {PRESETS.get(name).description}") for name in PRESETS.names()],
         "train_dataset": [(str(d.pk), str(d)) for d in Dataset.usable_for(team)],
         "tools": tool_choices(team),
     }
-
-
-def task_settings(task: str) -> dict[str, Any]:
-    """The recipe's own RunConfig settings (agent, env, tools, max steps) under the form's values."""
-    from tasks_lib.registry import load_recipes
-
-    tasks = load_recipes()
-    return tasks.get(task).run_defaults() if task in tasks else {}
 
 
 @login_required
@@ -65,11 +57,11 @@ def index(request: HttpRequest, team_slug: str) -> HttpResponse:
 def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
     source = _clone_source(request, team_slug)
-    initial = _initial(request, source)
-    form = ExperimentForm(request.POST or None, initial=initial, choices=form_choices(team))
+    choices = form_choices(team)
+    form = ExperimentForm(request.POST or None, initial=_initial(request, source), choices=choices)
     preview = None
     if request.method == "POST" and form.is_valid():
-        config = form.build_config(task_settings(form.cleaned_data["task"]))
+        config = form.build_config()
         if config is not None and "preview" in request.POST:
             preview = config.to_yaml()
         elif config is not None:
@@ -105,11 +97,10 @@ def _initial(request: HttpRequest, source: Experiment | None) -> dict[str, Any]:
         return initial
     preset = request.GET.get("preset") or "grpo"
     task = request.GET.get("task") or "arithmetic"
-    settings_for_task = task_settings(task)
     try:
-        config = RunConfig.from_preset(preset, **settings_for_task)
+        config = RunConfig.from_preset(preset, task=task)
     except (KeyError, ValueError):
-        config = RunConfig.from_preset("grpo", **settings_for_task)
+        config = RunConfig.from_preset("grpo", task=task)
     initial = initial_from_config(config)
     initial.update(name="", task=task, model_choice="smollm2-135m-instruct", train_dataset="", val_dataset="")
     return initial

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from webapp.accounts.models import ApiToken, Membership, Role, Team
@@ -34,6 +35,16 @@ class Caller:
     @property
     def user_name(self) -> str:
         return self.user.get_username() if self.user is not None else ""
+
+    def experiments(self) -> QuerySet[Experiment]:
+        """What the caller may see: the team's experiments; a run's token, its run's experiment."""
+        found = Experiment.objects.filter(team=self.team)
+        return found if self.run is None else found.filter(pk=self.run.experiment_id)
+
+    def runs(self) -> QuerySet[Run]:
+        """The team's runs; a run's token, that run."""
+        found = Run.objects.filter(team=self.team)
+        return found if self.run is None else found.filter(pk=self.run.pk)
 
 
 def authenticate(request: HttpRequest, team_slug: str | None) -> Caller:
@@ -98,10 +109,7 @@ def get_experiment_for_caller(
     if str(experiment_id) == DEFAULT_EXPERIMENT_ID and caller.run is None:
         return _default_experiment(caller, create_default)
     pk = parse_experiment_id(experiment_id)
-    experiments = Experiment.objects.filter(team=caller.team)
-    if caller.run is not None:
-        experiments = experiments.filter(pk=caller.run.experiment_id)
-    found = experiments.filter(pk=pk).first()
+    found = caller.experiments().filter(pk=pk).first()
     if found is None:
         raise not_found(f"No Experiment with id={pk} exists")
     return found
@@ -114,11 +122,7 @@ def _default_experiment(caller: Caller, create: bool) -> Experiment:
     if not create:
         raise not_found(f"No Experiment with id={DEFAULT_EXPERIMENT_ID} exists")
     check_can_create(caller)
-    experiment, _ = Experiment.objects.get_or_create(
-        team=caller.team,
-        name=DEFAULT_EXPERIMENT_NAME,
-        defaults={"external": True, "created_by": caller.user, "preset": ""},
-    )
+    experiment, _ = Experiment.create_external(caller.team, DEFAULT_EXPERIMENT_NAME, caller.user)
     return experiment
 
 
@@ -127,9 +131,7 @@ def get_run_for_caller(caller: Caller, mlflow_run_id: str, *, write: bool = Fals
         if caller.run.mlflow_run_id != mlflow_run_id:
             raise not_found(f"Run with id={mlflow_run_id} not found")
         return caller.run
-    found = (
-        Run.objects.select_related("experiment").filter(team=caller.team, mlflow_run_id=mlflow_run_id).first()
-    )
+    found = caller.runs().select_related("experiment").filter(mlflow_run_id=mlflow_run_id).first()
     if found is None:
         raise not_found(f"Run with id={mlflow_run_id} not found")
     if write:

@@ -7,10 +7,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connection
-
 from webapp.experiments.models import Experiment, Run, RunParam, RunStatus, RunTag
 from webapp.mlflow_api.validation import finite_or_name
+from webapp.results import metrics_store
 
 RUN_NAME_TAG = "mlflow.runName"
 USER_TAG = "mlflow.user"
@@ -110,19 +109,8 @@ def _by_run(rows: Iterable[tuple[int, str, str]]) -> dict[int, list[tuple[str, s
 
 
 def _latest_metrics(run_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
-    if not run_ids:
-        return {}
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT l.run_id, k.name, l.value, l.ts, l.step FROM results_metriclatest l "
-            "JOIN results_metrickey k ON k.id = l.key_id WHERE l.run_id = ANY(%s) ORDER BY k.name",
-            [run_ids],
-        )
-        rows = cursor.fetchall()
-    grouped: dict[int, list[dict[str, Any]]] = {}
-    for run_id, key, value, ts, step in rows:
-        grouped.setdefault(run_id, []).append(metric(key, value, ts, step))
-    return grouped
+    latest = metrics_store.latest_points(run_ids)
+    return {run_id: [metric(*point) for point in points] for run_id, points in latest.items()}
 
 
 def metric(key: str, value: float, ts: float, step: int) -> dict[str, Any]:

@@ -368,3 +368,31 @@ def unique_param_keys(params: list[tuple[str, str]]) -> None:
             f"Duplicate parameter keys have been submitted: {dupes}. Please ensure the request contains "
             "only one param value per param key."
         )
+
+
+def run_name(run_name: str | None, tags: list[tuple[str, str]], name_tag: str) -> str:
+    """The name a new run takes: run_name, else its name tag; the two must agree when both are given."""
+    tag_name = next((value for key, value in tags if key == name_tag), None)
+    if run_name and tag_name and run_name != tag_name:
+        raise invalid(
+            "Both 'run_name' argument and 'mlflow.runName' tag are specified, but with different values "
+            f"(run_name='{run_name}', mlflow.runName='{tag_name}')."
+        )
+    return run_name or tag_name or ""
+
+
+def unchanged_params(mlflow_run_id: str, changed: list[tuple[str, str, str]], logged: int) -> None:
+    """MLflow refuses a new value for a param logged before: (key, stored, refused) of each."""
+    if not changed:
+        return
+    if logged == 1:
+        key, old, new = changed[0]
+        raise invalid(
+            f"Changing param values is not allowed. Param with key='{key}' was already logged with "
+            f"value='{old}' for run ID='{mlflow_run_id}'. Attempted logging new value '{new}'."
+        )
+    described = [{"key": key, "old_value": old, "new_value": new} for key, old, new in changed]
+    raise invalid(
+        f"Changing param values is not allowed. Params were already logged='{described}' for run "
+        f"ID='{mlflow_run_id}'."
+    )

@@ -1,22 +1,29 @@
 """The REST 2.0 tracking calls, one small function each: read the fields MLflow's handler reads,
-check them the way it does, make one store call, answer in the proto's JSON shape.
+check them the way it does, call the same Run and ingestion methods the trainer's API calls,
+answer in the proto's JSON shape. This module adapts MLflow's bodies; it keeps no data of its own.
 
 Every handler takes (caller, body, request body bytes) and returns the response dict; errors are
 MlflowError, which :func:`endpoint` turns into MLflow's error body.
+
+Metrics go into the ingestion's append-only point store, keyed by (run, key, step): a replayed
+batch stores nothing new. Unlike MLflow, a second value for a step of a key is not kept (the first
+one logged wins), which is what makes replays idempotent.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
 import orjson
-from django.db.models import QuerySet
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.views.decorators.csrf import csrf_exempt
 
 from webapp.experiments.models import Experiment, Run
-from webapp.mlflow_api import entities, search, store
+from webapp.mlflow_api import entities, search
 from webapp.mlflow_api import validation as check
 from webapp.mlflow_api.access import (
     Caller,
@@ -25,7 +32,15 @@ from webapp.mlflow_api.access import (
     get_experiment_for_caller,
     get_run_for_caller,
 )
-from webapp.mlflow_api.errors import ENDPOINT_NOT_FOUND, MlflowError, invalid, not_found
+from webapp.mlflow_api.entities import OUR_STATUS, RUN_NAME_TAG, USER_TAG, from_ms
+from webapp.mlflow_api.errors import (
+    ENDPOINT_NOT_FOUND,
+    RESOURCE_ALREADY_EXISTS,
+    MlflowError,
+    invalid,
+    not_found,
+)
+from webapp.results import metrics_store
 
 Body = dict[str, Any]
 Handler = Callable[[Caller, Body, bytes], Body]
@@ -36,10 +51,7 @@ Handler = Callable[[Caller, Body, bytes], Body]
 
 def get_experiment_by_name(caller: Caller, body: Body, raw: bytes) -> Body:
     name = check.required_string(body, "experiment_name")
-    experiments = Experiment.objects.filter(team=caller.team, name=name)
-    if caller.run is not None:
-        experiments = experiments.filter(pk=caller.run.experiment_id)
-    found = experiments.first()
+    found = caller.experiments().filter(name=name).first()
     if found is None:
         raise not_found(f"Could not find experiment with name '{name}'")
     return {"experiment": entities.experiment(found)}
@@ -49,7 +61,11 @@ def create_experiment(caller: Caller, body: Body, raw: bytes) -> Body:
     name = check.experiment_name(check.required_string(body, "name"))
     check.array(body, "tags")
     check_can_create(caller)
-    return {"experiment_id": str(store.create_experiment(caller, name).pk)}
+    experiment, created = Experiment.create_external(caller.team, name, caller.user)
+    if not created:
+        # MLflow's client answers this by reading the experiment again (set_experiment's race).
+        raise MlflowError(f"Experiment(name={name}) already exists.", RESOURCE_ALREADY_EXISTS)
+    return {"experiment_id": str(experiment.pk)}
 
 
 def get_experiment(caller: Caller, body: Body, raw: bytes) -> Body:
@@ -59,10 +75,7 @@ def get_experiment(caller: Caller, body: Body, raw: bytes) -> Body:
 
 def search_experiments(caller: Caller, body: Body, raw: bytes) -> Body:
     size = check.max_results(check.optional_int(body, "max_results"), default=1000)
-    experiments = Experiment.objects.filter(team=caller.team)
-    if caller.run is not None:
-        experiments = experiments.filter(pk=caller.run.experiment_id)
-    experiments = search.filter_experiments(experiments, check.optional_string(body, "filter"))
+    experiments = search.filter_experiments(caller.experiments(), check.optional_string(body, "filter"))
     experiments = search.order_experiments(experiments, check.array(body, "order_by"))
     found, token = search.page(experiments, check.optional_string(body, "page_token"), size)
     return _with_token({"experiments": [entities.experiment(e) for e in found]}, token)
@@ -77,9 +90,14 @@ def create_run(caller: Caller, body: Body, raw: bytes) -> Body:
     tags = [
         check.tag(t.get("key"), t.get("value"), f"tags[{i}]") for i, t in enumerate(check.array(body, "tags"))
     ]
+    name = check.run_name(run_name, tags, RUN_NAME_TAG)
     check_can_create(caller)
     experiment = get_experiment_for_caller(caller, body.get("experiment_id") or "0", create_default=True)
-    run = store.create_run(caller, experiment, run_name, start_time, tags)
+    if caller.user is not None and not any(key == USER_TAG for key, _ in tags):
+        tags = [*tags, (USER_TAG, caller.user_name)]
+    with transaction.atomic():
+        run = Run.create_external(experiment, name, from_ms(start_time) if start_time else None)
+        _set_tags(run, tags)
     return {"run": entities.runs([run])[0]}
 
 
@@ -93,7 +111,11 @@ def update_run(caller: Caller, body: Body, raw: bytes) -> Body:
     end_time = check.optional_int(body, "end_time")
     status = check.optional_string(body, "status")
     run_name = check.optional_string(body, "run_name")
-    run = store.update_run(get_run_for_caller(caller, run_id, write=True), status, end_time, run_name)
+    our_status = OUR_STATUS.get(status) if status else None
+    if status and our_status is None:
+        raise invalid(f"Invalid value \"{status}\" for parameter 'status' supplied.")
+    run = get_run_for_caller(caller, run_id, write=True)
+    run.update_from_mlflow(our_status, from_ms(end_time), run_name)
     return {"run_info": entities.runs([run])[0]["info"]}
 
 
@@ -101,10 +123,9 @@ def search_runs(caller: Caller, body: Body, raw: bytes) -> Body:
     experiment_ids = check.array(body, "experiment_ids")
     size = check.max_results(check.optional_int(body, "max_results"), default=1000)
     pks = [get_experiment_for_caller(caller, value).pk for value in experiment_ids]
-    runs: QuerySet[Run] = Run.objects.filter(team=caller.team, experiment_id__in=pks)
-    if caller.run is not None:
-        runs = runs.filter(pk=caller.run.pk)
-    runs = search.filter_runs(runs, check.optional_string(body, "filter"))
+    runs = search.filter_runs(
+        caller.runs().filter(experiment_id__in=pks), check.optional_string(body, "filter")
+    )
     runs = search.order_runs(runs, check.array(body, "order_by"))
     found, token = search.page(runs, check.optional_string(body, "page_token"), size)
     return _with_token({"runs": entities.runs(found)}, token)
@@ -127,7 +148,7 @@ def log_batch(caller: Caller, body: Body, raw: bytes) -> Body:
     tags = [check.tag(t.get("key"), t.get("value"), f"tags[{i}]") for i, t in enumerate(tag_items)]
     check.batch_limits(len(metric_items), len(params), len(tags))
     check.unique_param_keys(params)
-    store.log_batch(get_run_for_caller(caller, run_id, write=True), metrics, params, tags, raw)
+    _log(get_run_for_caller(caller, run_id, write=True), metrics, params, tags, raw)
     return {}
 
 
@@ -136,7 +157,7 @@ def log_metric(caller: Caller, body: Body, raw: bytes) -> Body:
     for name in ("key", "value", "timestamp"):
         check.required(body, name)
     metrics = check.metrics([body], single=True)
-    store.log_batch(get_run_for_caller(caller, run_id, write=True), metrics, [], [], raw)
+    _log(get_run_for_caller(caller, run_id, write=True), metrics, [], [], raw)
     return {}
 
 
@@ -144,7 +165,7 @@ def log_param(caller: Caller, body: Body, raw: bytes) -> Body:
     run_id = check.required_string(body, "run_id", alias="run_uuid")
     check.required_string(body, "key")
     param = check.param(body.get("key"), body.get("value"))
-    store.log_params(get_run_for_caller(caller, run_id, write=True), [param])
+    _log_params(get_run_for_caller(caller, run_id, write=True), [param])
     return {}
 
 
@@ -152,7 +173,7 @@ def set_tag(caller: Caller, body: Body, raw: bytes) -> Body:
     run_id = check.required_string(body, "run_id", alias="run_uuid")
     check.required_string(body, "key")
     tag = check.tag(body.get("key"), body.get("value"))
-    store.set_tags(get_run_for_caller(caller, run_id, write=True), [tag])
+    _set_tags(get_run_for_caller(caller, run_id, write=True), [tag])
     return {}
 
 
@@ -166,9 +187,42 @@ def get_metric_history(caller: Caller, body: Body, raw: bytes) -> Body:
         )
     run = get_run_for_caller(caller, run_id)
     after = search.page_offset(check.optional_string(body, "page_token")) - 1
-    points = store.metric_history(run, key, after, limit)
+    points = metrics_store.raw_points(run.pk, key, after + 1, metrics_store.INT4_MAX, limit or 2**62)
     token = search.page_token(points[-1][0] + 1) if limit and len(points) == limit else None
     return _with_token({"metrics": [entities.metric(key, v, t, s) for s, v, t in points]}, token)
+
+
+def _log(
+    run: Run, metrics: check.Metrics, params: list[tuple[str, str]], tags: list[tuple[str, str]], body: bytes
+) -> None:
+    """Params, then metrics, then tags (MLflow's order); all or nothing."""
+    # A metrics-only batch (every training step's) needs no outer transaction: write_points is one,
+    # and skipping the savepoints a nested one costs saves round trips on the hot path.
+    with transaction.atomic() if params or tags else contextlib.nullcontext():
+        _log_params(run, params)
+        if metrics.key:
+            # The batch id is the body's hash: the same request sent twice stores its points once
+            # (and a different body repeating (key, step) pairs is deduplicated by the point table).
+            batch_id = "mlflow-" + hashlib.sha256(body).hexdigest()[:57]
+            metrics_store.write_points(run.pk, batch_id, metrics.points())
+        _set_tags(run, tags)
+    if metrics.key:
+        # For a launched run, metrics are the trainer's sign of life (verl sends no heartbeats of
+        # its own); an external run's counter follows them.
+        run.note_progress(max(metrics.step))
+
+
+def _log_params(run: Run, params: list[tuple[str, str]]) -> None:
+    check.unchanged_params(run.mlflow_run_id, run.log_params(dict(params)), len(params))
+
+
+def _set_tags(run: Run, tags: list[tuple[str, str]]) -> None:
+    """The run name lives on Run.name, not in the tag table; a key repeated in one batch: the last
+    value wins."""
+    names = [value for key, value in tags if key == RUN_NAME_TAG]
+    if names:
+        run.rename(names[-1])
+    run.set_tags({key: value for key, value in tags if key != RUN_NAME_TAG})
 
 
 # -- plumbing --------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ shapes the rows."""
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -14,6 +13,7 @@ from typing import Any
 
 from django.db import connection
 
+from trainer.contract import VAL_METRIC, VAL_PREFIX, val_key
 from webapp.experiments.models import Run, RunStatus
 from webapp.results.models import ReferenceResult
 
@@ -168,37 +168,22 @@ def prompt_curves(run: Run) -> list[PromptCurve]:
 
 # -- the task x algorithm table --------------------------------------------------------------------
 
-METRIC_PREFERENCE = ("acc", "success", "score")
-
-
-# verl's validation keys as its MLflow logger writes them: val-core/<data_source>/<var>/mean@N, with
-# "@" turned into "_at_" (verl/utils/tracking.py). N is the number of samples per prompt.
-VERL_VAL_KEY = re.compile(r"^val-core/(?P<task>[^/]+)/(?P<metric>[^/]+)/mean_at_(?P<n>\d+)$")
+METRIC_PREFERENCE = (VAL_METRIC, "success", "score")
 
 
 def primary_val_key(task: str, keys: Iterable[str]) -> str | None:
     """The validation metric that stands for a run on its task: val/<task>/acc, then success, score;
-    else the first val/.../acc, else any val/ key; for a verl run, verl's val-core/<task>/acc/mean@N
-    (then success, score, reward), with the largest N."""
+    else the first val/.../acc, else any val/ key. verl's val-core keys arrive as val/<task>/acc
+    (trainer.contract.canonical_key)."""
     names = sorted(keys)
     for metric in METRIC_PREFERENCE:
-        if f"val/{task}/{metric}" in names:
-            return f"val/{task}/{metric}"
+        if val_key(task, metric) in names:
+            return val_key(task, metric)
     for metric in METRIC_PREFERENCE:
         for name in names:
-            if name.startswith("val/") and name.endswith("/" + metric):
+            if name.startswith(VAL_PREFIX) and name.endswith("/" + metric):
                 return name
-    ours = next((n for n in names if n.startswith("val/")), None)
-    return ours or _verl_val_key(task, names)
-
-
-def _verl_val_key(task: str, names: Sequence[str]) -> str | None:
-    found = [(m, name) for name in names if (m := VERL_VAL_KEY.match(name)) and m["task"] == task]
-    for metric in (*METRIC_PREFERENCE, "reward"):
-        candidates = [(int(m["n"]), name) for m, name in found if m["metric"] == metric]
-        if candidates:
-            return max(candidates)[1]
-    return None
+    return next((n for n in names if n.startswith(VAL_PREFIX)), None)
 
 
 @dataclass
@@ -221,9 +206,9 @@ def run_results(runs: Sequence[Run]) -> list[RunResult]:
                    (SELECT max(p.value) FROM results_metricpoint p WHERE p.run_id = l.run_id
                     AND p.key_id = l.key_id AND p.value > '-Infinity' AND p.value < 'Infinity')
             FROM results_metriclatest l JOIN results_metrickey k ON k.id = l.key_id
-            WHERE l.run_id = ANY(%s) AND (k.name LIKE 'val/%%' OR k.name LIKE 'val-core/%%')
+            WHERE l.run_id = ANY(%s) AND k.name LIKE %s
             """,
-            [list(by_id)],
+            [list(by_id), VAL_PREFIX + "%"],
         )
         rows = cursor.fetchall()
     values: dict[int, dict[str, tuple[float, float]]] = defaultdict(dict)

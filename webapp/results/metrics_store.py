@@ -4,14 +4,17 @@ Writing a batch (one transaction, all or nothing):
 
 1. the batch id goes into ``results_ingestbatch``; when it is already there the batch is a replay
    and nothing else happens;
-2. the points are validated against the trainer's :class:`trainer.report.MetricPoint` schema (a
+2. the points are validated against the trainer's :class:`trainer.contract.MetricPoint` schema (a
    TypedDict derived from it: same fields, same constraints, no model object per point) and a
    bad point rejects the batch with a message naming it;
-3. the points go in with one binary COPY straight into the point table. When that hits the
+3. a point logged under one of verl's keys gets a twin under ours (``trainer.contract``'s alias
+   table), so everything downstream reads our keys only; the original stays, so an MLflow client
+   reads back what it logged;
+4. the points go in with one binary COPY straight into the point table. When that hits the
    primary key (points from another batch for the same run/key/step, e.g. a trainer restarted
    from a checkpoint), a savepoint rolls the COPY back and the points go through a temporary
    table and ``INSERT ... ON CONFLICT DO NOTHING`` instead, so only the new points count;
-4. the new points update the min/max summaries and the latest-value table.
+5. the new points update the min/max summaries and the latest-value table.
 
 Reading a curve: :func:`downsample` answers with at most ~1,000 points per series, each the
 minimum or the maximum of its bucket, from the summaries when the range is wide and from the raw
@@ -33,8 +36,8 @@ from django.db import IntegrityError, connection, transaction
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
-from trainer.contract import MetricPoint
-from webapp.results.models import SUMMARY_WIDTHS, MetricKey
+from trainer.contract import MetricPoint, canonical_key
+from webapp.results.models import SUMMARY_WIDTHS, IngestBatch, MetricKey
 
 INT4_MAX = 2**31 - 1
 # Display buckets per series; each gives its minimum and maximum, so at most 2x this many points.
@@ -192,26 +195,22 @@ class WriteResult:
     keys: list[str] = field(default_factory=list)
 
 
-def claim_batch(run_id: int, batch_id: str, kind: str) -> bool:
-    """Record the batch id; False when it was already stored (a replay)."""
-    with connection.cursor() as cursor:
-        # Race: the same batch delivered twice at once (a client retry after a timeout); the
-        # second insert waits on the primary key until the first commits, then does nothing.
-        cursor.execute(
-            "INSERT INTO results_ingestbatch (run_id, batch_id, kind, received) VALUES (%s, %s, %s, now()) "
-            "ON CONFLICT DO NOTHING RETURNING 1",
-            [run_id, batch_id, kind],
-        )
-        return cursor.fetchone() is not None
+def with_our_keys(points: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
+    """The points, and a copy under our key of each point logged under one of verl's."""
+    ours = {key: canonical_key(key) for key in {p["key"] for p in points}}
+    if not any(ours.values()):
+        return points
+    return [*points, *({**p, "key": ours[p["key"]]} for p in points if ours[p["key"]])]
 
 
 def write_points(run_id: int, batch_id: str, points: Sequence[dict[str, Any]]) -> WriteResult:
     """Store a validated batch atomically; a replayed batch id changes nothing."""
     with transaction.atomic():
-        if not claim_batch(run_id, batch_id, "metrics"):
+        if not IngestBatch.claim(run_id, batch_id, "metrics"):
             return WriteResult(duplicate_batch=True, skipped=len(points))
         if not points:
             return WriteResult()
+        points = with_our_keys(points)
         cols = columns(points)
         new = _copy_new_points(run_id, cols)
         _update_summaries(run_id, new)
@@ -469,13 +468,24 @@ def _append_extremes(series: Series, low: list[float], high: list[float]) -> Non
 
 def latest_values(run_id: int) -> dict[str, tuple[int, float]]:
     """{key: (step, value)} of a run's latest points."""
+    return {key: (step, value) for key, value, _ts, step in latest_points([run_id]).get(run_id, [])}
+
+
+def latest_points(run_ids: Sequence[int]) -> dict[int, list[tuple[str, float, float, int]]]:
+    """{run id: [(key, value, ts, step)]} of the runs' latest points, in key order."""
+    if not run_ids:
+        return {}
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT k.name, l.step, l.value FROM results_metriclatest l JOIN results_metrickey k "
-            "ON k.id = l.key_id WHERE l.run_id = %s ORDER BY k.name",
-            [run_id],
+            "SELECT l.run_id, k.name, l.value, l.ts, l.step FROM results_metriclatest l "
+            "JOIN results_metrickey k ON k.id = l.key_id WHERE l.run_id = ANY(%s) ORDER BY k.name",
+            [list(run_ids)],
         )
-        return {name: (step, value) for name, step, value in cursor.fetchall()}
+        rows = cursor.fetchall()
+    latest: dict[int, list[tuple[str, float, float, int]]] = {}
+    for run_id, key, value, ts, step in rows:
+        latest.setdefault(run_id, []).append((key, value, ts, step))
+    return latest
 
 
 def raw_points(

@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Iterable
 
 from django.conf import settings
-from django.db import models
+from django.db import connection, models, transaction
 
 from webapp.accounts.models import Team
 from webapp.experiments.models import Experiment, Run
@@ -98,6 +98,21 @@ class IngestBatch(models.Model):
     batch_id = models.CharField(max_length=64)
     kind = models.CharField(max_length=16)
     received = models.DateTimeField(auto_now_add=True)
+
+    @staticmethod
+    def claim(run_id: int, batch_id: str, kind: str) -> bool:
+        """Record the batch id; False when it was already stored (a replay)."""
+        with connection.cursor() as cursor:
+            # Race: the same batch delivered twice at once (a client retry after a timeout); the
+            # second insert waits on the primary key until the first commits, then does nothing.
+            # One round trip on the ingestion hot path, hence SQL: the ORM's insert cannot say
+            # whether ON CONFLICT skipped the row.
+            cursor.execute(
+                "INSERT INTO results_ingestbatch (run_id, batch_id, kind, received) VALUES (%s, %s, %s, now()) "
+                "ON CONFLICT DO NOTHING RETURNING 1",
+                [run_id, batch_id, kind],
+            )
+            return cursor.fetchone() is not None
 
 
 class TextBlob(models.Model):
@@ -236,6 +251,14 @@ class LogChunk(models.Model):
     class Meta:
         ordering = ["run_id", "seq"]
 
+    @classmethod
+    def append(cls, run: Run, seq: int, text: str) -> bool:
+        """Store chunk ``seq``; False when it is stored already (a replay adds nothing)."""
+        # Race: the same chunk delivered twice at once; get_or_create's insert conflicts on the
+        # primary key for the second and it reads the first one back instead.
+        _chunk, created = cls.objects.get_or_create(run=run, seq=seq, defaults={"text": text})
+        return created
+
 
 class Checkpoint(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
@@ -246,6 +269,15 @@ class Checkpoint(models.Model):
 
     class Meta:
         ordering = ["run_id", "step"]
+
+    @classmethod
+    def record(cls, run: Run, batch_id: str, step: int, path: str, metrics: dict[str, float]) -> bool:
+        """Record a saved checkpoint once per batch id; False for a replay."""
+        with transaction.atomic():
+            if not IngestBatch.claim(run.pk, batch_id, "checkpoints"):
+                return False
+            cls.objects.create(run=run, step=step, path=path, metrics=metrics)
+        return True
 
 
 class ReferenceResult(models.Model):

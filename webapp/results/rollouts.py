@@ -14,8 +14,7 @@ from ninja import Schema
 
 from trainer.contract import StepWire, TrajectoryBatch, TrajectoryWire
 from webapp.experiments.models import Run
-from webapp.results.metrics_store import claim_batch
-from webapp.results.models import TextBlob, ToolCall, Trajectory, TrajectoryStep
+from webapp.results.models import IngestBatch, TextBlob, ToolCall, Trajectory, TrajectoryStep
 
 TOKEN_FIELDS = ("prompt_ids", "response_ids", "response_mask", "rollout_log_probs")
 
@@ -43,7 +42,7 @@ def success_of(wire: TrajectoryWire) -> bool:
 def store_batch(run: Run, batch: TrajectoryBatch, batch_id: str) -> StoreResult:
     """Store the batch's trajectories with all their steps; ones already stored (by id) are skipped."""
     with transaction.atomic():
-        if not claim_batch(run.pk, batch_id, "trajectories"):
+        if not IngestBatch.claim(run.pk, batch_id, "trajectories"):
             return StoreResult(duplicate_batch=True, skipped=len(batch.trajectories))
         uids = [t.id for t in batch.trajectories]
         known = set(Trajectory.objects.filter(run=run, uid__in=uids).values_list("uid", flat=True))

@@ -58,7 +58,7 @@ def test_a_two_step_grpo_run_of_smollm2_checkpoints_and_resumes_through_the_cli(
     jsonl = tmp_path / "events.jsonl"
     config = {
         "name": "e2e",
-        "task": "arithmetic",
+        "task": "contains",  # the rows' data_source; no recipe of that name adds its defaults
         "preset": "grpo",
         "model": {"path": str(smollm2_path())},
         "data": {"train_path": str(tmp_path / "train.parquet"), "max_prompt_length": 256, "max_response_length": 32},

@@ -97,6 +97,25 @@ def test_it_batches_concurrent_flows_into_one_wave(policy: Any, prompts: list[li
     assert engine.stats["requests"] == 9
 
 
+def test_flows_with_different_token_caps_share_a_wave_and_each_stops_at_its_own(
+    policy: Any, prompts: list[list[int]]
+) -> None:
+    # A flow near the end of its response budget asks for fewer tokens than the others.
+    engine = make_engine(policy, stop=(-1,))  # no stop token: every row runs to its cap
+
+    async def flow(prompt: list[int], cap: int) -> int:
+        with engine.track():
+            return len(
+                (await engine.generate(prompt, SamplingParams(greedy=True, max_new_tokens=cap))).token_ids
+            )
+
+    async def main() -> list[int]:
+        return list(await asyncio.gather(*(flow(p, cap) for p, cap in zip(prompts, (2, 7, 4), strict=True))))
+
+    assert asyncio.run(main()) == [2, 7, 4]
+    assert engine.stats["batches"] == 1
+
+
 def test_it_hands_a_model_failure_to_every_waiting_flow(prompts: list[list[int]]) -> None:
     class Broken(torch.nn.Module):
         def forward(self, **kwargs: Any) -> Any:

@@ -12,12 +12,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from trainer.backends.torch import train
 from trainer.backends.torch.checkpoint import latest_checkpoint
 from trainer.backends.torch.data import batch_for_step, load_rows
+from trainer.backends.torch.loop import setup_run, train, train_step
 from trainer.config import RunConfig
 from trainer.registry import Registry
-from trainer.report import MemoryReporter
+from trainer.report.reporters import MemoryReporter
 from trainer.rewards import REWARDS
 
 
@@ -188,16 +188,32 @@ def test_it_rejects_a_dataset_row_without_an_index(tmp_path: Path) -> None:
         load_rows(tmp_path / "worse.parquet")
 
 
-def test_it_trains_a_critic_under_bf16_autocast_with_gradient_checkpointing(
+def test_bf16_weights_train_policy_and_critic_through_fp32_masters_with_gradient_checkpointing(
     make_config: Callable[..., RunConfig],
 ) -> None:
     config = make_config(
-        "ppo", **{"model.dtype": "bfloat16", "model.gradient_checkpointing": True, "trainer.total_steps": 1}
+        "ppo",
+        **{"model.dtype": "bfloat16", "model.gradient_checkpointing": True, "algorithm.kl_mode": "loss"},
     )
+    run = setup_run(config)
+    models = run.models
+    trained = (models.policy, models.critic)
+    assert all(p.dtype == torch.bfloat16 for m in (*trained, models.reference) for p in m.parameters())
+    before = [m.clone() for m in models.actor_optimizer.param_groups[0]["params"]]
     reporter = MemoryReporter()
-    train(config, reporter)
 
-    metrics = reporter.metrics[0][1]
+    metrics = train_step(run, 1, reporter)
+
     for key in ("actor/pg_loss", "actor/grad_norm", "critic/value_loss", "critic/grad_norm"):
         assert math.isfinite(metrics[key]) and key in metrics, key
     assert metrics["actor/grad_norm"] > 0 and metrics["critic/grad_norm"] > 0
+    for model, optimizer in zip(trained, (models.actor_optimizer, models.critic_optimizer), strict=True):
+        masters = optimizer.param_groups[0]["params"]
+        assert all(m.dtype == torch.float32 for m in masters)
+        # The model holds its masters rounded to bf16, and no gradient is left on it.
+        assert all(torch.equal(p, m.to(torch.bfloat16)) and p.grad is None
+                   for p, m in zip(model.parameters(), masters, strict=True))  # fmt: skip
+    assert any(
+        not torch.equal(old, new)
+        for old, new in zip(before, models.actor_optimizer.param_groups[0]["params"], strict=True)
+    )

@@ -18,13 +18,14 @@ import pytest
 import torch
 
 from trainer.backends.torch.batch import flatten
-from trainer.backends.torch.rollout import rollout, rollout_metrics, score_rewards
+from trainer.backends.torch.rollout import rollout
 from trainer.backends.torch.update import Models, estimate_advantages, update_policy
 from trainer.config import RunConfig
 from trainer.llm import Generation, SamplingParams
 from trainer.models import load_policy, load_tokenizer
 from trainer.registry import Registry
 from trainer.rewards import REWARDS, contains
+from trainer.rollout import rollout_metrics, score_rewards
 from trainer.tools import TOOLS, BaseTool, ToolResult
 
 SCRIPTS = [

@@ -47,6 +47,7 @@ def batch() -> list[Trajectory]:
 
 def config(**overrides: Any) -> RunConfig:
     values = {
+        "algorithm.skip_zero_advantage_groups": True,
         "rollout.n": 2,
         "trainer.batch_size": 2,
         "optim.mini_batch_size": 4,
@@ -89,6 +90,13 @@ def test_steps_with_the_same_prompt_share_an_anchor_within_their_group() -> None
     anchors = rows.anchor_index.tolist()
     assert anchors[0] == anchors[2]  # a-0 step 0 and a-1 step 0 saw the same prompt
     assert len({anchors[0], anchors[1], anchors[3]}) == 3
+
+
+def test_a_step_that_names_its_anchor_is_grouped_by_that_name() -> None:
+    trajectories = batch()
+    trajectories[0].steps[1].anchor = trajectories[1].steps[0].anchor = "room-1"
+    anchors = flatten(trajectories).anchor_index.tolist()
+    assert anchors[1] == anchors[2] != anchors[0]  # different prompts, one named observation
 
 
 @pytest.mark.parametrize("share_prefixes", [True, False])

@@ -137,6 +137,39 @@ def test_it_makes_no_step_when_the_first_prompt_is_too_long(smol_tokenizer: Any)
     )
 
 
+class CappedLLM(ScriptedLLM):
+    """A scripted LLM that, like a real one, generates at most ``max_new_tokens`` (and records them)."""
+
+    def __init__(self, tokenizer: Any, replies: list[str]) -> None:
+        super().__init__(tokenizer, replies)
+        self.caps: list[int] = []
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
+        self.caps.append(sampling.max_new_tokens)
+        generation = await super().generate(prompt_ids, sampling)
+        ids = generation.token_ids[: sampling.max_new_tokens]
+        return Generation(token_ids=ids, log_probs=generation.log_probs[: len(ids)])
+
+
+@pytest.mark.parametrize("extra", [0, 5])
+def test_the_response_budget_caps_each_step_and_ends_the_trajectory(smol_tokenizer: Any, extra: int) -> None:
+    call = echo_call("ping")
+    length = len(smol_tokenizer.encode(call, add_special_tokens=False)) + 1  # and the EOS
+    budget = length + extra  # one whole step, then what is left
+    llm = CappedLLM(smol_tokenizer, [call] * 5)
+    flow = FLOWS.get("agent_env_loop")(
+        llm, smol_tokenizer, max_steps=5, max_prompt_length=4096, env_defaults={"tools": ["echo"]},
+        max_response_length=budget,
+    )  # fmt: skip
+
+    out = asyncio.run(flow.run(SAMPLING, **make_row()))
+
+    assert sum(len(step.response_ids) for step in out.steps) == budget
+    # The second call may only fill the budget (its cut-off tool call is a malformed one); then no more.
+    assert llm.caps == [min(SAMPLING.max_new_tokens, budget), extra][: 2 if extra else 1]
+    assert out.info["stop_reason"] == "response_budget"
+
+
 def test_it_stops_after_max_steps(smol_tokenizer: Any) -> None:
     out, llm = run_flow(
         smol_tokenizer, [echo_call("a"), echo_call("b"), echo_call("c")], make_row(), max_steps=2

@@ -86,7 +86,7 @@ def test_a_dataset_of_another_team_or_not_valid_is_refused(
 def test_the_trainers_own_client_downloads_the_runs_dataset(
     personas: dict[str, Any], good_parquet: Path, live_server: Any, tmp_path: Path
 ) -> None:
-    from trainer.report import RunApiClient
+    from trainer.report.client import RunApiClient
 
     train = _dataset(personas["acme"], good_parquet)
     run, token = _run(personas["acme"], {"train_path": train.reference, "val_path": None})

@@ -16,11 +16,11 @@ def client_for(username: str) -> Client:
     return client
 
 
-def form_data(datasets: dict[str, Any], **changes: Any) -> dict[str, Any]:
-    """What the browser posts when the form is opened for arithmetic + grpo and saved."""
+def form_data(datasets: dict[str, Any], task: str = "arithmetic", **changes: Any) -> dict[str, Any]:
+    """What the browser posts when the form is opened for ``task`` + grpo and saved."""
     client = client_for("alice")
     team = datasets["train"].team
-    response = client.get(f"/t/{team.slug}/experiments/new/?task=arithmetic&preset=grpo")
+    response = client.get(f"/t/{team.slug}/experiments/new/?task={task}&preset=grpo")
     form = response.context["form"]
     data = {}
     for name in form.fields:
@@ -103,7 +103,7 @@ def test_a_clone_shows_only_the_differences(personas: Any, arithmetic: Any) -> N
     }
 
 
-def test_the_preset_switch_refills_the_advanced_fields(personas: Any, arithmetic: Any) -> None:
+def test_the_preset_and_task_switches_refill_the_advanced_fields(personas: Any, arithmetic: Any) -> None:
     response = client_for("alice").get(
         f"/t/{personas['acme'].slug}/experiments/new/?partial=advanced&preset=ppo&task=arithmetic",
         HTTP_HX_REQUEST="true",
@@ -115,6 +115,27 @@ def test_the_preset_switch_refills_the_advanced_fields(personas: Any, arithmetic
     assert '<option value="gae" selected>' in estimator.group(0)
     critic_lr = re.search(r'name="optim.critic_lr" value="([^"]+)"', html)
     assert critic_lr is not None and float(critic_lr.group(1)) == 1e-5
+    # Choosing another task refills them too (the task select asks for ?partial=task): HotpotQA's discount.
+    hotpot = client_for("alice").get(
+        f"/t/{personas['acme'].slug}/experiments/new/?partial=task&preset=ppo&task=hotpotqa",
+        HTTP_HX_REQUEST="true",
+    )
+    assert re.search(r'name="algorithm.gamma" value="0.99"', hotpot.content.decode())
+
+
+def test_a_form_value_beats_the_task_recipe_which_beats_the_preset(personas: Any, arithmetic: Any) -> None:
+    acme = personas["acme"]
+    client = client_for("alice")
+    opened = client.get(f"/t/{acme.slug}/experiments/new/?task=hotpotqa&preset=grpo").context["form"]
+    assert opened["algorithm.gamma"].value() == 0.99  # HotpotQA's recipe over grpo's 1.0
+    client.post(f"/t/{acme.slug}/experiments/new/", form_data(arithmetic, "hotpotqa", name="recipe"))
+    client.post(f"/t/{acme.slug}/experiments/new/", form_data(arithmetic, "hotpotqa", name="mine",
+                                                              **{"algorithm.gamma": "0.9"}))  # fmt: skip
+    recipe, mine = (
+        RunConfig.model_validate(Experiment.objects.get(team=acme, name=n).config) for n in ("recipe", "mine")
+    )
+    assert (recipe.task, recipe.algorithm.gamma, recipe.rollout.n) == ("hotpotqa", 0.99, 8)  # n: the preset's
+    assert mine.algorithm.gamma == 0.9
 
 
 def test_viewers_cannot_create_or_launch(personas: Any, arithmetic: Any) -> None:

@@ -11,9 +11,10 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 from ray.util.state import list_actors, list_jobs, list_placement_groups
 
 from tests.webapp.polling import poll_until
+from trainer.backends.verl.setup_hook import HOOK
 from trainer.config import RunConfig
 from webapp.experiments import services
-from webapp.experiments.executors import VERL_SETUP_HOOK, submission_id
+from webapp.experiments.executors import submission_id
 from webapp.experiments.models import TERMINAL, Run, RunStatus
 from webapp.experiments.tasks import cancel_run, reap_runs
 
@@ -111,7 +112,7 @@ def test_a_verl_run_the_cluster_cannot_hold_is_refused_before_anything_is_submit
     run = launch(personas, verl_config(arithmetic))
     poll_until(lambda: status_is(run, RunStatus.FAILED, RunStatus.RUNNING, RunStatus.SUCCEEDED))
     assert run.status == RunStatus.FAILED
-    # GPU workers 3, TransferQueue 1 + 8, scheduling 1, the driver 1 (webapp.experiments.cluster).
+    # GPU workers 3, TransferQueue 1 + 8, scheduling 1, the driver 1 (trainer.backends.verl.needs).
     assert "needs 1 node(s) with 1 GPU(s) and 3 CPUs each, and 14 CPUs in all" in run.message
     assert "it has 1 alive node(s) (0 GPU(s) / 2 CPUs), 2 CPUs in all" in run.message
     assert "STUDIO_VERL_PRECHECK=0" in run.message
@@ -147,7 +148,7 @@ def test_verl_waiting_for_cpus_is_stalled_and_cancel_stops_the_job_and_its_actor
     poll_until(lambda: status_is(run, RunStatus.RUNNING, RunStatus.STALLED, *TERMINAL))  # the CLI claimed it
     runtime_env = client.get_job_info(job).runtime_env
     env = runtime_env["env_vars"]
-    assert runtime_env["worker_process_setup_hook"] == VERL_SETUP_HOOK
+    assert runtime_env["worker_process_setup_hook"] == HOOK
     assert env["STUDIO_API_URL"] == live_server.url and env["STUDIO_RUN_ID"] == str(run.pk)
     assert env["MLFLOW_TRACKING_URI"] == f"{env['STUDIO_API_URL']}/mlflow"
     assert env["MLFLOW_RUN_ID"] == run.mlflow_run_id
@@ -155,7 +156,7 @@ def test_verl_waiting_for_cpus_is_stalled_and_cancel_stops_the_job_and_its_actor
 
     poll_until(lambda: "actor SimpleStorageUnit PENDING_CREATION" in leftovers(address, run), every_s=1.0)
     poll_until(lambda: reaped_to(run, RunStatus.STALLED), every_s=1.0)
-    assert "no training progress for 5 s while the Ray job is alive" in run.message
+    assert "no heartbeat or progress for 5 s while the trainer is alive: verl may be waiting" in run.message
     assert client.get_job_status(job) == JobStatus.RUNNING
 
     assert run.request_cancel()

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from trainer.backends.verl.needs import cluster_needs
 from trainer.config import RunConfig
-from webapp.experiments.cluster import NodeResources, shortfall, verl_needs
+from webapp.experiments.cluster import NodeResources, shortfall
 from webapp.experiments.models import Experiment, Run, RunStatus
 
 
@@ -78,24 +79,24 @@ def config(gpus: int, nodes: int = 1, cpus: int = 2) -> RunConfig:
 
 
 def test_verl_needs_three_cpus_per_gpu_and_ten_more_for_its_actors() -> None:
-    needs = verl_needs(config(gpus=4, nodes=2, cpus=2))
+    needs = cluster_needs(config(gpus=4, nodes=2, cpus=2))
     assert (needs.nodes, needs.gpus_per_node, needs.cpus_per_node) == (2, 4, 12)
     assert needs.cpus == 24 + 9 + 1 + 2
 
 
 def test_two_gpu_nodes_big_enough_hold_a_two_node_run() -> None:
-    needs = verl_needs(config(gpus=4, nodes=2))
+    needs = cluster_needs(config(gpus=4, nodes=2))
     nodes = [NodeResources("head", cpus=16, gpus=0), NodeResources("a", 12, 4), NodeResources("b", 12, 4)]
     assert shortfall(needs, nodes) == ""
 
 
 def test_gpus_spread_over_too_few_nodes_are_refused() -> None:
-    needs = verl_needs(config(gpus=4, nodes=2))
+    needs = cluster_needs(config(gpus=4, nodes=2))
     nodes = [NodeResources("head", cpus=64, gpus=0), NodeResources("a", 64, 8)]
     assert "needs 2 node(s) with 4 GPU(s) and 12 CPUs each" in shortfall(needs, nodes)
 
 
 def test_enough_gpus_but_too_few_cpus_in_all_are_refused() -> None:
-    needs = verl_needs(config(gpus=1))
+    needs = cluster_needs(config(gpus=1))
     problem = shortfall(needs, [NodeResources("a", cpus=8, gpus=1)])
     assert "15 CPUs in all" in problem and "9 for TransferQueue" in problem and "8 CPUs in all" in problem

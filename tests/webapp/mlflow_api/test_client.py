@@ -52,7 +52,7 @@ def test_a_client_run_becomes_an_external_run_with_its_params_and_curves(
     active, _batch = _log_a_training_run(tracking, tokens["alice"])
 
     run = Run.objects.select_related("experiment").get(mlflow_run_id=active.info.run_id)
-    assert (run.external, run.executor, run.status, run.name) == (
+    assert (run.is_external, run.executor, run.status, run.name) == (
         True,
         "external",
         RunStatus.SUCCEEDED,
@@ -65,7 +65,10 @@ def test_a_client_run_becomes_an_external_run_with_its_params_and_curves(
         "actor/lr": "1e-6",
         "note": "<b>bold</b>",
     }
-    assert _point_counts(run) == {"critic/score/mean": STEPS, "actor/pg_loss": STEPS, "val/gsm8k/acc": BATCH}
+    # verl's reward key is stored under ours as well; the client's own key stays for it to read back.
+    assert _point_counts(run) == {
+        "critic/score/mean": STEPS, "reward/mean": STEPS, "actor/pg_loss": STEPS, "val/gsm8k/acc": BATCH,
+    }  # fmt: skip
     assert run.step == BATCH - 1
     # The client's own tags are kept (mlflow.user is the OS user); the name lives on the run.
     tags = dict(run.tags.values_list("key", "value"))
@@ -178,9 +181,9 @@ def test_a_launched_run_attaches_by_its_mlflow_run_id_and_keeps_its_status(
         for step in range(1, 6):
             mlflow.log_metrics({"critic/score/mean": step / 10, "actor/pg_loss": 0.1}, step=step)
     run = Run.objects.get(pk=launched_run.pk)
-    assert run.status == RunStatus.RUNNING and run.finished_at is None and not run.external
+    assert run.status == RunStatus.RUNNING and run.finished_at is None and not run.is_external
     assert run.step == 5 and run.heartbeat_at > beat_before and run.progress_at >= run.heartbeat_at
-    assert _point_counts(run) == {"critic/score/mean": 5, "actor/pg_loss": 5}
+    assert _point_counts(run) == {"critic/score/mean": 5, "reward/mean": 5, "actor/pg_loss": 5}
     browser = Client()
     browser.force_login(personas["alice"])
     page = browser.get(f"/t/acme/runs/{run.pk}/").content.decode()

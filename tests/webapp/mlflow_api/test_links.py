@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 
 from tests.conftest import PASSWORD
-from webapp.experiments.models import Experiment, Run
+from webapp.experiments.models import EXTERNAL_EXECUTOR, Experiment, Run
 
 
 def _client(username: str) -> Client:
@@ -21,7 +21,7 @@ def _client(username: str) -> Client:
 def external_run(personas: dict[str, Any]) -> Run:
     experiment = Experiment.objects.create(team=personas["acme"], name="from mlflow", external=True)
     return Run.objects.create(
-        experiment=experiment, team=personas["acme"], name="client-run", external=True, executor="external"
+        experiment=experiment, team=personas["acme"], name="client-run", executor=EXTERNAL_EXECUTOR
     )
 
 

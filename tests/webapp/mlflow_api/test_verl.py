@@ -50,12 +50,16 @@ def test_verl_tracking_logs_a_new_run_into_the_product(
     tracker.finish()
 
     run = Run.objects.select_related("experiment").get(name="qwen3-grpo")
-    assert run.experiment.name == "verl-gsm8k" and run.external and run.status == RunStatus.SUCCEEDED
+    assert run.experiment.name == "verl-gsm8k" and run.is_external and run.status == RunStatus.SUCCEEDED
     assert _series(run) == {
         "actor/pg_loss": [1, 2, 3],
         "critic/score/mean": [1, 2, 3],
         "timing_s/gen": [1, 2, 3],
         "val-core/gsm8k/acc/mean_at_4": [1, 2, 3],  # verl's own key sanitising ('@' is not allowed)
+        # and each of verl's keys that names a quantity of ours, under our key as well
+        "reward/mean": [1, 2, 3],
+        "timing/rollout_s": [1, 2, 3],
+        "val/gsm8k/acc": [1, 2, 3],
     }
     params = dict(run.params.values_list("key", "value"))
     assert params["actor_rollout_ref/actor/optim/lr"] == "1e-06" and params["trainer/total_epochs"] == "1"
@@ -76,7 +80,7 @@ def test_a_launched_verl_run_reports_through_mlflow_run_id_and_its_run_token(
     tracker.finish()
 
     run = Run.objects.get(pk=launched_run.pk)
-    assert run.status == RunStatus.RUNNING and not run.external and run.step == 5
-    assert _series(run)["critic/score/mean"] == [1, 2, 3, 4, 5]
+    assert run.status == RunStatus.RUNNING and not run.is_external and run.step == 5
+    assert _series(run)["critic/score/mean"] == _series(run)["reward/mean"] == [1, 2, 3, 4, 5]
     assert run.params.filter(key="actor_rollout_ref/rollout/name", value="vllm").exists()
     assert Run.objects.count() == 1 and "MLFLOW_RUN_ID" not in os.environ  # attached, nothing new created

@@ -34,7 +34,7 @@ def token(run: Any) -> str:
 
 
 class Trainer:
-    """Posts to the ingestion API the way trainer.report.HttpReporter does (gzip, batch ids)."""
+    """Posts to the ingestion API the way trainer.report.http.HttpReporter does (gzip, batch ids)."""
 
     def __init__(self, client: Client, run_id: int, token: str) -> None:
         self.client, self.run_id, self.token = client, run_id, token

@@ -8,6 +8,7 @@ from django.test import Client
 
 from tests.webapp.results.conftest import Trainer, points, trajectory
 from trainer.config import RunConfig
+from trainer.contract import CONFIG_PATH, METRICS_PATH, TRAJECTORIES_PATH
 from webapp.accounts.models import ApiToken
 from webapp.experiments.models import Experiment, Run, RunStatus
 
@@ -77,6 +78,25 @@ def test_an_experiment_is_created_launched_and_its_run_cancelled(client: Client,
     )
 
 
+def test_a_partial_config_gets_the_presets_then_the_recipes_defaults_under_its_own(
+    client: Client, alice_token: str
+) -> None:
+    body = {"name": "hotpot ppo", "task": "hotpotqa", "preset": "ppo", "optim.lr": 2e-6}
+    created = api(client, "post", "/api/t/acme/experiments", alice_token, {"config": body})
+    assert created.status_code == 201, created.content
+    config = RunConfig.model_validate(Experiment.objects.get(pk=created.json()["id"]).config)
+    assert (config.algorithm.estimator, config.rollout.n) == ("gae", 1)  # the preset's
+    assert (config.algorithm.gamma, config.rollout.tools) == (0.99, ["search"])  # HotpotQA's recipe
+    assert config.optim.lr == 2e-6  # the caller's
+    verl = {"name": "on verl", "backend": "verl", "resources": {"gpus_per_node": 1}, "optim.mini_batch_size": 8,
+            "algorithm.skip_zero_advantage_groups": True}  # fmt: skip
+    refused = api(client, "post", "/api/t/acme/experiments", alice_token, {"config": verl})
+    assert (
+        refused.status_code == 400
+        and "set algorithm.skip_zero_advantage_groups to false" in refused.json()["error"]
+    )
+
+
 def test_metrics_and_rollouts_are_queried_over_the_api(
     client: Client, alice_token: str, trainer: Trainer
 ) -> None:
@@ -119,8 +139,7 @@ def test_the_openapi_schema_describes_every_endpoint(client: Client) -> None:
     schema = client.get("/api/openapi.json").json()
     assert schema["openapi"].startswith("3.")
     for path in (
-        "/api/ingest/runs/{run_id}/metrics", "/api/ingest/runs/{run_id}/trajectories", "/api/runs/{run_id}/config",
-        "/api/t/{team_slug}/runs/{run_id}/metrics/curve", "/api/t/{team_slug}/experiments/{pk}/launch",
+        METRICS_PATH, TRAJECTORIES_PATH, CONFIG_PATH, "/api/t/{team_slug}/runs/{run_id}/metrics/curve", "/api/t/{team_slug}/experiments/{pk}/launch",
         "/api/t/{team_slug}/runs/{run_id}/cancel", "/api/t/{team_slug}/runs/{run_id}/trajectories",
     ):  # fmt: skip
         assert path in schema["paths"], path

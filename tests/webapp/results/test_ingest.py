@@ -6,7 +6,7 @@ from typing import Any
 from django.db import connection
 
 from tests.webapp.results.conftest import Trainer, points, trajectory
-from trainer.contract import CHECKPOINTS_PATH, CONFIG_PATH, HEARTBEAT_PATH, LOGS_PATH, STATUS_PATH
+from trainer.contract import CHECKPOINTS_PATH, CLAIM_PATH, HEARTBEAT_PATH, LOGS_PATH, STATUS_PATH
 from webapp.results.metrics_store import rebuild_summaries
 from webapp.results.models import (
     Checkpoint,
@@ -148,6 +148,7 @@ def test_trajectories_are_stored_with_every_step_once(trainer: Trainer, run: Any
 
 def test_status_heartbeat_logs_and_checkpoints_reach_the_run(trainer: Trainer, run: Any) -> None:
     run.enqueue()
+    assert trainer.post(CLAIM_PATH, {"worker": "host:1"}).status_code == 200
     assert trainer.post(STATUS_PATH, {"batch_id": "s1", "status": "running"}).status_code == 200
     run.refresh_from_db()
     assert run.status == "running"
@@ -173,14 +174,44 @@ def test_status_heartbeat_logs_and_checkpoints_reach_the_run(trainer: Trainer, r
     assert trainer.post(HEARTBEAT_PATH, {"step": 6, "total_steps": 10, "ts": 2.0}).status_code == 409
 
 
-def test_a_cancelled_run_cannot_be_claimed(trainer: Trainer, run: Any) -> None:
-    run.request_cancel()
-    response = trainer.post(STATUS_PATH, {"batch_id": "s1", "status": "running"})
-    assert response.status_code == 409 and "cancelled" in response.json()["error"]
+def test_a_verl_key_is_stored_under_ours_as_well(trainer: Trainer, run: Any) -> None:
+    batch = points(["critic/score/mean", "val-core/gsm8k/acc/mean@4", "timing_s/gen"], range(3))
+    assert trainer.metrics(batch).status_code == 200
+    stored = dict(MetricLatest.objects.filter(run=run).values_list("key__name", "value"))
+    assert stored["reward/mean"] == stored["critic/score/mean"] == 2 * 0.5
+    assert stored["val/gsm8k/acc"] == stored["val-core/gsm8k/acc/mean@4"]
+    assert stored["timing/rollout_s"] == stored["timing_s/gen"]
+    assert MetricPoint.objects.filter(run=run, key__name="reward/mean").count() == 3
+    top = MetricSummary.objects.get(run=run, key__name="reward/mean", level=1)
+    assert (top.n, top.max_value) == (3, 1.0)
 
 
-def test_the_trainer_reads_its_config(trainer: Trainer, run: Any) -> None:
-    response = trainer.client.get(
-        CONFIG_PATH.format(run_id=run.pk), HTTP_AUTHORIZATION=f"Bearer {trainer.token}"
+def test_a_replayed_log_chunk_keeps_the_first_text(trainer: Trainer, run: Any) -> None:
+    first = trainer.post(LOGS_PATH, {"batch_id": "l0", "seq": 0, "text": "hello\n"})
+    replay = trainer.post(LOGS_PATH, {"batch_id": "l0b", "seq": 0, "text": "changed\n"})
+    assert first.json() == {"stored": 1, "duplicate": False}
+    assert replay.status_code == 200 and replay.json() == {"stored": 0, "duplicate": True}
+    assert list(LogChunk.objects.filter(run=run).values_list("seq", "text")) == [(0, "hello\n")]
+
+
+def test_the_migration_copies_verl_points_stored_before_under_our_keys(run: Any) -> None:
+    import importlib
+    from types import SimpleNamespace
+
+    from django.apps import apps
+
+    from webapp.results import metrics_store
+
+    migration = importlib.import_module("webapp.results.migrations.0003_verl_points_under_our_keys")
+    verl = metrics_store.key_ids(["critic/score/mean"])["critic/score/mean"]
+    # As ingestion stored them before it mapped verl's keys: only under verl's name.
+    MetricPoint.objects.bulk_create(
+        [MetricPoint(run=run, key_id=verl, step=s, value=s / 10, ts=1.0 + s) for s in range(3)]
     )
-    assert response.status_code == 200 and response.json() == {"name": "r1", "seed": 1}
+    metrics_store.rebuild_summaries(run.pk)
+    for _ in range(2):  # a second pass adds nothing
+        migration.copy_under_our_keys(apps, SimpleNamespace(connection=connection))
+    ours = MetricPoint.objects.filter(run=run, key__name="reward/mean").order_by("step")
+    assert list(ours.values_list("step", "value")) == [(0, 0.0), (1, 0.1), (2, 0.2)]
+    assert MetricLatest.objects.get(run=run, key__name="reward/mean").value == 0.2
+    assert MetricPoint.objects.filter(run=run, key_id=verl).count() == 3

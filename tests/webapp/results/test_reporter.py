@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from trainer.mdp import Step, ToolCallRecord, Trajectory
-from trainer.report import HttpReporter
+from trainer.report.client import RunApiClient
+from trainer.report.http import HttpReporter
 from webapp.experiments.models import Experiment, Run, RunStatus
 from webapp.results.metrics_store import forget_cached_keys
 from webapp.results.models import Checkpoint, LogChunk, MetricLatest, MetricPoint, ToolCall, TrajectoryStep
@@ -38,8 +39,11 @@ def test_the_http_reporter_delivers_everything_to_the_live_server(
     experiment = Experiment.objects.create(team=personas["acme"], name="e2e", task="gsm8k", preset="grpo")
     run = Run.objects.create(experiment=experiment, team=personas["acme"], seed=0)
     run.enqueue()
+    token = run.issue_token()
+    with RunApiClient(live_server.url, run.pk, token) as client:
+        assert client.claim("host:1")
     reporter = HttpReporter(
-        live_server.url, run.pk, run.issue_token(), spool_dir=tmp_path / "spool", flush_interval_s=0.1,
+        live_server.url, run.pk, token, spool_dir=tmp_path / "spool", flush_interval_s=0.1,
         heartbeat_interval_s=0.1, max_batch_points=50,
     )  # fmt: skip
     reporter.set_status("running", "training")
@@ -55,7 +59,7 @@ def test_the_http_reporter_delivers_everything_to_the_live_server(
     reporter.close(timeout=60)
     assert reporter.undelivered() == 0 and not (tmp_path / "spool" / "rejected").exists()
     run.refresh_from_db()
-    assert (run.status, run.message) == (RunStatus.SUCCEEDED, "finished")
+    assert (run.status, run.message, run.claimed_by) == (RunStatus.SUCCEEDED, "finished", "host:1")
     assert MetricPoint.objects.filter(run=run).count() == 90
     assert MetricLatest.objects.get(run=run, key__name="reward/mean").step == 29
     assert StoredTrajectory.objects.filter(run=run, training_step=29).count() == 2

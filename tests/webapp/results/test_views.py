@@ -259,20 +259,10 @@ def test_curve_points_come_in_step_order(alice: Client, trainer: Trainer, run: A
 def test_a_verl_runs_validation_accuracy_counts_in_the_comparison_table(
     alice: Client, experiment: Any, client: Client
 ) -> None:
-    from webapp.results.analytics import primary_val_key
-
-    # verl logs val-core/<data_source>/acc/mean@N through MLflow as .../mean_at_N; the largest N wins.
-    verl_keys = [
-        "val-core/gsm8k/acc/mean_at_1",
-        "val-core/gsm8k/acc/mean_at_4",
-        "val-core/gsm8k/reward/mean_at_4",
-    ]
-    assert primary_val_key("gsm8k", verl_keys) == "val-core/gsm8k/acc/mean_at_4"
-    assert primary_val_key("gsm8k", [*verl_keys, "val/gsm8k/acc"]) == "val/gsm8k/acc"
-    assert primary_val_key("hotpotqa", verl_keys) is None
+    # verl logs val-core/<data_source>/acc/mean@N through MLflow as .../mean_at_N; it arrives as ours.
     _finished_run(experiment, 1, [0.2, 0.4], client, key="val-core/gsm8k/acc/mean_at_4")
     markdown = alice.get("/t/acme/compare/export.md").content.decode()
-    assert "| ours (this server) | gsm8k | grpo | val-core/gsm8k/acc/mean_at_4 | 40.00 |" in markdown
+    assert "| ours (this server) | gsm8k | grpo | val/gsm8k/acc | 40.00 |" in markdown
 
 
 def test_runs_that_log_none_of_the_rl_keys_open_on_their_own_keys(
@@ -284,3 +274,17 @@ def test_runs_that_log_none_of_the_rl_keys_open_on_their_own_keys(
     Trainer(client, own.pk, own.issue_token()).metrics(points(["loss", "accuracy"], range(5)))
     page = alice.get(f"/t/acme/curves/?run={own.pk}").content.decode()
     assert 'data-keys="accuracy|loss"' in page
+
+
+def test_torch_and_verl_runs_overlay_on_our_reward_key_by_default(
+    alice: Client, experiment: Any, client: Client, trainer: Trainer, run: Any
+) -> None:
+    from webapp.experiments.models import Run
+
+    trainer.metrics(points(["reward/mean"], range(5)))
+    verl_run = Run.objects.create(experiment=experiment, team=experiment.team, seed=2)
+    Trainer(client, verl_run.pk, verl_run.issue_token()).metrics(points(["critic/score/mean"], range(5)))
+    both = alice.get(f"/t/acme/curves/?run={run.pk}&run={verl_run.pk}").content.decode()
+    assert 'data-keys="reward/mean|' in both  # the default layout's first panel
+    data = alice.get(f"/t/acme/curves.json?run={run.pk}&run={verl_run.pk}&key=reward/mean").json()
+    assert [len(series["step"]) for series in data["series"]] == [5, 5]

@@ -100,11 +100,9 @@ def test_a_finished_runs_summary_has_latest_and_best_reward_and_validation(
 
 
 def test_an_external_run_shows_its_own_progress_and_no_empty_tabs(alice: Client, run: Any) -> None:
-    from webapp.experiments.models import Run, RunStatus
+    from webapp.experiments.models import EXTERNAL_EXECUTOR, Run, RunStatus
 
-    Run.objects.filter(pk=run.pk).update(
-        external=True, executor="external", status=RunStatus.RUNNING, step=499
-    )
+    Run.objects.filter(pk=run.pk).update(executor=EXTERNAL_EXECUTOR, status=RunStatus.RUNNING, step=499)
     page = alice.get(f"/t/acme/runs/{run.pk}/").content.decode()
     assert "step 499" in page and "of 0" not in page
     nav = page.split('aria-label="Run"', 1)[1].split("</nav>", 1)[0]

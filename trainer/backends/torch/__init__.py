@@ -1,8 +1,11 @@
-"""The torch backend: single process, Hugging Face transformers, CPU or one GPU (the embedded default)."""
+"""The torch backend: single process, Hugging Face transformers, CPU or one GPU (the embedded default).
+
+Importing this package needs no torch: :mod:`.backend` declares the backend, whose ``train`` imports
+the training loop (:mod:`.loop`) only when called.
+"""
 
 from __future__ import annotations
 
-from trainer.backends.torch.engine import TorchGenerationEngine
-from trainer.backends.torch.loop import TrainResult, train
+from trainer.backends.torch.backend import TorchBackend
 
-__all__ = ["TorchGenerationEngine", "TrainResult", "train"]
+__all__ = ["TorchBackend"]

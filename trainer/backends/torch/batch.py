@@ -60,7 +60,7 @@ def flatten(trajectories: Sequence[Trajectory]) -> StepRows:
     group_ids: list[int] = []
     anchor_ids: list[int] = []
     groups: dict[str, int] = {}
-    anchors: dict[tuple[int, object], int] = {}
+    anchors: dict[tuple[int, int], int] = {}
     for t, trajectory in enumerate(trajectories):
         if not trajectory.steps:
             raise ValueError(
@@ -71,9 +71,7 @@ def flatten(trajectories: Sequence[Trajectory]) -> StepRows:
         for step in trajectory.steps:
             if not step.response_ids:
                 raise ValueError(f"trajectory {trajectory.id} has a step with an empty response")
-            # The state is the full prompt (REFERENCE §1), so equal prompts are the same anchor state.
-            key = (group, step.anchor if step.anchor is not None else tuple(step.prompt_ids))
-            anchor_ids.append(anchors.setdefault(key, len(anchors)))
+            anchor_ids.append(anchors.setdefault((group, step.anchor_id), len(anchors)))
             steps.append(step)
             traj_ids.append(t)
             group_ids.append(group)

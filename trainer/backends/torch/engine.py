@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -55,6 +56,10 @@ def sample_next(
     return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
+def _batch_key(sampling: SamplingParams) -> SamplingParams:
+    return dataclasses.replace(sampling, max_new_tokens=1)
+
+
 class TorchGenerationEngine:
     """Token-in/token-out generation for flows, batched across concurrent callers.
 
@@ -73,7 +78,6 @@ class TorchGenerationEngine:
         seed: int = 0,
         max_batch_size: int = 64,
         max_wait_s: float = 0.05,
-        autocast_dtype: torch.dtype | None = None,
     ) -> None:
         if not stop_token_ids:
             raise ValueError("stop_token_ids must hold at least the tokenizer's EOS id")
@@ -85,7 +89,6 @@ class TorchGenerationEngine:
         self.generator.manual_seed(seed)
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_s
-        self.autocast_dtype = autocast_dtype
         self._pending: list[_Request] = []
         self._active = 0
         self._arrived: asyncio.Event | None = None
@@ -128,7 +131,10 @@ class TorchGenerationEngine:
             batch = self._take_batch()
             try:
                 results = await asyncio.to_thread(
-                    self.generate_batch, [r.prompt_ids for r in batch], batch[0].sampling
+                    self.generate_batch,
+                    [r.prompt_ids for r in batch],
+                    batch[0].sampling,
+                    [r.sampling.max_new_tokens for r in batch],
                 )
             except Exception as exc:  # every waiting flow sees the failure, not a hang
                 for request in batch:
@@ -153,26 +159,31 @@ class TorchGenerationEngine:
                 return
 
     def _take_batch(self) -> list[_Request]:
-        sampling = self._pending[0].sampling
-        batch = [r for r in self._pending if r.sampling == sampling][: self.max_batch_size]
+        # Requests that differ only in max_new_tokens share a batch: a flow caps its last steps by
+        # what is left of its trajectory's response budget, and each row stops at its own cap.
+        key = _batch_key(self._pending[0].sampling)
+        batch = [r for r in self._pending if _batch_key(r.sampling) == key][: self.max_batch_size]
         taken = {id(r) for r in batch}
         self._pending = [r for r in self._pending if id(r) not in taken]
         return batch
 
     # -- torch side ---------------------------------------------------------------------------
 
-    def generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
-        """Generate for every prompt at once (blocking). Safe to call directly, without asyncio."""
+    def generate_batch(
+        self, prompts: list[list[int]], sampling: SamplingParams, max_new_tokens: Sequence[int] | None = None
+    ) -> list[Generation]:
+        """Generate for every prompt at once (blocking). Safe to call directly, without asyncio.
+
+        ``max_new_tokens`` caps each row on its own; by default every row gets ``sampling``'s.
+        """
+        limits = (
+            list(max_new_tokens) if max_new_tokens is not None else [sampling.max_new_tokens] * len(prompts)
+        )
         was_training = self.model.training
         self.model.eval()
-        autocast = (
-            torch.autocast(self.device.type, dtype=self.autocast_dtype)
-            if self.autocast_dtype is not None
-            else contextlib.nullcontext()
-        )
         try:
-            with torch.no_grad(), autocast:
-                results = self._decode(prompts, sampling)
+            with torch.no_grad():
+                results = self._decode(prompts, sampling, limits)
         finally:
             self.model.train(was_training)
         self.stats["batches"] += 1
@@ -210,21 +221,24 @@ class TorchGenerationEngine:
             cache.batch_select_indices(index)
         return cache, out.logits[index, -1], mask[index], positions[index, -1] + 1
 
-    def _decode(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+    def _decode(
+        self, prompts: list[list[int]], sampling: SamplingParams, limits: list[int]
+    ) -> list[Generation]:
         cache, logits, mask, position = self._prefill(prompts)
         stop_ids = torch.tensor(self.stop_token_ids, device=self.device)
         alive = torch.arange(len(prompts), device=self.device)  # original row of each batch row
+        row_limits = torch.tensor(limits, device=self.device)
         tokens: list[list[int]] = [[] for _ in prompts]
         log_probs: list[list[float]] = [[] for _ in prompts]
-        for step in range(sampling.max_new_tokens):
+        for step in range(max(limits)):
             next_tokens, next_log_probs = sample_next(logits, sampling, self.generator)
             for row, token, log_prob in zip(
                 alive.tolist(), next_tokens.tolist(), next_log_probs.tolist(), strict=True
             ):
                 tokens[row].append(token)
                 log_probs[row].append(log_prob)
-            keep = ~torch.isin(next_tokens, stop_ids)
-            if step == sampling.max_new_tokens - 1 or not bool(keep.any()):
+            keep = ~torch.isin(next_tokens, stop_ids) & (row_limits[alive] > step + 1)
+            if not bool(keep.any()):
                 break
             if not bool(keep.all()):
                 # Finished rows leave the batch, so the tail of a wave costs only what is still running.

@@ -20,7 +20,8 @@ from trainer.backends.torch.batch import flatten
 from trainer.backends.torch.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
 from trainer.backends.torch.data import Row, batch_for_step, load_rows
 from trainer.backends.torch.engine import TorchGenerationEngine
-from trainer.backends.torch.rollout import rollout, rollout_metrics, score_rewards, validation_metrics
+from trainer.backends.torch.optim import adamw
+from trainer.backends.torch.rollout import rollout
 from trainer.backends.torch.update import (
     Models,
     estimate_advantages,
@@ -28,12 +29,22 @@ from trainer.backends.torch.update import (
     kl_enabled,
     update_policy,
 )
+from trainer.contract import (
+    ACTOR_LR,
+    PERF_GENERATED_TOKENS,
+    PERF_SAMPLES_PER_S,
+    TIMING_ROLLOUT_S,
+    TIMING_STEP_S,
+    TIMING_UPDATE_S,
+    TIMING_VAL_S,
+)
 from trainer.llm import SamplingParams
 from trainer.models import ValueHeadModel, load_policy, load_tokenizer, resolve_model_path
+from trainer.rollout import rollout_metrics, score_rewards, stop_token_ids, validation_metrics
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
-    from trainer.report import Reporter
+    from trainer.report.reporters import Reporter
 
 logger = logging.getLogger(__name__)
 
@@ -77,32 +88,28 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def stop_token_ids(tokenizer: Any, policy: Any) -> list[int]:
-    """The tokenizer's EOS plus the model's generation EOS ids (chat models often add their turn end)."""
-    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    configured = getattr(policy.generation_config, "eos_token_id", None)
-    ids += configured if isinstance(configured, list) else [configured] if configured is not None else []
-    return list(dict.fromkeys(int(i) for i in ids))
-
-
-def adamw(params: Any, *, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """AdamW with the fused kernel (CPU and CUDA both have one): per-tensor Python loops cost about a
-    second per step for a 135M model on CPU."""
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # model.dtype's choices
 
 
 def build_models(config: RunConfig, device: torch.device, tokenizer: Any, checkpoint: Path | None) -> Models:
-    """Policy and critic (from ``checkpoint`` when resuming), reference (the original model), optimizers."""
+    """Policy and critic (from ``checkpoint`` when resuming), reference (the original model), optimizers.
+
+    Every model's weights are in ``model.dtype``; the optimizers keep fp32 masters of bf16 weights.
+    """
     base = resolve_model_path(config.model.path)
-    remote = config.model.trust_remote_code
-    policy = load_policy(checkpoint / "policy" if checkpoint else base, trust_remote_code=remote).to(device)
+    dtype, remote = DTYPES[config.model.dtype], config.model.trust_remote_code
+    policy_path = checkpoint / "policy" if checkpoint else base
+    policy = load_policy(policy_path, dtype=dtype, trust_remote_code=remote).to(device)
     reference = None
     if config.algorithm.kl_mode != "none" and config.algorithm.kl_coef > 0:
         # Always the original model, also on resume: the KL anchors to where training started.
-        reference = load_policy(base, trust_remote_code=remote).to(device).eval().requires_grad_(False)
+        reference = (
+            load_policy(base, dtype=dtype, trust_remote_code=remote).to(device).eval().requires_grad_(False)
+        )
     critic = critic_optimizer = None
     if config.use_critic:
-        critic = ValueHeadModel.from_pretrained(checkpoint / "critic" if checkpoint else base).to(device)
+        critic_path = checkpoint / "critic" if checkpoint else base
+        critic = ValueHeadModel.from_pretrained(critic_path, dtype=dtype, trust_remote_code=remote).to(device)
         critic_optimizer = adamw(
             critic.parameters(), lr=config.optim.critic_lr, weight_decay=config.optim.weight_decay
         )
@@ -121,7 +128,6 @@ def build_models(config: RunConfig, device: torch.device, tokenizer: Any, checkp
         actor_optimizer=actor_optimizer,
         pad_token_id=int(tokenizer.pad_token_id),
         device=device,
-        autocast_dtype=torch.bfloat16 if config.model.dtype == "bfloat16" else None,
         reference=reference,
         critic=critic,
         critic_optimizer=critic_optimizer,
@@ -148,11 +154,10 @@ def setup_run(config: RunConfig) -> Run:
     models = build_models(config, device, tokenizer, resume_from)
     engine = TorchGenerationEngine(
         models.policy,
-        stop_token_ids=stop_token_ids(tokenizer, models.policy),
+        stop_token_ids=stop_token_ids(tokenizer, models.policy.generation_config),
         pad_token_id=int(tokenizer.pad_token_id),
         device=device,
         seed=config.trainer.seed,
-        autocast_dtype=models.autocast_dtype,
     )
     minibatch_generator = torch.Generator().manual_seed(config.trainer.seed + 1)
     run = Run(config, tokenizer, models, engine, minibatch_generator, train_rows, val_rows)
@@ -215,7 +220,7 @@ def train_step(run: Run, step: int, reporter: Reporter) -> dict[str, float]:
         rows = flatten(trainable)
         prepared = estimate_advantages(rows, run.models, config)
         # 4. update: critic, then actor over mini-batches of whole trajectories
-        metrics["actor/lr"] = set_learning_rates(run, step)
+        metrics[ACTOR_LR] = set_learning_rates(run, step)
         metrics.update(update_policy(rows, prepared, run.models, config, generator=run.minibatch_generator))
     else:
         logger.warning(
@@ -225,11 +230,11 @@ def train_step(run: Run, step: int, reporter: Reporter) -> dict[str, float]:
     # 5. log
     metrics.update(
         {
-            "timing/rollout_s": rollout_s,
-            "timing/update_s": update_s,
-            "timing/step_s": time.perf_counter() - started,
-            "perf/samples_per_s": len(trajectories) / max(rollout_s + update_s, 1e-9),
-            "perf/generated_tokens": float(sum(len(s.response_ids) for t in trajectories for s in t.steps)),
+            TIMING_ROLLOUT_S: rollout_s,
+            TIMING_UPDATE_S: update_s,
+            TIMING_STEP_S: time.perf_counter() - started,
+            PERF_SAMPLES_PER_S: len(trajectories) / max(rollout_s + update_s, 1e-9),
+            PERF_GENERATED_TOKENS: float(sum(len(s.response_ids) for t in trajectories for s in t.steps)),
         }
     )
     reporter.log_metrics(step, metrics)
@@ -251,7 +256,7 @@ def validate(run: Run, step: int) -> dict[str, float]:
     )
     score_rewards(trajectories, run.val_rows, 1)
     metrics = validation_metrics(trajectories, run.config.task)
-    metrics["timing/val_s"] = time.perf_counter() - started
+    metrics[TIMING_VAL_S] = time.perf_counter() - started
     return metrics
 
 

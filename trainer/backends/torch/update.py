@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
 from transformers import DynamicCache
 
 from trainer.algos import ESTIMATORS, POLICY_LOSSES, agg_loss, kl_penalty, value_loss
@@ -36,17 +35,11 @@ class Models:
     actor_optimizer: torch.optim.Optimizer
     pad_token_id: int
     device: torch.device
-    autocast_dtype: torch.dtype | None = None
     reference: Any | None = None
     critic: ValueHeadModel | None = None
     critic_optimizer: torch.optim.Optimizer | None = None
     # Run each distinct prompt once per micro-batch (off with gradient checkpointing, which drops caches).
     share_prefixes: bool = True
-
-    def autocast(self) -> Any:
-        return torch.autocast(
-            self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
-        )
 
 
 @dataclass
@@ -164,8 +157,7 @@ def batch_log_probs(
     out = torch.zeros_like(rows.response_mask)
     for micro in micro_batches(rows.steps, row_ids, micro_batch_size):
         inputs = _micro_inputs(rows, micro, models)
-        with models.autocast():
-            logits = response_logits(model, inputs)
+        logits = response_logits(model, inputs)
         targets = rows.response_ids[micro, : inputs.width].to(models.device)
         out[micro, : inputs.width] = token_log_probs(logits, targets, temperature).float().cpu()
     return out * rows.response_mask
@@ -179,8 +171,7 @@ def batch_values(
     out = torch.zeros_like(rows.response_mask)
     for micro in micro_batches(rows.steps, range(rows.num_rows), micro_batch_size):
         inputs = _micro_inputs(rows, micro, models)
-        with models.autocast():
-            values = response_values(critic, inputs)
+        values = response_values(critic, inputs)
         out[micro, : inputs.width] = values.float().cpu()
     return out * rows.response_mask
 
@@ -304,7 +295,9 @@ def _accumulate(sums: dict[str, float], key: str, value: torch.Tensor | float, w
     sums[key] = sums.get(key, 0.0) + float(value) * weight
 
 
-def _optimizer_step(params: list[nn.Parameter], optimizer: torch.optim.Optimizer, grad_clip: float) -> float:
+def _optimizer_step(optimizer: torch.optim.Optimizer, grad_clip: float) -> float:
+    # The optimizer's own parameters: with bf16 weights they are the fp32 masters that hold the grads.
+    params = [p for group in optimizer.param_groups for p in group["params"]]
     grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
     if torch.isfinite(grad_norm):
         optimizer.step()
@@ -370,7 +363,6 @@ def update_actor(
     rows: StepRows, prepared: Prepared, models: Models, config: RunConfig, *, generator: torch.Generator
 ) -> dict[str, float]:
     """PPO epochs over mini-batches of whole trajectories, with gradient accumulation over micro-batches."""
-    params = [p for p in models.policy.parameters() if p.requires_grad]
     models.policy.train()
     sums: dict[str, float] = {}
     updates = 0
@@ -382,14 +374,13 @@ def update_actor(
         total_tokens = float(rows.response_mask[row_ids].sum())
         for micro in micro_batches(rows.steps, row_ids, config.optim.micro_batch_size):
             inputs = _micro_inputs(rows, micro, models)
-            with models.autocast():
-                logits = response_logits(models.policy, inputs)
+            logits = response_logits(models.policy, inputs)
             loss, metrics = actor_micro_loss(logits, micro, inputs.width, rows, prepared, config)
             scale = _loss_scale(rows.response_mask[micro], total_tokens, len(row_ids), agg_mode)
             (loss * scale).backward()
             for key, value in metrics.items():
                 _accumulate(sums, f"actor/{key}", value, scale)
-        grad_norm = _optimizer_step(params, models.actor_optimizer, config.optim.grad_clip)
+        grad_norm = _optimizer_step(models.actor_optimizer, config.optim.grad_clip)
         _accumulate(sums, "actor/grad_norm", grad_norm, 1.0)
         updates += 1
     return {key: value / max(updates, 1) for key, value in sums.items()} | {"actor/updates": float(updates)}
@@ -404,7 +395,6 @@ def update_critic(
     """Value regression towards the returns over all trajectories (a zero advantage is still a target)."""
     if models.critic is None or models.critic_optimizer is None or prepared.values is None:
         return {}
-    params = [p for p in models.critic.parameters() if p.requires_grad]
     models.critic.train()
     sums: dict[str, float] = {}
     updates = 0
@@ -417,8 +407,7 @@ def update_critic(
         total_tokens = float(rows.response_mask[row_ids].sum())
         for micro in micro_batches(rows.steps, row_ids, config.optim.micro_batch_size):
             inputs = _micro_inputs(rows, micro, models)
-            with models.autocast():
-                values = response_values(models.critic, inputs).float()
+            values = response_values(models.critic, inputs).float()
             device, width = values.device, inputs.width
             mask = _rows_slice(rows.response_mask, micro, width, device)
             loss, metrics = value_loss(
@@ -434,7 +423,7 @@ def update_critic(
             _accumulate(sums, "critic/value_loss", loss.detach(), scale)
             for key, value in metrics.items():
                 _accumulate(sums, f"critic/{key}", value.detach(), scale)
-        grad_norm = _optimizer_step(params, models.critic_optimizer, config.optim.grad_clip)
+        grad_norm = _optimizer_step(models.critic_optimizer, config.optim.grad_clip)
         _accumulate(sums, "critic/grad_norm", grad_norm, 1.0)
         updates += 1
     return {key: value / max(updates, 1) for key, value in sums.items()}

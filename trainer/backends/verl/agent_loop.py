@@ -11,9 +11,10 @@ prompt drops earlier context is refused with a clear error.
 
 Step rewards travel as follows: each step's reward sits on its last model token of ``rm_scores``
 (:class:`StepRewardOutput`), ``reward_score`` is their sum R(τ), and ``extra_fields["turn_scores"]``
-lists them. Each finished trajectory (steps, tool calls, rewards) goes to the webapp through our
-reporter, built from the job's environment (:data:`RUN_ID_ENV`, ``STUDIO_API_URL``,
-``STUDIO_RUN_TOKEN``).
+lists them. Each step's anchor id (``Step.anchor_id``: GiGPO's observation groups, the id the torch
+backend groups by too) sits on the step's model tokens of ``agent_r1_anchor_ids``. Each finished
+trajectory (steps, tool calls, rewards) goes to the webapp through our reporter, built from the
+job's environment (:data:`RUN_ID_ENV`, ``STUDIO_API_URL``, ``STUDIO_RUN_TOKEN``).
 """
 
 from __future__ import annotations
@@ -30,17 +31,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 from pydantic import PrivateAttr
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
-from trainer.backends.torch.rollout import make_flow, score_trajectory
+from trainer.backends.verl.estimators import ANCHOR_FIELD
 from trainer.config import RunConfig
 from trainer.contract import API_ENV, RUN_ID_ENV, TOKEN_ENV
 from trainer.flows import FLOWS
 from trainer.llm import Generation, SamplingParams
 from trainer.mdp import Trajectory
-from trainer.report import HttpReporter, Reporter
+from trainer.models import load_generation_config
+from trainer.report.http import HttpReporter
+from trainer.report.reporters import Reporter
+from trainer.rollout import make_flow, score_trajectory, stop_token_ids
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +70,7 @@ class ServerManagerLLM:
         sampling_params: Mapping[str, Any],
         *,
         response_length: int,
-        stop_token_ids: set[int],
+        stop_token_ids: frozenset[int],
         request_id: str | None = None,
     ) -> None:
         self.server_manager = server_manager
@@ -146,13 +151,16 @@ class ServerManagerLLM:
 
 
 class StepRewardOutput(AgentLoopOutput):
-    """An AgentLoopOutput whose ``rm_scores`` hold each step's reward on the step's last model token.
+    """An AgentLoopOutput whose ``rm_scores`` hold each step's reward on the step's last model token,
+    and whose :data:`~.estimators.ANCHOR_FIELD` holds each step's anchor id on the step's tokens.
 
     verl's own output puts ``reward_score`` on the last token only; R(τ) is the same either way, but
-    step-level estimators need to know where each step's reward was earned.
+    step-level estimators need to know where each step's reward was earned, and GiGPO which steps
+    start from the same observation.
     """
 
     _step_rewards: list[tuple[int, float]] = PrivateAttr(default_factory=list)
+    _step_anchors: list[tuple[int, int, int]] = PrivateAttr(default_factory=list)  # start, end, id
 
     def as_dict(self) -> dict[str, Any]:
         output = super().as_dict()
@@ -160,6 +168,10 @@ class StepRewardOutput(AgentLoopOutput):
             scores = output["rm_scores"].zero_()
             for position, reward in self._step_rewards:
                 scores[position] += reward
+        anchors = torch.zeros_like(output["response_mask"], dtype=torch.int64)
+        for start, end, anchor in self._step_anchors:
+            anchors[start:end] = anchor
+        output[ANCHOR_FIELD] = anchors
         return output
 
 
@@ -193,6 +205,11 @@ def build_output(llm: ServerManagerLLM, trajectory: Trajectory, *, pad_token_id:
         },
     )
     output._step_rewards = _reward_positions(llm.spans, rewards, len(response))
+    output._step_anchors = [
+        (start, min(end, len(response)), step.anchor_id)
+        for (start, end), step in zip(llm.spans, trajectory.steps, strict=False)
+        if start < len(response)
+    ]
     return output
 
 
@@ -240,7 +257,7 @@ class StudioAgentLoop(AgentLoopBase):
             self.server_manager,
             sampling_params,
             response_length=int(self.rollout_config.response_length),
-            stop_token_ids=stop_token_ids(self.tokenizer),
+            stop_token_ids=turn_end_tokens(self.tokenizer),
         )
         flow = make_flow(row, llm, self.tokenizer, self.run_config)
         output = await flow.run(self.sampling(sampling_params), **row)
@@ -266,14 +283,13 @@ class StudioAgentLoop(AgentLoopBase):
         )
 
 
-def stop_token_ids(tokenizer: Any) -> set[int]:
-    """Tokens that end a turn: EOS plus the chat template's end-of-turn tokens (``<|im_end|>`` ...)."""
-    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    for token in ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"):
-        token_id = tokenizer.convert_tokens_to_ids(token)
-        if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
-            ids.add(token_id)
-    return ids
+@functools.cache
+def turn_end_tokens(tokenizer: Any) -> frozenset[int]:
+    """:func:`trainer.rollout.stop_token_ids` for verl's tokenizer, which verl loads from the model's
+    local folder: the generation config lies beside it."""
+    folder = getattr(tokenizer, "name_or_path", "") or ""
+    generation_config = load_generation_config(folder) if Path(folder).is_dir() else None
+    return frozenset(stop_token_ids(tokenizer, generation_config))
 
 
 def plain_row(kwargs: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,27 +26,23 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainer.config import RunConfig
+if TYPE_CHECKING:
+    from trainer.config import RunConfig
 
-# Our estimators as verl's registry names. verl lacks the step-level ones; ours are registered
-# into its registry by trainer.backends.verl.estimators (imported by the job's setup hook).
-ESTIMATORS = {
-    "gae": "gae",  # verl's GAE branch; the setup hook makes it step-level, see GAE_MODE_ENV
-    "token_gae": "gae",
-    "grpo": "grpo",
-    "rloo": "rloo",
-    "reinforce": "agent_r1_step_reinforce",
-    "gigpo": "agent_r1_gigpo",
-}
+# verl runs our estimators, not its own: trainer.backends.verl.estimators registers each one under
+# this prefix (the job's setup hook installs them), so a preset means the same math on both backends.
+ESTIMATOR_PREFIX = "agent_r1_"
+# Our key in verl's algorithm config for what verl's fields do not say (gamma, lam and
+# norm_adv_by_std_in_grpo are verl's own); verl hands that config to every estimator (docs/verl.md).
+ALGORITHM_KEY = "agent_r1"
+STEP_WEIGHT_KEY = "gigpo_step_weight"
 # verl's "gpg" loss is -A·logπ with no ratio and no clip: our reinforce loss.
 POLICY_LOSSES = {"vanilla": "vanilla", "gspo": "gspo", "reinforce": "gpg"}
-# verl calls GAE through a fixed branch that no registry entry can replace (it alone receives the
-# critic's values), so the step-level variant is switched on by this variable in every Ray worker.
-GAE_MODE_ENV = "AGENT_R1_GAE_MODE"
-GIGPO_WEIGHT_ENV = "AGENT_R1_GIGPO_STEP_WEIGHT"
 LOGGERS = ("console", "mlflow")
+# model.dtype as verl spells it: FSDP's compute dtype (mixed_precision.param_dtype) and vLLM's dtype.
+FSDP_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
 AGENT_LOOP_WORKERS = 8  # verl's default rollout.agent.num_workers (one CPU each on the cluster)
 
 
@@ -78,14 +74,20 @@ def prompts_per_mini_batch(config: RunConfig) -> int:
     return max(1, config.optim.mini_batch_size // config.rollout.n)
 
 
+def verl_estimator_name(estimator: str) -> str:
+    """The name our estimator ``estimator`` has in verl's estimator registry."""
+    return ESTIMATOR_PREFIX + estimator
+
+
 def _algorithm(config: RunConfig) -> dict[str, Any]:
     algo = config.algorithm
     in_reward = algo.kl_mode == "reward"
     return {
-        "algorithm.adv_estimator": ESTIMATORS[algo.estimator],
+        "algorithm.adv_estimator": verl_estimator_name(algo.estimator),
         "algorithm.gamma": algo.gamma,
         "algorithm.lam": algo.lam,
         "algorithm.norm_adv_by_std_in_grpo": algo.norm_adv_by_std,
+        f"+algorithm.{ALGORITHM_KEY}.{STEP_WEIGHT_KEY}": algo.gigpo_step_weight,
         "algorithm.use_kl_in_reward": in_reward,
         "algorithm.kl_penalty": algo.kl_kind,
         "algorithm.kl_ctrl.type": "fixed",
@@ -136,6 +138,21 @@ def _actor(config: RunConfig) -> dict[str, Any]:
     return {prefix + key: value for key, value in values.items()}
 
 
+def _dtype(config: RunConfig) -> dict[str, Any]:
+    """model.dtype on every role, as the torch backend reads it: the actor and the critic compute in it
+    and keep fp32 master weights (verl's fsdp model_dtype stays fp32); the reference, which only runs
+    forward passes, holds its weights in it; vLLM samples in it."""
+    fsdp = FSDP_DTYPES[config.model.dtype]
+    values: dict[str, Any] = {
+        "actor_rollout_ref.rollout.dtype": config.model.dtype,
+        "actor_rollout_ref.ref.fsdp_config.model_dtype": fsdp,
+    }
+    # verl's FSDPEngineConfig.mixed_precision is absent from its YAML (None: bf16 compute), hence "+".
+    for engine in ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp"):
+        values[f"+{engine}.mixed_precision.param_dtype"] = fsdp
+    return values
+
+
 def _model_and_rollout(config: RunConfig, paths: VerlPaths) -> dict[str, Any]:
     rollout, micro = config.rollout, config.optim.micro_batch_size
     return {
@@ -170,8 +187,10 @@ def _critic(config: RunConfig) -> dict[str, Any]:
         "critic.enable": True,
         "critic.model.path": config.model.path,
         "critic.model.trust_remote_code": config.model.trust_remote_code,
+        "critic.model.enable_gradient_checkpointing": config.model.gradient_checkpointing,
         "critic.optim.lr": config.optim.critic_lr,
         "critic.optim.weight_decay": config.optim.weight_decay,
+        "critic.optim.lr_warmup_steps": config.optim.warmup_steps if config.optim.warmup_steps > 0 else -1,
         "critic.grad_clip": config.optim.grad_clip,
         "critic.ppo_micro_batch_size_per_gpu": config.optim.micro_batch_size,
     }
@@ -182,6 +201,8 @@ def _trainer(
 ) -> dict[str, Any]:
     trainer, total = config.trainer, config.trainer.total_steps
     return {
+        # verl's default; said here because our estimators' hook wraps the v1 trainer (docs/verl.md).
+        "trainer.use_v1": True,
         "trainer.total_training_steps": total,
         # verl saves at every multiple of save_freq and always at the last step (0 = the end only).
         "trainer.save_freq": trainer.save_every if trainer.save_every > 0 else total,
@@ -206,20 +227,6 @@ def _quoted(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _worker_env(config: RunConfig) -> dict[str, Any]:
-    """Settings our estimators read in every Ray worker (verl's AlgoConfig takes no extra keys).
-
-    They ride on ``ray_kwargs.ray_init.runtime_env.env_vars``, which Ray merges into the job's
-    runtime env, so the job itself must not set these names.
-    """
-    mode = "step" if config.algorithm.estimator == "gae" else "token"
-    prefix = "+ray_kwargs.ray_init.runtime_env.env_vars."
-    return {
-        prefix + GAE_MODE_ENV: mode,
-        prefix + GIGPO_WEIGHT_ENV: _quoted(repr(config.algorithm.gigpo_step_weight)),
-    }
-
-
 def overrides(
     config: RunConfig, paths: VerlPaths, *, project: str, run_name: str, loggers: Sequence[str] = LOGGERS
 ) -> list[str]:
@@ -237,9 +244,9 @@ def overrides(
         _data(config, paths),
         _actor(config),
         _model_and_rollout(config, paths),
+        _dtype(config),
         _critic(config),
         _trainer(config, paths, project, run_name, loggers),
-        _worker_env(config),
     ):
         values.update(part)
     return [f"{key}={_value(value)}" for key, value in values.items()]
@@ -295,40 +302,6 @@ def field_for_error(message: str) -> str:
     return "__all__"
 
 
-def mapping_problems(config: RunConfig) -> list[tuple[str, str]]:
-    """What our mapping onto verl cannot express exactly (checked before verl's own validation)."""
-    problems = []
-    mini, n = config.optim.mini_batch_size, config.rollout.n
-    if mini % n:
-        problems.append(
-            (
-                "optim.mini_batch_size",
-                f"verl counts mini-batches in prompts, each with its rollout.n ({n}) trajectories: set "
-                f"optim.mini_batch_size to a multiple of {n}",
-            )
-        )
-    if config.rollout.context_policy != "append":
-        # One verl row per trajectory: every turn must extend the previous prompt (agent_loop.py).
-        problems.append(
-            (
-                "rollout.context_policy",
-                "backend verl trains each trajectory as one growing sequence: set rollout.context_policy "
-                "to append, or use backend torch for a sliding window",
-            )
-        )
-    world = config.resources.gpus_per_node * config.resources.nodes
-    per_gpu = (prompts_per_mini_batch(config) * n) // max(world, 1)
-    if world and per_gpu < 1:
-        problems.append(
-            (
-                "optim.mini_batch_size",
-                f"verl splits each mini-batch ({mini} trajectories) across {world} GPUs: set "
-                f"optim.mini_batch_size to at least {world}",
-            )
-        )
-    return problems
-
-
 @functools.cache
 def _config_dir() -> str:
     import verl
@@ -378,16 +351,13 @@ def _check_overrides() -> list[str]:
 
 
 def verl_problems(config: RunConfig) -> list[tuple[str, str]]:
-    """verl's objections to ``config`` as (RunConfig field path, message); [] when verl accepts it.
+    """verl's objections to a valid verl ``config`` as (RunConfig field path, message); [] when verl
+    accepts it. What our mapping cannot express is refused earlier, by RunConfig's validation
+    (:meth:`VerlBackend.problems <trainer.backends.verl.backend.VerlBackend.problems>`).
 
     Runs verl's own ``validate_config`` as ``main_ppo`` does (with its role flags). About a second
     warm; the first call in a process also imports Hydra and verl (a few seconds).
     """
-    if config.backend != "verl":
-        return []
-    problems = mapping_problems(config)
-    if problems:
-        return problems
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
@@ -415,6 +385,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--project", default="agent-r1-studio")
     parser.add_argument("--run-name", default=None)
     args = parser.parse_args(argv)
+    from trainer.config import RunConfig
+
     config = RunConfig.from_yaml_file(args.config)
     paths = shared_paths(config, args.shared_dir.resolve())
     argv_out = command(config, paths, project=args.project, run_name=args.run_name or config.name)

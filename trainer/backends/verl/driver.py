@@ -32,7 +32,7 @@ from trainer.contract import MLFLOW_TRACKING_URI_ENV, PROJECT_ENV, RUN_ID_ENV
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
-    from trainer.report import Reporter
+    from trainer.report.reporters import Reporter
 
 logger = logging.getLogger(__name__)
 verl_output = logging.getLogger("trainer.verl")
@@ -123,7 +123,8 @@ def verl_command(config: RunConfig, paths: VerlPaths) -> list[str]:
     name = f"{config.name}-run{run_id}" if run_id else config.name
     # Webapp runs get MLFLOW_TRACKING_URI from their Ray job; without it verl's mlflow logger would
     # fall back to a local sqlite file, so a run outside the webapp logs to the console only.
-    loggers = ("console", "mlflow") if os.environ.get(MLFLOW_TRACKING_URI_ENV) else ("console",)
+    wanted = {"console": config.report.console, "mlflow": bool(os.environ.get(MLFLOW_TRACKING_URI_ENV))}
+    loggers = tuple(logger_name for logger_name, on in wanted.items() if on)
     argv = command(
         config,
         paths,
@@ -206,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     from trainer.config import RunConfig
     from trainer.plugins import load_plugins
-    from trainer.report import ConsoleReporter
+    from trainer.report.reporters import ConsoleReporter
 
     parser = argparse.ArgumentParser(prog="python -m trainer.backends.verl.driver")
     parser.add_argument("config", type=Path, help="RunConfig YAML with backend verl")

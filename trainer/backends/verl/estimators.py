@@ -1,242 +1,312 @@
-"""Agent-R1's step-level estimators inside verl (REFERENCE §3), for trajectory rows.
+"""Our advantage estimators inside verl: an adapter from verl's trajectory rows to :class:`StepBatch`.
 
 In verl a row is a whole trajectory: its response holds every turn, model tokens with mask 1 and
-tool/env tokens with mask 0 (see ``agent_loop.py``). A step is one run of mask-1 tokens; its reward
-r_t is the sum of the token rewards from its first token up to the next step's first token (our
-agent loop puts each step's reward on its last model token; KL-in-reward adds per-token terms).
+tool/env tokens with mask 0 (see ``agent_loop.py``). A step is one run of mask-1 tokens. The adapter
+turns a batch of such rows into one :class:`~trainer.algos.advantages.StepBatch` row per step (the
+step's own tokens; a reward that sits between two steps counts for the step before it, on its last
+token), runs ``ESTIMATORS[name]`` on it, the same function the torch backend runs, and puts the
+per-token results back where the step's tokens lie in verl's (batch, response_length) tensors.
 
-- ``agent_r1_step_reinforce``: G_t = Σ_{k≥t} gamma^(k-t) r_k, whitened over all step rows of the batch,
-  broadcast to the step's tokens. Exact.
-- ``agent_r1_gigpo``: A = A^episode + w·A^step. A^episode is GRPO's group-normalised R(τ). The anchor
-  groups of A^step are APPROXIMATED by (prompt uid, step index): verl's estimator interface sees token
-  rewards, masks and prompt uids but no observations, so steps are grouped by position rather than by
-  identical observation. At step 0 (every sample starts from the prompt) this is exact.
-- step-level GAE: verl calls GAE through a fixed branch (the only one that receives critic values),
-  so :func:`install` wraps ``core_algos.compute_gae_advantage_return``; the wrapper computes the
-  step-level form when ``AGENT_R1_GAE_MODE=step`` is in the worker's environment and verl's
-  token-level GAE (our ``token_gae``) otherwise. V(s_t) is the critic's value at the step's first
-  token (the state before the step's response), so the recursion is exactly REFERENCE §3's.
+Parameters reach the math as arguments, read from the algorithm config verl hands its estimators:
+``gamma``, ``lam`` and ``norm_adv_by_std_in_grpo`` are verl's own fields, GiGPO's step weight rides
+under our key ``algorithm.agent_r1``. verl calls a registered estimator without critic values or
+per-step data, so :func:`install` adds those two for the estimators that read them (docs/verl.md,
+"Advantages").
 """
 
 from __future__ import annotations
 
-import os
-from collections import defaultdict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
+import torch.nn.functional as F
+from torch import Tensor
 
-from trainer.backends.verl.command import GAE_MODE_ENV, GIGPO_WEIGHT_ENV
+from trainer.algos.advantages import ESTIMATORS, StepBatch
+from trainer.backends.verl.command import ALGORITHM_KEY, STEP_WEIGHT_KEY, verl_estimator_name
+from trainer.config import ANCHOR_ESTIMATORS, CRITIC_ESTIMATORS
 
-EPSILON = 1e-6
-
-Span = tuple[int, int]  # [start, end) of one step's model tokens
-
-
-def step_spans(mask_row: torch.Tensor) -> list[Span]:
-    """The runs of 1s in one row's response mask: one (start, end) per step."""
-    spans: list[Span] = []
-    start = None
-    values = [int(v) for v in mask_row.tolist()]
-    for position, value in enumerate(values):
-        if value and start is None:
-            start = position
-        elif not value and start is not None:
-            spans.append((start, position))
-            start = None
-    if start is not None:
-        spans.append((start, len(values)))
-    return spans
+# The per-token field our agent loop adds to each verl row: the anchor id (Step.anchor_id) of the
+# step a model token belongs to, 0 on tool/env tokens. GiGPO reads it at each step's first token.
+ANCHOR_FIELD = "agent_r1_anchor_ids"
+# verl computes advantages for training batches only; TransferQueue keeps those in this partition.
+TRAIN_PARTITION = "train"
 
 
-def step_rewards(reward_row: torch.Tensor, spans: Sequence[Span]) -> list[float]:
-    """r_t: the token rewards from step t's first token up to step t+1's first token."""
-    rewards = []
-    for index, (start, _) in enumerate(spans):
-        end = spans[index + 1][0] if index + 1 < len(spans) else reward_row.shape[0]
-        rewards.append(float(reward_row[start:end].sum()))
-    return rewards
+# -- verl rows <-> step rows ----------------------------------------------------------------------
 
 
-def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
-    """G_t = r_t + gamma * G_{t+1}, with G past the last step = 0."""
-    returns = [0.0] * len(rewards)
-    running = 0.0
-    for t in reversed(range(len(rewards))):
-        running = rewards[t] + gamma * running
-        returns[t] = running
-    return returns
+@dataclass(frozen=True)
+class StepLayout:
+    """Where the S steps of a verl batch of B rows x R response positions lie.
 
-
-def _whiten(values: list[float]) -> list[float]:
-    if len(values) < 2:
-        return [0.0 for _ in values]
-    tensor = torch.tensor(values, dtype=torch.float64)
-    return ((tensor - tensor.mean()) / (tensor.std(unbiased=True) + EPSILON)).tolist()
-
-
-def _broadcast(shape: torch.Size, spans_per_row: list[list[Span]], values: list[list[float]]) -> torch.Tensor:
-    out = torch.zeros(shape, dtype=torch.float32)
-    for row, (spans, row_values) in enumerate(zip(spans_per_row, values, strict=True)):
-        for (start, end), value in zip(spans, row_values, strict=True):
-            out[row, start:end] = value
-    return out
-
-
-def _unflatten(flat: list[float], lengths: list[int]) -> list[list[float]]:
-    rows, position = [], 0
-    for length in lengths:
-        rows.append(flat[position : position + length])
-        position += length
-    return rows
-
-
-def step_reinforce(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    config: Any = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Step-level REINFORCE (Williams 1992): A_t = whiten(G_t) over all step rows of the batch.
-
-    token_level_rewards, response_mask: (batch, response_length). Returns (advantages, returns),
-    both (batch, response_length), zero on tool tokens and padding.
+    ``row`` / ``start`` / ``length``: [S], steps in row order and, within a row, in token order.
+    ``flat`` [S, W]: each step token's index in the flattened [B * R] batch (W = the longest step),
+    valid where ``valid`` [S, W] is True; None when every row is one step from its first position
+    (a single-step task), and then the rows are the steps as they are (``valid`` is the mask).
     """
-    gamma = float(_get(config, "gamma", 1.0))
-    spans = [step_spans(row) for row in response_mask]
-    returns = [
-        discounted_returns(step_rewards(rewards, row_spans), gamma)
-        for rewards, row_spans in zip(token_level_rewards, spans, strict=True)
-    ]
-    lengths = [len(row) for row in returns]
-    advantages = _unflatten(_whiten([g for row in returns for g in row]), lengths)
-    shape = token_level_rewards.shape
-    return _broadcast(shape, spans, advantages), _broadcast(shape, spans, returns)
+
+    mask: Tensor  # [B, R] bool
+    is_start: Tensor  # [B, R] bool, True on each step's first token
+    row: Tensor
+    start: Tensor
+    length: Tensor
+    flat: Tensor | None
+    valid: Tensor
+
+    @property
+    def steps(self) -> int:
+        return int(self.row.shape[0])
+
+    def gather(self, x: Tensor) -> Tensor:
+        """[B, R] per-token values -> [S, W] on each step's tokens, 0 past the step's end.
+
+        When the rows are the steps, ``x`` itself: what lies off the mask stays (the estimators
+        read only masked positions, save token rewards, which :func:`step_batch` clears there).
+        """
+        if self.flat is None:
+            return x
+        return x.reshape(-1)[self.flat].masked_fill_(~self.valid, 0)
+
+    def at_starts(self, x: Tensor) -> Tensor:
+        """[B, R] -> [S]: the value at each step's first token."""
+        return x[self.row, self.start]
+
+    def scatter(self, per_token: Tensor) -> Tensor:
+        """[S, W] estimator output (0 off the steps' tokens) -> [B, R], 0 where no step token lies."""
+        if self.flat is None:
+            return per_token
+        out = per_token.new_zeros(self.mask.numel())
+        out[self.flat[self.valid]] = per_token[self.valid]
+        return out.view(self.mask.shape)
+
+    def owners(self) -> Tensor:
+        """[B, R]: the step each position counts for (the last one started at or before it, else the
+        row's first); -1 in a row without a step."""
+        per_row = self.is_start.sum(1)
+        first = per_row.cumsum(0) - per_row  # the number of each row's first step
+        owner = first[:, None] + (self.is_start.cumsum(1) - 1).clamp(min=0)
+        return torch.where(per_row[:, None] > 0, owner, torch.full_like(owner, -1))
 
 
-def _group_normalise(values: list[float], keys: Sequence[Hashable], by_std: bool) -> list[float]:
-    """(x - mean_group) / (std_group + ε) with the unbiased std; a size-1 group gives 0."""
-    groups: dict[Hashable, list[float]] = defaultdict(list)
-    for key, value in zip(keys, values, strict=True):
-        groups[key].append(value)
-    stats = {}
-    for key, members in groups.items():
-        tensor = torch.tensor(members, dtype=torch.float64)
-        std = float(tensor.std(unbiased=True)) if len(members) > 1 else 1.0
-        stats[key] = (float(tensor.mean()), std, len(members))
-    out = []
-    for key, value in zip(keys, values, strict=True):
-        mean, std, size = stats[key]
-        if size < 2:
-            out.append(0.0)
-        else:
-            out.append((value - mean) / (std + EPSILON) if by_std else value - mean)
-    return out
+def step_layout(response_mask: Tensor) -> StepLayout:
+    """Find the steps (runs of mask-1 tokens) of every row of ``response_mask`` [B, R]."""
+    mask = response_mask > 0
+    rows, length = mask.shape
+    is_start = mask & ~F.pad(mask[:, :-1], (1, 0))
+    row, start = is_start.nonzero(as_tuple=True)  # row-major: rows in order, steps in token order
+    if row.numel() == rows and not bool(start.any()):
+        return StepLayout(mask, is_start, row, start, mask.sum(1), None, mask)
+    _, end = (mask & ~F.pad(mask[:, 1:], (0, 1))).nonzero(as_tuple=True)
+    run = end - start + 1
+    width = int(run.max()) if run.numel() else 0
+    offsets = torch.arange(width, device=mask.device)
+    flat = row[:, None] * length + (start[:, None] + offsets).clamp(max=max(length - 1, 0))
+    return StepLayout(mask, is_start, row, start, run, flat, offsets[None, :] < run[:, None])
 
 
-def gigpo(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Any = None,
-    config: Any = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """GiGPO (Feng et al. 2025, arXiv 2505.10978): A = A^episode + w · A^step.
+def group_ids(index: Sequence[Any]) -> Tensor:
+    """Prompt uids [B] -> group numbers in order of first appearance (ascending when a prompt's rows
+    sit together, which keeps the estimators on their fast path)."""
+    _, first, inverse = np.unique(np.asarray(index, dtype=str), return_index=True, return_inverse=True)
+    rank = np.empty_like(first)
+    rank[np.argsort(first)] = np.arange(first.size)
+    return torch.as_tensor(rank[inverse.reshape(-1)], dtype=torch.long)
 
-    index: (batch,) prompt uids (verl's ``uid``). Anchor groups are (uid, step index): see the module
-    docstring for why this approximates "steps that share an anchor observation". w comes from
-    ``AGENT_R1_GIGPO_STEP_WEIGHT`` (default 1.0). Returns (advantages, returns), (batch, length).
+
+def step_batch(
+    layout: StepLayout,
+    token_level_rewards: Tensor,
+    index: Sequence[Any],
+    *,
+    values: Tensor | None = None,
+    anchors: Tensor | None = None,
+) -> StepBatch:
+    """verl's rows as step rows: rewards, values and anchor ids per step, prompt uid as the group.
+
+    A reward on a position outside every step (a tool token after a step, say) is added to the last
+    token of the step it counts for, so every step reward r_t = the sum of its row of the StepBatch.
     """
-    if index is None:
-        raise ValueError("gigpo needs the prompt uid of every row (verl passes it as index)")
-    gamma = float(_get(config, "gamma", 1.0))
-    by_std = bool(_get(config, "norm_adv_by_std_in_grpo", True))
-    weight = float(os.environ.get(GIGPO_WEIGHT_ENV, "1.0"))
-    uids = [str(uid) for uid in index]
-    spans = [step_spans(row) for row in response_mask]
-    rewards = [step_rewards(r, s) for r, s in zip(token_level_rewards, spans, strict=True)]
-    episode = _group_normalise([sum(row) for row in rewards], uids, by_std)
-    returns = [discounted_returns(row, gamma) for row in rewards]
-    anchors = [(uid, t) for uid, row in zip(uids, returns, strict=True) for t in range(len(row))]
-    step = _unflatten(
-        _group_normalise([g for row in returns for g in row], anchors, by_std), [len(r) for r in returns]
+    rewards = layout.gather(token_level_rewards)
+    off_steps = token_level_rewards.masked_fill(layout.mask, 0)
+    if bool(off_steps.any()):
+        outside = off_steps != 0
+        owner = layout.owners()[outside]
+        kept = owner >= 0
+        carried = rewards.new_zeros(layout.steps).index_add_(
+            0, owner[kept], off_steps[outside][kept].to(rewards.dtype)
+        )
+        rewards = rewards.masked_fill(~layout.valid, 0) if layout.flat is None else rewards
+        rewards[torch.arange(layout.steps, device=rewards.device), layout.length - 1] += carried
+    group_of_row = group_ids(index).to(layout.row.device)
+    return StepBatch(
+        token_rewards=rewards,
+        response_mask=layout.valid.to(rewards.dtype),
+        values=None if values is None else layout.gather(values.to(rewards.dtype)),
+        traj_index=layout.row,
+        group_index=group_of_row[layout.row],
+        anchor_index=None if anchors is None else layout.at_starts(anchors).long(),
     )
-    advantages = [
-        [episode_value + weight * s for s in row_step]
-        for episode_value, row_step in zip(episode, step, strict=True)
-    ]
-    shape = token_level_rewards.shape
-    return _broadcast(shape, spans, advantages), _broadcast(shape, spans, returns)
 
 
-def step_gae(
-    token_level_rewards: torch.Tensor,
-    values: torch.Tensor,
-    response_mask: torch.Tensor,
-    gamma: float,
-    lam: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Step-level GAE (Schulman et al. 2016 over steps): δ_t = r_t + gamma * V(s_{t+1}) - V(s_t),
-    A_t = δ_t + gamma*lam*A_{t+1}, G_t = A_t + V(s_t); V past the last step = 0; A whitened over all step rows.
+def verl_advantages(
+    name: str,
+    token_level_rewards: Tensor,
+    response_mask: Tensor,
+    index: Sequence[Any],
+    *,
+    values: Tensor | None = None,
+    anchors: Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    norm_adv_by_std: bool = True,
+    step_weight: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """``ESTIMATORS[name]`` on verl's rows: (advantages, returns), both [B, R], 0 off the steps.
 
-    values: (batch, response_length) critic values; V(s_t) is the value at step t's first token.
+    token_level_rewards, response_mask, values, anchors: [B, R]; index: [B] prompt uids.
     """
-    spans = [step_spans(row) for row in response_mask]
-    advantages, returns = [], []
-    for rewards_row, values_row, row_spans in zip(token_level_rewards, values, spans, strict=True):
-        r = step_rewards(rewards_row, row_spans)
-        v = [float(values_row[start]) for start, _ in row_spans]
-        row_adv = [0.0] * len(r)
-        running = 0.0
-        for t in reversed(range(len(r))):
-            next_value = v[t + 1] if t + 1 < len(v) else 0.0
-            running = r[t] + gamma * next_value - v[t] + gamma * lam * running
-            row_adv[t] = running
-        advantages.append(row_adv)
-        returns.append([a + value for a, value in zip(row_adv, v, strict=True)])
-    whitened = _unflatten(_whiten([a for row in advantages for a in row]), [len(row) for row in advantages])
-    shape = token_level_rewards.shape
-    return _broadcast(shape, spans, whitened), _broadcast(shape, spans, returns)
+    estimator = ESTIMATORS.get(name)
+    layout = step_layout(response_mask)
+    batch = step_batch(layout, token_level_rewards, index, values=values, anchors=anchors)
+    advantages, returns = estimator(
+        batch, gamma=gamma, lam=lam, norm_adv_by_std=norm_adv_by_std, step_weight=step_weight
+    )
+    return layout.scatter(advantages), layout.scatter(returns)
 
 
-def _get(config: Any, key: str, default: Any) -> Any:
+# -- verl's estimator interface -------------------------------------------------------------------
+
+
+def estimator_parameters(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Our estimator arguments from verl's algorithm config (a DictConfig or AlgoConfig; None: defaults)."""
     if config is None:
-        return default
-    getter = getattr(config, "get", None)
-    return getter(key, default) if getter is not None else getattr(config, key, default)
+        return {}
+    ours = config.get(ALGORITHM_KEY) or {}
+    return {
+        "gamma": float(config.get("gamma", 1.0)),
+        "lam": float(config.get("lam", 1.0)),
+        "norm_adv_by_std": bool(config.get("norm_adv_by_std_in_grpo", True)),
+        "step_weight": float(ours.get(STEP_WEIGHT_KEY, 1.0)),
+    }
 
 
-def _gae_dispatch(token_gae: Callable[..., Any]) -> Callable[..., Any]:
-    def compute_gae_advantage_return(
-        token_level_rewards: torch.Tensor,
-        values: torch.Tensor,
-        response_mask: torch.Tensor,
-        gamma: Any,
-        lam: Any,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if os.environ.get(GAE_MODE_ENV) == "step":
-            return step_gae(token_level_rewards, values, response_mask, float(gamma), float(lam))
-        return token_gae(
-            token_level_rewards=token_level_rewards,
+@dataclass(frozen=True)
+class VerlEstimator:
+    """One of :data:`ESTIMATORS` with the signature verl calls registered estimators with.
+
+    verl's ``compute_advantage`` passes ``token_level_rewards``, ``response_mask``, ``index`` (the
+    prompt uids) and ``config`` (the algorithm config); :func:`install` adds ``values`` and
+    ``anchors`` for the estimators that read them.
+    """
+
+    name: str
+
+    @property
+    def verl_name(self) -> str:
+        return verl_estimator_name(self.name)
+
+    @property
+    def reads_step_inputs(self) -> bool:
+        return self.name in CRITIC_ESTIMATORS or self.name in ANCHOR_ESTIMATORS
+
+    def __call__(
+        self,
+        token_level_rewards: Tensor,
+        response_mask: Tensor,
+        index: Sequence[Any] | None = None,
+        config: Mapping[str, Any] | None = None,
+        values: Tensor | None = None,
+        anchors: Tensor | None = None,
+        **unused: Any,
+    ) -> tuple[Tensor, Tensor]:
+        if index is None:
+            raise ValueError(f"estimator {self.name!r} needs the prompt uid of every row (verl's index)")
+        return verl_advantages(
+            self.name,
+            token_level_rewards,
+            response_mask,
+            index,
             values=values,
-            response_mask=response_mask,
-            gamma=gamma,
-            lam=lam,
+            anchors=anchors,
+            **estimator_parameters(config),
         )
 
-    compute_gae_advantage_return.agent_r1 = True  # type: ignore[attr-defined]
-    return compute_gae_advantage_return
+
+VERL_ESTIMATORS: dict[str, VerlEstimator] = {
+    verl_estimator_name(name): VerlEstimator(name) for name in ESTIMATORS.names()
+}
+
+
+# -- the hook -------------------------------------------------------------------------------------
+
+
+def _anchors_from_transfer_queue(batch_keys: Sequence[str]) -> Tensor:
+    """The :data:`ANCHOR_FIELD` of the training rows ``batch_keys`` as [B, R], from TransferQueue."""
+    import transfer_queue as tq
+
+    fields = tq.kv_batch_get(
+        keys=list(batch_keys), partition_id=TRAIN_PARTITION, select_fields=[ANCHOR_FIELD]
+    )
+    return fields.to_padded_tensor()[ANCHOR_FIELD]
+
+
+def with_step_inputs(
+    verl_step: Callable[..., Any],
+    anchors_for: Callable[[Sequence[str]], Tensor] = _anchors_from_transfer_queue,
+) -> Callable[..., Any]:
+    """verl v1's advantage step (``compute_advantage_for_multi_trajectories``) that gives our
+    estimators the critic values and anchor ids verl's own call leaves out; others go to ``verl_step``.
+
+    ``data`` holds the batch verl fetched for the step (rewards after any KL penalty, the response
+    mask, the critic's ``values`` when there is a critic, the ``uid`` of every row).
+    """
+
+    def compute_advantage_for_multi_trajectories(
+        data: Any, batch_keys: Sequence[str], adv_estimator: Any, **kwargs: Any
+    ) -> Any:
+        estimator = VERL_ESTIMATORS.get(str(getattr(adv_estimator, "value", adv_estimator)))
+        if estimator is None or not estimator.reads_step_inputs:
+            return verl_step(data, batch_keys=batch_keys, adv_estimator=adv_estimator, **kwargs)
+        batch = data.batch
+        has_values = "values" in batch.keys()  # noqa: SIM118 - a TensorDict refuses `in`, its keys() do not
+        values = batch["values"] if estimator.name in CRITIC_ESTIMATORS and has_values else None
+        anchors = anchors_for(batch_keys) if estimator.name in ANCHOR_ESTIMATORS else None
+        if anchors is not None and anchors.shape != batch["response_mask"].shape:
+            raise ValueError(
+                f"{ANCHOR_FIELD} has shape {tuple(anchors.shape)}, the response mask "
+                f"{tuple(batch['response_mask'].shape)}: the rows did not come from our agent loop"
+            )
+        batch["advantages"], batch["returns"] = estimator(
+            token_level_rewards=batch["token_level_rewards"],
+            response_mask=batch["response_mask"],
+            index=data.non_tensor_batch["uid"],
+            config=kwargs.get("config"),
+            values=values,
+            anchors=anchors,
+        )
+        return data
+
+    compute_advantage_for_multi_trajectories.agent_r1 = True  # type: ignore[attr-defined]
+    return compute_advantage_for_multi_trajectories
 
 
 def install() -> None:
-    """Register our estimators in verl's registry and route GAE; safe to call more than once."""
-    from verl.trainer.ppo import core_algos
+    """Register our estimators in verl's registry and route their step inputs; safe to call again.
 
-    registry = core_algos.ADV_ESTIMATOR_REGISTRY
-    for name, fn in (("agent_r1_step_reinforce", step_reinforce), ("agent_r1_gigpo", gigpo)):
-        if registry.get(name) is not fn:
-            core_algos.register_adv_est(name)(fn)
-    current = core_algos.compute_gae_advantage_return
+    The registry is verl's own extension point. Critic values and anchor ids have none: verl's call
+    of a registered estimator passes rewards, mask, uids and config only, and its v1 trainer fetches
+    a fixed list of fields for the step, so the one hook wraps that step (docs/verl.md, "Advantages").
+    """
+    from verl.trainer.ppo import core_algos
+    from verl.trainer.ppo.v1 import trainer_base
+
+    for verl_name, estimator in VERL_ESTIMATORS.items():
+        if core_algos.ADV_ESTIMATOR_REGISTRY.get(verl_name) != estimator:
+            core_algos.register_adv_est(verl_name)(estimator)
+    current = trainer_base.compute_advantage_for_multi_trajectories
     if not getattr(current, "agent_r1", False):
-        core_algos.compute_gae_advantage_return = _gae_dispatch(current)
+        trainer_base.compute_advantage_for_multi_trajectories = with_step_inputs(current)

@@ -16,7 +16,7 @@ HOOK = "trainer.backends.verl.setup_hook.setup_worker"
 
 
 def setup_worker() -> None:
-    """Register our estimators in verl, route GAE, and load the recipe plugins (rewards, tools, envs)."""
+    """Install our estimators in verl (:func:`.estimators.install`) and load the recipe plugins."""
     from trainer.backends.verl.estimators import install
     from trainer.plugins import load_plugins
 

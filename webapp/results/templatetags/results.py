@@ -53,7 +53,7 @@ def run_nav(context: Any, run: Any) -> dict[str, Any]:
 
     request = context["request"]
     team = context["team"]
-    expect_more = not run.external and not run.is_terminal
+    expect_more = not run.is_external and not run.is_terminal
     has_rollouts = expect_more or Trajectory.objects.filter(run=run).exists()
     shown = {
         "run": True,

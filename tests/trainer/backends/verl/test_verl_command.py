@@ -6,11 +6,13 @@ from typing import Any
 
 import pytest
 
+from tasks_lib.registry import load_recipes
 from trainer.algos.presets import PRESETS
 from trainer.backends.verl import command as verl_command
 from trainer.backends.verl.command import VerlPaths, command, field_for_error, overrides, verl_problems
-from trainer.config import RunConfig
+from trainer.config import RunConfig, config_errors
 
+load_recipes()  # each task's recipe defaults (HotpotQA's gamma, ALFWorld's 20 steps) reach verl's config
 TASKS = ("arithmetic", "gsm8k", "hotpotqa", "alfworld", "webshop")
 PATHS = VerlPaths(
     train_files="/shared/runs/7/data/train.parquet",
@@ -45,10 +47,11 @@ def test_every_preset_and_task_passes_verls_own_validate_config(preset: str, tas
 def test_the_grpo_overrides_are_exactly_these() -> None:
     config = verl_config("grpo", "gsm8k", **{"data.val_path": "/tmp/val.parquet"})
     assert overrides(config, PATHS, project="demo", run_name="grpo-run7") == [
-        "algorithm.adv_estimator=grpo",
+        "algorithm.adv_estimator=agent_r1_grpo",
         "algorithm.gamma=1.0",
         "algorithm.lam=1.0",
         "algorithm.norm_adv_by_std_in_grpo=true",
+        "+algorithm.agent_r1.gigpo_step_weight=1.0",
         "algorithm.use_kl_in_reward=false",
         "algorithm.kl_penalty=low_var_kl",
         "algorithm.kl_ctrl.type=fixed",
@@ -100,7 +103,13 @@ def test_the_grpo_overrides_are_exactly_these() -> None:
         "actor_rollout_ref.rollout.agent.agent_loop_config_path=/shared/runs/7/agent_loops.yaml",
         "actor_rollout_ref.rollout.agent.default_agent_loop=agent_env_loop",
         "actor_rollout_ref.rollout.agent.num_workers=8",
+        "actor_rollout_ref.rollout.dtype=float32",
+        "actor_rollout_ref.ref.fsdp_config.model_dtype=fp32",
+        "+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
+        "+actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=fp32",
+        "+critic.fsdp.mixed_precision.param_dtype=fp32",
         "critic.enable=false",
+        "trainer.use_v1=true",
         "trainer.total_training_steps=10",
         "trainer.save_freq=10",
         "trainer.test_freq=10",
@@ -114,23 +123,21 @@ def test_the_grpo_overrides_are_exactly_these() -> None:
         "trainer.default_local_dir=/shared/runs/7/checkpoints",
         "trainer.rollout_data_dir=/shared/runs/7/rollouts",
         "trainer.validation_data_dir=/shared/runs/7/validation",
-        "+ray_kwargs.ray_init.runtime_env.env_vars.AGENT_R1_GAE_MODE=token",
-        "+ray_kwargs.ray_init.runtime_env.env_vars.AGENT_R1_GIGPO_STEP_WEIGHT='1.0'",
     ]
 
 
 @pytest.mark.parametrize(
     ("preset", "estimator", "loss", "critic", "kl"),
     [
-        ("ppo", "gae", "vanilla", "true", "none"),
-        ("stepppo", "gae", "gspo", "true", "none"),
-        ("grpo", "grpo", "vanilla", "false", "loss"),
-        ("rloo", "rloo", "vanilla", "false", "reward"),
-        ("reinforce", "agent_r1_step_reinforce", "gpg", "false", "reward"),
+        ("ppo", "agent_r1_gae", "vanilla", "true", "none"),
+        ("stepppo", "agent_r1_gae", "gspo", "true", "none"),
+        ("grpo", "agent_r1_grpo", "vanilla", "false", "loss"),
+        ("rloo", "agent_r1_rloo", "vanilla", "false", "reward"),
+        ("reinforce", "agent_r1_reinforce", "gpg", "false", "reward"),
         ("gigpo", "agent_r1_gigpo", "vanilla", "false", "loss"),
     ],
 )
-def test_each_preset_maps_onto_verls_estimator_loss_critic_and_kl(
+def test_each_preset_maps_onto_our_estimator_in_verl_and_verls_loss_critic_and_kl(
     preset: str, estimator: str, loss: str, critic: str, kl: str
 ) -> None:
     values = dict(
@@ -141,10 +148,8 @@ def test_each_preset_maps_onto_verls_estimator_loss_critic_and_kl(
     assert values["critic.enable"] == critic
     assert values["actor_rollout_ref.actor.use_kl_loss"] == ("true" if kl == "loss" else "false")
     assert values["algorithm.use_kl_in_reward"] == ("true" if kl == "reward" else "false")
-    step_gae = preset in ("ppo", "stepppo")
-    assert values["+ray_kwargs.ray_init.runtime_env.env_vars.AGENT_R1_GAE_MODE"] == (
-        "step" if step_gae else "token"
-    )
+    # Estimator settings travel in verl's algorithm config, nothing in the workers' environment.
+    assert not [key for key in values if "env_vars" in key]
 
 
 def test_the_command_runs_verls_main_ppo_with_the_overrides() -> None:
@@ -160,12 +165,20 @@ def test_it_refuses_relative_paths_because_ray_workers_run_elsewhere() -> None:
         overrides(verl_config("grpo"), paths, project="p", run_name="r")
 
 
+def verl_errors(preset: str, **overrides: Any) -> dict[str, list[str]]:
+    """RunConfig's validation errors for a verl config with dotted ``overrides``."""
+    data = verl_config(preset).model_dump()
+    for path, value in overrides.items():
+        section, field = path.split(".")
+        data[section][field] = value
+    return config_errors(data)
+
+
 def test_a_mini_batch_that_splits_a_group_is_put_on_the_mini_batch_field() -> None:
-    # RunConfig accepts 4 of 64 trajectories; verl counts mini-batches in whole prompts (8 samples).
-    config = verl_config("grpo", **{"optim.mini_batch_size": 4})
-    problems = verl_problems(config)
-    assert [field for field, _ in problems] == ["optim.mini_batch_size"]
-    assert "multiple of 8" in problems[0][1]
+    # torch accepts 4 of 64 trajectories; verl counts mini-batches in whole prompts (8 samples).
+    errors = verl_errors("grpo", **{"optim.mini_batch_size": 4})
+    assert list(errors) == ["optim.mini_batch_size"]
+    assert "multiple of 8" in errors["optim.mini_batch_size"][0]
 
 
 def test_verls_own_batch_check_comes_back_on_the_batch_size_field() -> None:
@@ -199,30 +212,41 @@ def test_verl_error_messages_map_to_the_field_that_sets_them(message: str, field
     assert field_for_error(message) == field
 
 
-def test_a_torch_run_has_no_verl_problems() -> None:
-    assert verl_problems(RunConfig.from_preset("grpo")) == []
-
-
 def test_the_composed_config_carries_our_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     composed = verl_command.compose(verl_config("ppo", "hotpotqa"), PATHS)
     assert composed.algorithm.gamma == 0.99
     assert composed.critic.enable is True
     assert list(composed.trainer.logger) == ["console", "mlflow"]
     assert composed.actor_rollout_ref.rollout.prompt_length == 1024  # follows data.max_prompt_length
-    assert composed.ray_kwargs.ray_init.runtime_env.env_vars.AGENT_R1_GAE_MODE == "step"
+    assert composed.algorithm.adv_estimator == "agent_r1_gae"
+    assert composed.algorithm.agent_r1.gigpo_step_weight == 1.0
 
 
 def test_a_sliding_window_is_refused_for_verl_on_its_field() -> None:
-    config = RunConfig.from_preset(
-        "grpo",
-        backend="verl",
-        executor="ray",
-        **{
-            "resources.gpus_per_node": 1,
-            "optim.mini_batch_size": 8,
-            "rollout.context_policy": "sliding_window",
-        },
+    errors = verl_errors("grpo", **{"rollout.context_policy": "sliding_window"})
+    assert list(errors) == ["rollout.context_policy"]
+    assert "set rollout.context_policy to append" in errors["rollout.context_policy"][0]
+
+
+@pytest.mark.parametrize(("dtype", "fsdp"), [("float32", "fp32"), ("bfloat16", "bf16")])
+def test_model_dtype_reaches_vllm_and_every_fsdp_role(dtype: str, fsdp: str) -> None:
+    config = verl_config("ppo", **{"model.dtype": dtype})
+    assert verl_problems(config) == []
+    composed = verl_command.compose(config, PATHS)
+    roles = composed.actor_rollout_ref
+    assert roles.rollout.dtype == dtype
+    for engine in (roles.actor.fsdp_config, roles.ref.fsdp_config, composed.critic.fsdp):
+        assert engine.mixed_precision.param_dtype == fsdp  # what verl's FSDP computes in
+    # Trained weights stay fp32 masters, as on the torch backend; the reference only runs forward.
+    assert (roles.actor.fsdp_config.model_dtype, composed.critic.fsdp.model_dtype) == ("fp32", "fp32")
+    assert roles.ref.fsdp_config.model_dtype == fsdp
+
+
+def test_the_critic_follows_gradient_checkpointing_and_warmup_like_the_actor() -> None:
+    composed = verl_command.compose(
+        verl_config("ppo", **{"model.gradient_checkpointing": False, "optim.warmup_steps": 3}), PATHS
     )
-    problems = verl_problems(config)
-    assert [field for field, _ in problems] == ["rollout.context_policy"]
-    assert "set rollout.context_policy to append" in problems[0][1]
+    assert composed.critic.model.enable_gradient_checkpointing is False  # verl's own default is true
+    assert (
+        composed.critic.optim.lr_warmup_steps == composed.actor_rollout_ref.actor.optim.lr_warmup_steps == 3
+    )

@@ -14,7 +14,8 @@ import yaml
 from trainer.backends.verl import driver
 from trainer.backends.verl.driver import CheckpointWatcher
 from trainer.config import RunConfig
-from trainer.report import MemoryReporter
+from trainer.contract import MLFLOW_TRACKING_URI_ENV
+from trainer.report.reporters import MemoryReporter
 
 
 def save(checkpoint_dir: Path, step: int) -> None:
@@ -88,6 +89,18 @@ def test_it_stages_the_data_and_the_agent_loop_files_on_shared_storage(
     assert {entry["run_config_path"] for entry in entries} == {str(config_file)}
 
 
+@pytest.mark.parametrize(
+    ("console", "tracking", "logger"), [(True, "", "[console]"), (False, "http://web/mlflow", "[mlflow]")]
+)
+def test_verls_loggers_follow_report_console_and_the_tracking_server(
+    run_config: RunConfig, monkeypatch: pytest.MonkeyPatch, console: bool, tracking: str, logger: str
+) -> None:
+    monkeypatch.setenv(MLFLOW_TRACKING_URI_ENV, tracking)
+    paths, _ = driver.stage(run_config)
+    argv = driver.verl_command(run_config.with_overrides(**{"report.console": console}), paths)
+    assert f"trainer.logger={logger}" in argv
+
+
 def test_it_runs_verl_registers_its_checkpoints_and_sends_no_heartbeats(
     run_config: RunConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -136,8 +149,20 @@ def test_a_stop_request_reaches_verl_as_sigterm(
     assert result.status == "cancelled" and result.returncode == 0
 
 
-def test_the_cli_dispatches_a_verl_run_to_the_driver() -> None:
-    from trainer.cli import load_backend
+def test_the_cli_dispatches_a_verl_run_to_the_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainer.backends import BACKENDS
+    from trainer.cli import run_training
 
-    train = load_backend("verl")
-    assert train.__module__ == "trainer.backends.verl"
+    seen: list[RunConfig] = []
+
+    def fake_driver(config: RunConfig, reporter: Any, *, stop_event: threading.Event | None = None) -> Any:
+        seen.append(config)
+        return driver.VerlResult("succeeded", None, 0)
+
+    monkeypatch.setattr(driver, "train", fake_driver)
+    config = RunConfig.from_preset(
+        "grpo", backend="verl", **{"resources.gpus_per_node": 1, "optim.mini_batch_size": 8}
+    )
+    assert BACKENDS.get("verl").name == "verl"
+    assert run_training(config, MemoryReporter()) == 0
+    assert seen == [config]

@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("accounts", "0002_apitoken"),
-        ("experiments", "0002_mlflow_tracking"),
+        ("experiments", "0004_stored_configs_fit_their_backend"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -8,8 +8,8 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("accounts", "0002_apitoken"),
-        ("experiments", "0003_runs_table"),
-        ("results", "0002_metrickey_name_250"),
+        ("experiments", "0005_runs_table"),
+        ("results", "0003_verl_points_under_our_keys"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

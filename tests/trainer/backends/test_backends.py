@@ -1,0 +1,195 @@
+"""Every backend honours or refuses every RunConfig field, and declares what its launch needs.
+
+A new RunConfig field fails these tests until each backend lists it in ``honoured`` or refuses it
+with a message that says what to set: no field can be silently dropped by a backend.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import typing
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from pydantic import TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
+
+from trainer.algos.presets import PRESETS
+from trainer.backends import BACKENDS, LaunchEnv
+from trainer.backends.base import COMMON_FIELDS, field_value
+from trainer.backends.verl.command import VerlPaths, overrides
+from trainer.backends.verl.setup_hook import HOOK
+from trainer.config import RunConfig, field_paths, section_model
+from trainer.contract import MLFLOW_RUN_ID_ENV, MLFLOW_TRACKING_URI_ENV, RUN_ID_ENV, TOKEN_ENV
+
+ROOT = Path(__file__).resolve().parents[3]
+# A config each backend accepts as it is; the tests change one field at a time.
+VALID = {
+    "torch": RunConfig(),
+    "verl": RunConfig.from_preset(
+        "grpo", backend="verl", **{"resources.gpus_per_node": 1, "optim.mini_batch_size": 8}
+    ),
+}
+PATHS = VerlPaths(
+    train_files="/shared/data/train.parquet",
+    val_files="/shared/data/val.parquet",
+    checkpoint_dir="/shared/checkpoints",
+    rollout_dir="/shared/rollouts",
+    validation_dir="/shared/validation",
+    agent_loop_config="/shared/agent_loops.yaml",
+)
+# verl fields our code reads from the RunConfig rather than verl's overrides: the flows inside verl's
+# agent loop (agent_loop.py), the driver (stage, loggers) and the launcher (Job).
+VERL_READ_BY_US = COMMON_FIELDS | {
+    "rollout.max_new_tokens", "rollout.window", "rollout.env_type", "rollout.tools", "rollout.tool_format",
+    "rollout.env_kwargs", "data.train_path", "data.val_path", "trainer.checkpoint_dir", "report.console",
+}  # fmt: skip
+
+
+def field_info(path: str) -> FieldInfo:
+    model: Any = RunConfig
+    *sections, leaf = path.split(".")
+    for name in sections:
+        model = section_model(model, name)
+    return typing.cast(FieldInfo, model.model_fields[leaf])
+
+
+def _candidates(annotation: Any, default: Any) -> list[Any]:
+    if typing.get_origin(annotation) is typing.Literal:
+        return list(typing.get_args(annotation))
+    if annotation is bool:
+        return [not default]
+    options = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
+    values: list[Any] = []
+    for option in options:
+        number = default if isinstance(default, int | float) and not isinstance(default, bool) else 1
+        if option in (int, float):
+            values += [option(number * 2), option(number + 1), option(number / 2), option(1)]
+        elif option is str:
+            values.append("x")
+        elif typing.get_origin(option) is list:
+            values.append(["x"])
+        elif typing.get_origin(option) is dict:
+            values.append({"x": 1})
+    return values
+
+
+def other_value(config: RunConfig, path: str) -> Any:
+    """A valid value of the field other than its value in ``config`` (any bounds respected)."""
+    info = field_info(path)
+    current = field_value(config, path)
+    adapter: TypeAdapter[Any] = TypeAdapter(Annotated[info.annotation, info])
+    for candidate in _candidates(info.annotation, current):
+        if candidate == current:
+            continue
+        try:
+            return adapter.validate_python(candidate)
+        except ValidationError:
+            continue
+    raise AssertionError(f"no other value for {path}: teach _candidates its type {info.annotation}")
+
+
+def with_value(config: RunConfig, path: str, value: Any) -> RunConfig:
+    """``config`` with one field changed, without validation (the backend's problems() is the test)."""
+    section, _, leaf = path.rpartition(".")
+    if not section:
+        return config.model_copy(update={leaf: value})
+    inner = getattr(config, section).model_copy(update={leaf: value})
+    return config.model_copy(update={section: inner})
+
+
+@pytest.mark.parametrize("name", BACKENDS.names())
+def test_every_field_is_honoured_or_refused_with_what_to_set(name: str) -> None:
+    backend = BACKENDS.get(name)
+    assert backend.honoured <= set(field_paths()), "honoured names a field RunConfig does not have"
+    base = VALID[name]
+    assert backend.problems(base) == []
+    silent = []
+    for path in field_paths():
+        if path in backend.honoured:
+            continue
+        assert field_value(base, path) == field_value(RunConfig(), path), f"{path}: start from its default"
+        problems = backend.problems(with_value(base, path, other_value(base, path)))
+        messages = [message for field, message in problems if field == path]
+        if not messages or not all(f"backend {name}" in m and "set " in m for m in messages):
+            silent.append(path)
+    assert silent == [], f"backend {name} neither honours nor refuses: {silent}"
+
+
+@pytest.mark.parametrize("preset", ["grpo", "ppo"])  # ppo: the critic's settings
+def test_every_field_verl_honours_reaches_verls_command_or_our_code_in_its_workers(preset: str) -> None:
+    base = VALID["verl"].with_overrides(
+        preset=preset, **{"algorithm.estimator": PRESETS.get(preset).estimator}
+    )
+    unused = [
+        path
+        for path in sorted(BACKENDS.get("verl").honoured - VERL_READ_BY_US)
+        if overrides(with_value(base, path, other_value(base, path)), PATHS, project="p", run_name="r")
+        == overrides(base, PATHS, project="p", run_name="r")
+    ]
+    expected = [] if preset == "ppo" else ["optim.critic_lr"]  # grpo trains no critic
+    assert unused == expected
+
+
+@pytest.mark.parametrize(
+    ("backend", "changes", "path"),
+    [
+        ("torch", {"resources.gpus_per_node": 2}, "resources.gpus_per_node"),
+        ("verl", {"trainer.device": "cpu"}, "trainer.device"),
+        ("verl", {"rollout.context_policy": "sliding_window"}, "rollout.context_policy"),
+    ],
+)
+def test_values_a_backend_cannot_honour_are_refused_on_their_field(
+    backend: str, changes: dict[str, Any], path: str
+) -> None:
+    config = VALID[backend]
+    for field, value in changes.items():
+        config = with_value(config, field, value)
+    assert [field for field, _ in BACKENDS.get(backend).problems(config)] == [path]
+    assert field_value(config, path) == changes[path]
+
+
+ENV = LaunchEnv(
+    run_id="7", api_url="http://web:8000/", token="r7_secret", project="demo", mlflow_run_id="abc"
+)
+
+
+def test_a_torch_job_trains_in_its_entrypoint_and_gets_only_its_token() -> None:
+    config = RunConfig.from_preset(
+        "grpo", executor="ray", **{"resources.gpus_per_node": 1, "resources.cpus": 3}
+    )
+    job = BACKENDS.get("torch").job(config, ENV)
+    assert job.argv == ("-m", "trainer", "run", "--run-id", "7", "--api", "http://web:8000/")
+    assert dict(job.env) == {TOKEN_ENV: "r7_secret"}
+    assert (job.num_cpus, job.num_gpus, dict(job.runtime_env), job.needs, job.stall_hint) == (
+        3,
+        1,
+        {},
+        None,
+        "",
+    )
+
+
+def test_a_verl_job_hands_its_workers_the_run_and_mlflow_and_declares_its_cluster_needs() -> None:
+    job = BACKENDS.get("verl").job(VALID["verl"], ENV)
+    assert job.env[RUN_ID_ENV] == "7" and job.env[TOKEN_ENV] == "r7_secret"
+    assert (job.env[MLFLOW_TRACKING_URI_ENV], job.env[MLFLOW_RUN_ID_ENV]) == ("http://web:8000/mlflow", "abc")
+    assert dict(job.runtime_env) == {"worker_process_setup_hook": HOOK}
+    assert job.num_gpus == 0  # verl's placement groups hold the GPUs, not the entrypoint
+    assert job.needs is not None and (job.needs.gpus_per_node, job.needs.cpus_per_node) == (1, 3)
+    assert "verl may be waiting for GPUs" in job.stall_hint
+
+
+def test_the_backend_choices_are_the_registrys_names() -> None:
+    assert list(typing.get_args(RunConfig.model_fields["backend"].annotation)) == BACKENDS.names()
+
+
+def test_the_registry_imports_neither_torch_nor_verl() -> None:
+    code = (
+        "import sys, trainer.backends, trainer.config; print('torch' in sys.modules, 'verl' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]

@@ -1,0 +1,123 @@
+"""What a training backend declares: the :class:`Backend` protocol and what a launch needs (:class:`Job`).
+
+Shared code never asks "is this verl?". It asks the run's backend (``BACKENDS.get(config.backend)``,
+see :mod:`trainer.backends`) which RunConfig fields it honours, what it refuses in a config, and what
+launching it takes, the way Django's ORM asks ``connection.features`` and ``connection.ops``.
+
+Importing this module imports neither torch nor verl: the web app and the CLI read the declarations,
+and only :meth:`Backend.train` and :meth:`Backend.check` import the backend's libraries.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from trainer.registry import Registry
+
+if TYPE_CHECKING:
+    import threading
+
+    from trainer.config import RunConfig
+    from trainer.report.reporters import Reporter
+
+Problem = tuple[str, str]  # (RunConfig field path, message saying what to set)
+
+# Fields every backend honours alike: they name the run, pick its backend, or are the launcher's.
+COMMON_FIELDS = frozenset({"name", "task", "preset", "backend", "executor", "resources.cpus"})
+
+
+@dataclass(frozen=True)
+class LaunchEnv:
+    """The launched run as its launcher knows it: what a backend may pass on to the job."""
+
+    run_id: str
+    api_url: str  # the web app's base URL as the trainer reaches it
+    token: str  # the run's own API token
+    project: str = ""  # the experiment's name
+    mlflow_run_id: str = ""  # the run's id on the web app's MLflow-compatible endpoint
+
+
+@dataclass(frozen=True)
+class ClusterNeeds:
+    """What a run reserves on a Ray cluster: the launcher compares it with the cluster before submitting."""
+
+    nodes: int
+    gpus_per_node: int
+    cpus_per_node: int  # reserved on each of those nodes
+    cpus_by_use: Mapping[str, int]  # the whole cluster's CPUs, by what holds them
+
+    @property
+    def cpus(self) -> int:
+        return sum(self.cpus_by_use.values())
+
+    def describe(self) -> str:
+        uses = ", ".join(f"{count} for {use}" for use, count in self.cpus_by_use.items())
+        return (
+            f"{self.nodes} node(s) with {self.gpus_per_node} GPU(s) and {self.cpus_per_node} CPUs each, "
+            f"and {self.cpus} CPUs in all ({uses})"
+        )
+
+
+@dataclass(frozen=True)
+class Job:
+    """What launching one run takes, whichever executor (local process or Ray job) starts it."""
+
+    argv: tuple[str, ...]  # the trainer's command line after the Python interpreter
+    env: Mapping[str, str]  # added to the process's (or the Ray job's) environment
+    num_cpus: float  # Ray's entrypoint_num_cpus: what the entrypoint itself holds
+    num_gpus: float = 0  # Ray's entrypoint_num_gpus (0: the entrypoint needs no GPU of its own)
+    runtime_env: Mapping[str, Any] = field(default_factory=dict)  # Ray runtime_env fields beside env_vars
+    needs: ClusterNeeds | None = None  # checked against the cluster before submitting; None: no precheck
+    stall_hint: str = ""  # what a live run that makes no progress is probably waiting for
+
+
+def trainer_argv(env: LaunchEnv) -> tuple[str, ...]:
+    """``python -m trainer run --run-id N --api URL``, without the interpreter (local and Ray differ)."""
+    return ("-m", "trainer", "run", "--run-id", env.run_id, "--api", env.api_url)
+
+
+class Backend(Protocol):
+    """A training backend. Every RunConfig field path is in ``honoured`` or refused by :meth:`problems`."""
+
+    name: str
+    description: str
+    honoured: frozenset[str]  # field paths this backend acts on, whatever their (valid) value
+
+    def train(
+        self, config: RunConfig, reporter: Reporter, *, stop_event: threading.Event | None = None
+    ) -> Any:
+        """Train ``config`` to the end or until ``stop_event``; the result may carry a ``status``."""
+
+    def problems(self, config: RunConfig) -> list[Problem]:
+        """What this backend refuses in ``config``. Pure and cheap: RunConfig's validation calls it."""
+
+    def check(self, config: RunConfig) -> list[Problem]:
+        """The backend's own deeper check of a valid config (it may import the backend's libraries and
+        raise ImportError where they are missing); [] when the backend accepts it."""
+
+    def job(self, config: RunConfig, env: LaunchEnv) -> Job:
+        """What launching ``config`` as the run ``env`` describes takes."""
+
+
+BACKENDS: Registry[Backend] = Registry("backend")
+
+
+# -- helpers for backends ---------------------------------------------------------------------------
+
+
+def field_value(config: RunConfig, path: str) -> Any:
+    """The value at a dotted field path (``"model.dtype"``)."""
+    return functools.reduce(getattr, path.split("."), config)
+
+
+def refuse_when_set(config: RunConfig, refusals: Mapping[str, str]) -> list[Problem]:
+    """(path, message) for every path in ``refusals`` whose value differs from RunConfig's default."""
+    defaults = type(config).model_construct()  # no validation: this runs inside RunConfig's own
+    return [
+        (path, message)
+        for path, message in refusals.items()
+        if field_value(config, path) != field_value(defaults, path)
+    ]

@@ -1,0 +1,164 @@
+"""The verl backend's declaration: what it honours, what it refuses, what its launch needs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from trainer.backends.base import COMMON_FIELDS, Job, LaunchEnv, Problem, refuse_when_set, trainer_argv
+from trainer.backends.verl.command import prompts_per_mini_batch
+from trainer.backends.verl.needs import cluster_needs
+from trainer.backends.verl.setup_hook import HOOK
+from trainer.contract import (
+    API_ENV,
+    MLFLOW_ROOT,
+    MLFLOW_RUN_ID_ENV,
+    MLFLOW_TRACKING_TOKEN_ENV,
+    MLFLOW_TRACKING_URI_ENV,
+    PROJECT_ENV,
+    RUN_ID_ENV,
+    TOKEN_ENV,
+)
+
+if TYPE_CHECKING:
+    import threading
+
+    from trainer.config import RunConfig
+    from trainer.report.reporters import Reporter
+
+# Fields verl has no setting for, refused when they differ from RunConfig's default.
+_REFUSED_WHEN_SET = {
+    # verl trains every group; its DAPO filter_groups refills dropped groups with new prompts instead.
+    "algorithm.skip_zero_advantage_groups": "backend verl trains on every group, also those whose "
+    "advantages are all zero: set algorithm.skip_zero_advantage_groups to false, or use backend torch",
+    "trainer.num_threads": "backend verl leaves CPU threads to verl's workers: set trainer.num_threads "
+    "to none, or use backend torch",
+    # Its metrics leave through MLflow and its trajectories from the Ray workers, not the CLI's reporters.
+    "report.jsonl_path": "backend verl reports to the web app only (metrics through MLflow, trajectories "
+    "from the Ray workers): set report.jsonl_path to none, or use backend torch",
+}
+STALL_HINT = "verl may be waiting for GPUs or CPUs the cluster cannot give it (see the job's log)"
+
+
+class VerlBackend:
+    name = "verl"
+    description = "verl 0.9.1 on a Ray GPU cluster: vLLM rollouts, FSDP updates."
+    honoured = COMMON_FIELDS | {
+        "model.path", "model.dtype", "model.trust_remote_code", "model.gradient_checkpointing",
+        "data.train_path", "data.val_path", "data.max_prompt_length", "data.max_response_length",
+        "data.shuffle", "data.val_max_samples",
+        # Our flows run inside verl's agent loop and read the rollout settings from the RunConfig;
+        # rollout.window only matters to the sliding_window policy, which problems() refuses.
+        "rollout.n", "rollout.temperature", "rollout.top_p", "rollout.max_new_tokens", "rollout.max_steps",
+        "rollout.agent_name", "rollout.window", "rollout.env_type", "rollout.tools", "rollout.tool_format",
+        "rollout.env_kwargs",
+        "algorithm.estimator", "algorithm.policy_loss", "algorithm.gamma", "algorithm.lam",
+        "algorithm.norm_adv_by_std", "algorithm.kl_mode", "algorithm.kl_coef", "algorithm.kl_kind",
+        "algorithm.clip_low", "algorithm.clip_high", "algorithm.dual_clip_c", "algorithm.loss_agg_mode",
+        "algorithm.entropy_coef", "algorithm.gigpo_step_weight",
+        "optim.lr", "optim.critic_lr", "optim.weight_decay", "optim.grad_clip", "optim.ppo_epochs",
+        "optim.mini_batch_size", "optim.micro_batch_size", "optim.warmup_steps",
+        "trainer.total_steps", "trainer.batch_size", "trainer.seed", "trainer.val_every",
+        "trainer.save_every", "trainer.checkpoint_dir", "trainer.resume",
+        "resources.gpus_per_node", "resources.nodes",
+        "report.console",
+    }  # fmt: skip
+
+    def train(
+        self, config: RunConfig, reporter: Reporter, *, stop_event: threading.Event | None = None
+    ) -> Any:
+        """Run verl's trainer for ``config`` as a child process (see :func:`.driver.train`)."""
+        from trainer.backends.verl.driver import train
+
+        return train(config, reporter, stop_event=stop_event)
+
+    def problems(self, config: RunConfig) -> list[Problem]:
+        problems = refuse_when_set(config, _REFUSED_WHEN_SET)
+        if config.trainer.device == "cpu":
+            problems.append(
+                (
+                    "trainer.device",
+                    "backend verl trains on GPUs: set trainer.device to auto, or use backend torch",
+                )
+            )
+        if config.rollout.context_policy != "append":
+            # One verl row per trajectory: every turn must extend the previous prompt (agent_loop.py).
+            problems.append(
+                (
+                    "rollout.context_policy",
+                    "backend verl trains each trajectory as one growing sequence: set rollout.context_policy "
+                    "to append, or use backend torch for a sliding window",
+                )
+            )
+        return problems + _batch_problems(config)
+
+    def check(self, config: RunConfig) -> list[Problem]:
+        """verl's own ``validate_config`` on the command this run would get (imports verl and Hydra)."""
+        from trainer.backends.verl.command import verl_problems
+
+        return verl_problems(config)
+
+    def job(self, config: RunConfig, env: LaunchEnv) -> Job:
+        api = env.api_url.rstrip("/")
+        # verl's workers run our agent loop, which reports trajectories to this run; verl's own
+        # metrics reach the run through the MLflow-compatible endpoint with the same per-run token.
+        variables = {
+            TOKEN_ENV: env.token,
+            RUN_ID_ENV: env.run_id,
+            API_ENV: api,
+            PROJECT_ENV: env.project,  # verl's trainer.project_name
+            MLFLOW_TRACKING_URI_ENV: api + MLFLOW_ROOT,
+            MLFLOW_TRACKING_TOKEN_ENV: env.token,
+            # verl's Tracking attaches to this run instead of creating one (verl/utils/tracking.py).
+            MLFLOW_RUN_ID_ENV: env.mlflow_run_id,
+        }
+        return Job(
+            argv=trainer_argv(env),
+            env=variables,
+            # The entrypoint only supervises verl's main_ppo; verl's placement groups take the GPUs.
+            num_cpus=config.resources.cpus,
+            # verl's TaskRunner and every other worker of the job import our estimators and agent
+            # loop through this hook (a job-level runtime_env field reaches every worker process).
+            runtime_env={"worker_process_setup_hook": HOOK},
+            needs=cluster_needs(config),
+            stall_hint=STALL_HINT,
+        )
+
+
+def _batch_problems(config: RunConfig) -> list[Problem]:
+    """How verl splits batches over GPUs, and what our mapping onto verl's batch sizes can express."""
+    resources, n, mini = config.resources, config.rollout.n, config.optim.mini_batch_size
+    if resources.gpus_per_node < 1:
+        return [
+            (
+                "resources.gpus_per_node",
+                "backend verl needs GPUs: set resources.gpus_per_node to 1 or more, or use backend torch",
+            )
+        ]
+    problems = []
+    world = resources.gpus_per_node * resources.nodes
+    trajectories = config.trainer.batch_size * n
+    if trajectories % world:
+        problems.append(
+            (
+                "trainer.batch_size",
+                f"verl splits trainer.batch_size * rollout.n ({trajectories}) across {world} GPUs: set "
+                f"trainer.batch_size so that batch_size * rollout.n is a multiple of {world}",
+            )
+        )
+    if mini % n:
+        problems.append(
+            (
+                "optim.mini_batch_size",
+                f"verl counts mini-batches in prompts, each with its rollout.n ({n}) trajectories: set "
+                f"optim.mini_batch_size to a multiple of {n}",
+            )
+        )
+    elif prompts_per_mini_batch(config) * n < world:
+        problems.append(
+            (
+                "optim.mini_batch_size",
+                f"verl splits each mini-batch ({mini} trajectories) across {world} GPUs: set "
+                f"optim.mini_batch_size to at least {world}",
+            )
+        )
+    return problems

@@ -1,0 +1,67 @@
+"""How the trainer's HTTP calls fail and wait, shared by the HTTP reporter and the run API client.
+
+A 5xx or 429 answer is :class:`RetryableHttpError` (the server may take the same request later), any
+other non-2xx is :class:`PermanentHttpError`; :class:`Backoff` is tenacity's wait between tries.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import httpx
+import tenacity
+
+
+class RetryableHttpError(Exception):
+    """A 5xx or 429 answer: the server may take the same request later."""
+
+    def __init__(self, status_code: int, retry_after: float | None) -> None:
+        super().__init__(f"HTTP {status_code}")
+        self.status_code = status_code
+        self.retry_after = retry_after
+
+
+class PermanentHttpError(Exception):
+    """Any other non-2xx answer: sending the same request again cannot help."""
+
+    def __init__(self, status_code: int, body: str) -> None:
+        super().__init__(f"HTTP {status_code}: {body[:500]}")
+        self.status_code = status_code
+        self.body = body
+
+
+def raise_for_status(response: httpx.Response) -> None:
+    code = response.status_code
+    if 200 <= code < 300:
+        return
+    if code == 429 or code >= 500:
+        raise RetryableHttpError(code, _retry_after(response))
+    raise PermanentHttpError(code, response.text)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return float(response.headers.get("Retry-After", ""))
+    except ValueError:
+        return None  # absent, or an HTTP date: fall back to our own backoff
+
+
+RETRYABLE = (httpx.TransportError, RetryableHttpError)
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Tenacity wait: exponential from ``initial_s`` up to ``max_s`` with jitter; honours Retry-After."""
+
+    initial_s: float
+    max_s: float
+
+    def __call__(self, state: tenacity.RetryCallState) -> float:
+        error = state.outcome.exception() if state.outcome else None
+        if isinstance(error, RetryableHttpError) and error.retry_after is not None:
+            return min(max(error.retry_after, 0.0), self.max_s)
+        exponential = self.initial_s * 2.0 ** min(state.attempt_number - 1, 60)
+        # Jitter, so that many trainers do not hammer a restarted server in lockstep.
+        jitter = random.uniform(-0.5, 0.5) * self.initial_s
+        return max(0.0, min(exponential + jitter, self.max_s))

@@ -1,0 +1,72 @@
+"""The trainer's calls about its run's life, beside the Run state machine they drive: claim the
+run, read its frozen config, report its status, send heartbeats (paths and bodies: trainer.contract).
+
+Every request carries the run's own token; a token for another run is a 404. The trainer claims
+once, before anything else; no other call claims. Each call is safe to repeat: a claim retried by the
+same worker is answered yes again, the first terminal status wins, a heartbeat only moves time on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from ninja import Router, Status
+
+from trainer.contract import (
+    CLAIM_PATH,
+    CONFIG_PATH,
+    HEARTBEAT_PATH,
+    STATUS_PATH,
+    ClaimRequest,
+    Heartbeat,
+    StatusUpdate,
+)
+from webapp.api import RunTokenAuth, api, get_run_for_token, route
+from webapp.experiments.models import CLAIMED, RunStatus
+
+router = Router(auth=RunTokenAuth(), tags=["run lifecycle (trainer)"])
+
+
+@router.post(route(CLAIM_PATH), summary="Take ownership of the run", response={200: dict, 409: dict})
+def post_claim(request: HttpRequest, run_id: int, body: ClaimRequest) -> Any:
+    """The trainer calls this before reporting anything: only one process may own a run (a retried
+    launch must not train it twice). 409 when another process owns it or it cannot start."""
+    run = get_run_for_token(request, run_id)
+    if not run.claim(body.worker):
+        return Status(
+            409,
+            {"error": f"the run is {run.status} (owner: {run.claimed_by or 'none'})", "status": run.status},
+        )
+    return {"status": run.status, "claimed_by": run.claimed_by}
+
+
+@router.get(route(CONFIG_PATH), summary="The run's frozen RunConfig (JSON)")
+def get_config(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_run_for_token(request, run_id)
+    return api.create_response(request, run.config, status=200)
+
+
+@router.post(route(STATUS_PATH), summary="Report the run's status", response={200: dict, 409: dict})
+def post_status(request: HttpRequest, run_id: int, update: StatusUpdate) -> Any:
+    """succeeded/failed/cancelled → the run finishes (the first terminal state wins); starting and
+    running → only the message is kept. running is for a claimed run: 409 before the claim."""
+    run = get_run_for_token(request, run_id)
+    changed = run.report(update.status, update.message)
+    if update.status == RunStatus.RUNNING and run.status not in CLAIMED:
+        return Status(
+            409,
+            {
+                "error": f"the run is {run.status}: only a run its trainer claimed can be running",
+                "status": run.status,
+            },
+        )
+    return {"status": run.status, "changed": changed, "cancel_requested": run.cancel_requested}
+
+
+@router.post(route(HEARTBEAT_PATH), summary="Say the trainer is alive", response={200: dict, 409: dict})
+def post_heartbeat(request: HttpRequest, run_id: int, beat: Heartbeat) -> Any:
+    run = get_run_for_token(request, run_id)
+    if not run.heartbeat(beat.step, beat.total_steps):
+        return Status(409, {"error": f"the run is {run.status}", "status": run.status})
+    return {"status": run.status, "cancel_requested": run.cancel_requested}
