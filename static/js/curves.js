@@ -146,6 +146,20 @@
     return Math.abs(v) >= 1e4 || (Math.abs(v) < 1e-3 && v !== 0) ? v.toExponential(3) : String(Number(v.toPrecision(4)));
   }
 
+  // Y ticks carry as many decimals as their spacing needs: uPlot's default prints at most three, so
+  // ticks 0.0005 apart read "0.002, 0.002, 0.001". Log scales space ticks unevenly: formatValue.
+  function decimalsOf(incr) {
+    let decimals = 0;
+    while (decimals < 12 && Math.abs(Math.round(incr * 10 ** decimals) - incr * 10 ** decimals) > 1e-6) decimals++;
+    return decimals;
+  }
+
+  function yTicks(u, ticks, axisIndex, space, incr) {
+    if (u.scales.y.distr === 3 || !(incr > 0)) return ticks.map(formatValue);
+    const decimals = decimalsOf(incr);
+    return ticks.map((v) => (Math.abs(v) >= 1e6 || (incr < 1e-6 && v !== 0) ? v.toExponential(2) : v.toFixed(decimals)));
+  }
+
   function start(root) {
     const status = document.getElementById("curves-status");
     const axisInput = document.getElementById("x-axis");
@@ -242,7 +256,7 @@
         scales: { x: { time: built.view.axis === "time" }, y: built.view.log ? { distr: 3 } : {} },
         axes: [
           built.view.axis === "time" ? {} : { incrs: STEP_INCRS, values: (u, ticks) => ticks.map((v) => String(Math.round(v))) },
-          { size: 60 },
+          { size: 60, values: yTicks },
         ],
         cursor: {
           sync: { key: SYNC_KEY, setSeries: false },

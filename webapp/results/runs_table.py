@@ -667,10 +667,11 @@ def format_duration(seconds: float) -> str:
 
 @functools.cache
 def config_paths() -> list[str]:
-    """Every RunConfig path, from the schema itself (a run's config always has all of them)."""
-    from trainer.config import RunConfig, flatten_paths
+    """Every RunConfig path, from the schema itself (a run's config always has all of them); no
+    preset is built, so the first page of the table does not wait for the algorithms to import."""
+    from trainer.config import field_paths
 
-    return sorted(flatten_paths(RunConfig.from_preset("grpo").model_dump()))
+    return sorted(field_paths())
 
 
 def metric_keys(run_ids: Sequence[int]) -> list[str]:
