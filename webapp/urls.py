@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, reverse_lazy
+from django.views.generic import RedirectView
 
 from trainer.contract import API_ROOT, MLFLOW_ROOT
 from webapp import health
@@ -16,6 +18,9 @@ from webapp.tools import views as tools
 team_patterns = [
     path("", results.dashboard, name="dashboard"),
     path("members/", accounts.members, name="members"),
+    path("members/new/", accounts.member_create, name="member_create"),
+    path("members/<int:pk>/role/", accounts.member_role, name="member_role"),
+    path("members/<int:pk>/remove/", accounts.member_remove, name="member_remove"),
     path("datasets/", datasets.index, name="datasets"),
     path("datasets/upload/", datasets.upload, name="dataset_upload"),
     path("datasets/from-recipe/", datasets.from_recipe, name="dataset_from_recipe"),
@@ -29,12 +34,14 @@ team_patterns = [
     path("tools/builtin/<str:name>/", tools.builtin_detail, name="builtin_tool"),
     path("tools/builtin/<str:name>/try/", tools.try_builtin, name="builtin_tool_try"),
     path("tools/trials/<int:pk>/", tools.trial, name="tool_trial"),
+    path("demo/", experiments.demo, name="demo"),
     path("experiments/", experiments.index, name="experiments"),
     path("experiments/new/", experiments.new, name="experiment_new"),
     path("experiments/<int:pk>/", experiments.detail, name="experiment"),
     path("experiments/<int:pk>/launch/", experiments.launch, name="experiment_launch"),
     path("runs/<int:pk>/", experiments.run_detail, name="run"),
     path("runs/<int:pk>/cancel/", experiments.cancel, name="run_cancel"),
+    path("runs/<int:pk>/edit/", experiments.run_edit, name="run_edit"),
     path("compare/", results.index, name="compare"),
 ]
 
@@ -45,6 +52,16 @@ urlpatterns = [
     path(MLFLOW_ROOT.strip("/") + "/", include("webapp.mlflow_api.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path(
+        "account/password/",
+        auth_views.PasswordChangeView.as_view(success_url=reverse_lazy("password_change_done")),
+        name="password_change",
+    ),
+    path("account/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
+    path(
+        "favicon.ico",
+        RedirectView.as_view(url="/" + settings.STATIC_URL.lstrip("/") + "favicon.svg", permanent=True),
+    ),
     path("teams/", accounts.teams, name="teams"),
     path("account/tokens/", accounts.api_tokens, name="api_tokens"),
     path("account/tokens/<int:pk>/revoke/", accounts.revoke_api_token, name="revoke_api_token"),

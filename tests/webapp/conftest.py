@@ -122,6 +122,34 @@ def login(page: Any, live_server: Any) -> Callable[[str], Any]:
     return do_login
 
 
+@pytest.fixture
+def quick_passwords(settings: Any) -> None:
+    """For tests that are not about passwords: Django's own MD5 hasher instead of PBKDF2's
+    million rounds (~0.35 s per user the personas create or a login checks)."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def signed_in(page: Any, live_server: Any) -> Callable[[str], Any]:
+    """Signs a user in by handing the browser a session cookie: the login form's own test is in
+    test_browser_base.py, and a page load plus a password hash per test adds up."""
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    def sign_in(username: str) -> Any:
+        client = Client()
+        client.force_login(get_user_model().objects.get(username=username))
+        cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+        page.context.clear_cookies()
+        page.context.add_cookies(
+            [{"name": settings.SESSION_COOKIE_NAME, "value": cookie, "url": live_server.url}]
+        )
+        return page
+
+    return sign_in
+
+
 class RayHead:
     """A real Ray head on loopback (`ray start --head --block` in its own process group)."""
 

@@ -12,7 +12,7 @@ def test_alice_logs_in_and_sees_her_teams_dashboard(personas: Any, login: Any, l
     assert page.url == f"{live_server.url}/t/{personas['acme'].slug}/"
     assert page.locator("h1").inner_text() == "Acme dashboard"
     nav = page.locator("nav.mainnav a").all_inner_texts()
-    assert nav == ["Dashboard", "Datasets", "Tools", "Experiments", "Curves", "Compare"]
+    assert nav == ["Dashboard", "Datasets", "Tools", "Experiments", "Runs", "Curves", "Compare"]
     # htmx is served from static/ and loaded; CSRF travels in hx-headers.
     assert page.evaluate("typeof window.htmx") == "object"
     assert "X-CSRFToken" in (page.locator("body").get_attribute("hx-headers") or "")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from webapp.accounts.models import Membership, Team
+from webapp.accounts.models import ApiToken, Membership, Team
 
 
 class MembershipInline(admin.TabularInline):
@@ -24,3 +24,15 @@ class MembershipAdmin(admin.ModelAdmin):
     list_display = ["team", "user", "role", "joined"]
     list_filter = ["role", "team"]
     search_fields = ["user__username", "team__name"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["name", "user", "hint", "created", "last_used", "revoked"]
+    list_filter = ["revoked"]
+    search_fields = ["name", "user__username", "hint"]
+    # Only the hash is stored; nobody types one in. Revoke by setting "revoked".
+    readonly_fields = ["user", "token_hash", "hint", "created", "last_used"]
+
+    def has_add_permission(self, request: object) -> bool:
+        return False  # tokens are issued on the API tokens page, where the plain token is shown once

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import slugify
@@ -58,6 +58,35 @@ class Team(models.Model):
     def add_member(self, user: Any, role: str) -> Membership:
         membership, _ = Membership.objects.update_or_create(team=self, user=user, defaults={"role": role})
         return membership
+
+    def change_role(self, membership: Membership, role: str) -> None:
+        """Give a member another role; LastOwner when that would leave the team without an owner."""
+        with transaction.atomic():
+            self._keep_an_owner(membership, leaving=role != Role.OWNER)
+            Membership.objects.filter(pk=membership.pk, team=self).update(role=role)
+
+    def remove_member(self, membership: Membership) -> None:
+        """Take a member out of the team; LastOwner when they are its only owner."""
+        with transaction.atomic():
+            self._keep_an_owner(membership, leaving=True)
+            Membership.objects.filter(pk=membership.pk, team=self).delete()
+
+    def _keep_an_owner(self, membership: Membership, *, leaving: bool) -> None:
+        # Race: two owners demoting (or removing) each other at once. Locking the owner rows makes
+        # the second wait for the first; it then no longer counts the first's change as an owner.
+        owners = list(
+            Membership.objects.select_for_update()
+            .filter(team=self, role=Role.OWNER)
+            .values_list("pk", flat=True)
+        )
+        if leaving and owners == [membership.pk]:
+            raise LastOwner(
+                f"{membership.user} is the only owner of {self.name}: make someone else an owner first."
+            )
+
+
+class LastOwner(ValueError):
+    """A change that would leave a team with no owner (nobody could manage its members)."""
 
 
 class Membership(models.Model):

@@ -1,15 +1,23 @@
 from __future__ import annotations
 
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from webapp.accounts.access import get_membership, get_team_for_user
-from webapp.accounts.forms import AddMemberForm, ApiTokenForm, SwitchTeamForm, TeamForm
+from webapp.accounts.forms import (
+    AddMemberForm,
+    ApiTokenForm,
+    CreateMemberForm,
+    RoleForm,
+    SwitchTeamForm,
+    TeamForm,
+)
 from webapp.accounts.middleware import SESSION_KEY
-from webapp.accounts.models import ApiToken, Role, Team
+from webapp.accounts.models import ApiToken, LastOwner, Membership, Role, Team
 
 
 @login_required
@@ -45,8 +53,8 @@ def switch_team(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def members(request: HttpRequest, team_slug: str) -> HttpResponse:
+    """Who is in the team; owners add existing users here (POST)."""
     membership = get_membership(request, team_slug)
-    team = membership.team
     form = AddMemberForm(request.POST or None)
     if request.method == "POST":
         team = get_team_for_user(request, team_slug, role=Role.OWNER)
@@ -57,13 +65,69 @@ def members(request: HttpRequest, team_slug: str) -> HttpResponse:
                 f"{form.cleaned_data['username']} is now a {form.cleaned_data['role']} of {team.name}.",
             )
             return redirect("members", team_slug=team.slug)
+    return _members_page(request, membership.team, add_form=form)
+
+
+def _members_page(request: HttpRequest, team: Team, *, add_form: AddMemberForm | None = None,
+                  create_form: CreateMemberForm | None = None) -> HttpResponse:  # fmt: skip
     context = {
         "team": team,
-        "memberships": team.memberships.select_related("user"),
-        "form": form,
-        "is_owner": membership.allows(Role.OWNER),
+        "memberships": team.memberships.select_related("user").order_by("user__username"),
+        "form": add_form or AddMemberForm(),
+        "create_form": create_form or CreateMemberForm(),
+        "roles": Role.choices,
     }
-    return render(request, "accounts/members.html", context)
+    bound = (add_form and add_form.is_bound) or (create_form and create_form.is_bound)
+    return render(request, "accounts/members.html", context, status=400 if bound else 200)
+
+
+@login_required
+@require_POST
+def member_create(request: HttpRequest, team_slug: str) -> HttpResponse:
+    """An owner makes an account for someone new and adds it to the team."""
+    team = get_team_for_user(request, team_slug, role=Role.OWNER)
+    form = CreateMemberForm(request.POST)
+    if not form.is_valid():
+        return _members_page(request, team, create_form=form)
+    data = form.cleaned_data
+    user = get_user_model().objects.create_user(data["new_username"], data["email"], data["password"])
+    team.add_member(user, data["new_role"])
+    messages.success(request, f"Created {user.username}, a {data['new_role']} of {team.name}.")
+    return redirect("members", team_slug=team.slug)
+
+
+@login_required
+@require_POST
+def member_role(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    team = get_team_for_user(request, team_slug, role=Role.OWNER)
+    membership = get_object_or_404(Membership.objects.select_related("user"), pk=pk, team=team)
+    form = RoleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose owner, member or viewer.")
+        return redirect("members", team_slug=team.slug)
+    try:
+        team.change_role(membership, form.cleaned_data["role"])
+    except LastOwner as error:
+        messages.error(request, str(error))
+    else:
+        messages.success(request, f"{membership.user} is now a {form.cleaned_data['role']} of {team.name}.")
+    return redirect("members", team_slug=team.slug)
+
+
+@login_required
+@require_POST
+def member_remove(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    team = get_team_for_user(request, team_slug, role=Role.OWNER)
+    membership = get_object_or_404(Membership.objects.select_related("user"), pk=pk, team=team)
+    try:
+        team.remove_member(membership)
+    except LastOwner as error:
+        messages.error(request, str(error))
+        return redirect("members", team_slug=team.slug)
+    messages.success(request, f"Removed {membership.user} from {team.name}.")
+    if membership.user == request.user:  # an owner who left their own team can no longer see it
+        return redirect("teams")
+    return redirect("members", team_slug=team.slug)
 
 
 @login_required

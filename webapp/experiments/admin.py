@@ -16,6 +16,7 @@ class ExperimentAdmin(admin.ModelAdmin):
 class RunAdmin(admin.ModelAdmin):
     list_display = [
         "id",
+        "name",
         "experiment",
         "team",
         "status",
@@ -26,4 +27,12 @@ class RunAdmin(admin.ModelAdmin):
         "created",
     ]
     list_filter = ["status", "executor", "team"]
-    readonly_fields = ["token_hash", "claimed_by", "executor_ref"]
+    search_fields = ["name", "mlflow_run_id"]
+    list_select_related = ["experiment", "team"]
+    # A run's life belongs to its state machine (Run's guarded transitions), its token to the
+    # launcher: the admin shows them and never writes them.
+    readonly_fields = [
+        "status", "step", "total_steps", "message", "executor", "executor_ref", "token_hash", "claimed_by",
+        "cancel_requested", "cancel_requested_at", "cancelled_by", "queued_at", "started_at", "heartbeat_at",
+        "progress_at", "finished_at", "mlflow_run_id", "created",
+    ]  # fmt: skip

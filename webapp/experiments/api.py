@@ -150,6 +150,6 @@ def run(request: HttpRequest, team_slug: str, run_id: int) -> Run:
 def cancel(request: HttpRequest, team_slug: str, run_id: int) -> Run:
     """A run that has not started is cancelled at once; a running one is asked to stop."""
     found = get_run_for_user(request, team_slug, run_id, write=True)
-    if found.request_cancel() and not found.is_terminal:
+    if found.request_cancel(by=request.user) and not found.is_terminal:
         cancel_run.delay_on_commit(found.pk)
     return found

@@ -16,6 +16,7 @@ from pydantic.fields import FieldInfo
 
 from trainer.backends import BACKENDS
 from trainer.config import RunConfig, _section_model, config_errors, flatten_paths, nest_paths
+from webapp.experiments.models import MAX_LABEL_LENGTH
 
 # Shown in the main form; everything else of RunConfig keeps the preset's value.
 BASIC_PATHS = ["rollout.max_steps", "rollout.context_policy", "executor", "backend",
@@ -47,11 +48,30 @@ def pydantic_field(path: str) -> FieldInfo:
     return typing.cast(FieldInfo, model.model_fields[leaf])
 
 
+# Words of RunConfig's field names that are written in capitals (or otherwise) in a label.
+LABEL_WORDS = {
+    "kl": "KL",
+    "lr": "LR",
+    "gpus": "GPUs",
+    "cpus": "CPUs",
+    "ppo": "PPO",
+    "adv": "advantage",
+    "dtype": "dtype",
+}
+
+
+def field_label(path: str) -> str:
+    """A RunConfig path's last name as a label in sentence case: rollout.max_steps → "Max steps"."""
+    words = [LABEL_WORDS.get(word, word) for word in path.split(".")[-1].split("_")]
+    text = " ".join(words)
+    return text[:1].upper() + text[1:]
+
+
 def form_field(path: str) -> forms.Field:
     """A Django field for one RunConfig path: type, choices, bounds and help text from pydantic."""
     info = pydantic_field(path)
     annotation = info.annotation
-    label = path.split(".")[-1].replace("_", " ")
+    label = field_label(path)
     common: dict[str, Any] = {"label": label, "help_text": info.description or "", "required": False}
     if typing.get_origin(annotation) is typing.Literal:
         return forms.ChoiceField(choices=[(v, v) for v in typing.get_args(annotation)], **common)
@@ -67,11 +87,15 @@ def form_field(path: str) -> forms.Field:
 
 
 class ExperimentForm(forms.Form):
-    name = forms.CharField(max_length=200)
-    description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
-    task = forms.ChoiceField(help_text="The recipe whose reward, tools and defaults the runs use.")
+    name = forms.CharField(max_length=200, label="Name")
+    description = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}), required=False, label="Description"
+    )
+    task = forms.ChoiceField(
+        label="Task", help_text="The recipe whose reward, tools and defaults the runs use."
+    )
     preset = forms.ChoiceField(
-        help_text="Fills estimator, loss and defaults below (all editable under Advanced)."
+        label="Preset", help_text="Fills estimator, loss and defaults below (all editable under Advanced)."
     )
     train_dataset = forms.ChoiceField(label="Training dataset")
     val_dataset = forms.ChoiceField(label="Validation dataset", required=False)
@@ -79,9 +103,9 @@ class ExperimentForm(forms.Form):
     model_path = forms.CharField(
         label="Local model folder", required=False, help_text="Used when Model is a local folder."
     )
-    tools = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
+    tools = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple, label="Tools")
     seeds = forms.CharField(
-        initial="1", help_text="Comma-separated seeds; each seed is one run (e.g. 1,2,3)."
+        initial="1", label="Seeds", help_text="Comma-separated seeds; each seed is one run (e.g. 1,2,3)."
     )
     launch = forms.BooleanField(initial=True, required=False, label="Launch the runs now")
 
@@ -107,6 +131,11 @@ class ExperimentForm(forms.Form):
             "seeds",
         ]
         return [self[name] for name in names]
+
+    @property
+    def task_fields(self) -> list[forms.BoundField]:
+        """The fields a task's recipe fills (a task switch refreshes them)."""
+        return [self["tools"], self["rollout.max_steps"]]
 
     @property
     def basic_fields(self) -> list[forms.BoundField]:
@@ -207,3 +236,22 @@ def initial_from_config(config: RunConfig) -> dict[str, Any]:
         tools=list(config.rollout.tools),
     )
     return initial
+
+
+class RunEditForm(forms.Form):
+    """The run page's rename, note and tags (comma-separated)."""
+
+    name = forms.CharField(required=False, max_length=250, label="Name")
+    note = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}), label="Note")
+    tags = forms.CharField(
+        required=False, max_length=1000, label="Tags", help_text="Comma-separated, e.g. baseline, lr-sweep."
+    )
+
+    def clean_tags(self) -> list[str]:
+        labels = [part.strip() for part in self.cleaned_data["tags"].split(",") if part.strip()]
+        too_long = [label for label in labels if len(label) > MAX_LABEL_LENGTH]
+        if too_long:
+            raise forms.ValidationError(
+                f"A tag has at most {MAX_LABEL_LENGTH} characters: {too_long[0][:80]!r}."
+            )
+        return labels

@@ -14,8 +14,10 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
-from django.db.models import Q, Value
+from django.db.models import F, Func, Q, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -89,6 +91,39 @@ def new_mlflow_run_id() -> str:
     return uuid.uuid4().hex
 
 
+MAX_LABEL_LENGTH = 64
+
+
+class RunQuerySet(models.QuerySet["Run"]):
+    """Changes the user makes to many runs at once from the runs table. None of them touches the
+    run's life (status, executor): an archived run keeps training."""
+
+    def archive(self) -> int:
+        # Race: none worth a guard; archiving twice keeps the first time.
+        return self.filter(archived_at__isnull=True).update(archived_at=timezone.now())
+
+    def restore(self) -> int:
+        return self.filter(archived_at__isnull=False).update(archived_at=None)
+
+    def add_label(self, label: str) -> int:
+        # Race: two requests adding the same tag; the filter in the same UPDATE keeps it once.
+        appended = Func(F("labels"), Value(label, models.CharField()), function="array_append")
+        return self.exclude(labels__contains=[label]).update(labels=appended)
+
+    def remove_label(self, label: str) -> int:
+        removed = Func(F("labels"), Value(label, models.CharField()), function="array_remove")
+        return self.filter(labels__contains=[label]).update(labels=removed)
+
+    def delete_finished(self) -> tuple[int, int]:
+        """Delete these runs with everything they produced, except active ones (their trainer still
+        reports: cancel first). Returns (runs deleted, runs left because active)."""
+        active = self.filter(status__in=ACTIVE).count()
+        # Race: a draft launched while this runs is queued by then and the DELETE skips it; its
+        # launch task finds no run if the DELETE won.
+        _total, per_model = self.exclude(status__in=ACTIVE).delete()
+        return per_model.get(Run._meta.label, 0), active
+
+
 class Run(models.Model):
     experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="runs")
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="runs")
@@ -117,9 +152,38 @@ class Run(models.Model):
     # The run's id on the MLflow-compatible endpoint; launched runs have one too, so a trainer that
     # logs through MLflow (verl's MLFLOW_RUN_ID) attaches to its own run.
     mlflow_run_id = models.CharField(max_length=32, unique=True, default=new_mlflow_run_id, editable=False)
+    cancelled_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="Who asked for the cancel; the run's final message names them.",
+    )  # fmt: skip
+    # The user's own bookkeeping (the runs table): never read by the executor or the reaper.
+    labels = ArrayField(
+        models.CharField(max_length=MAX_LABEL_LENGTH), default=list, blank=True, help_text="The run's tags."
+    )
+    note = models.TextField(blank=True)
+    archived_at = models.DateTimeField(
+        null=True, blank=True, help_text="Archived runs are hidden from the runs table by default."
+    )
+
+    objects = RunQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created"]
+        indexes = [
+            # The runs table's first page and its count, per team and per experiment, newest first;
+            # archived runs are left out of the table unless asked for.
+            models.Index(
+                fields=["team", "-created", "-id"],
+                name="run_team_created",
+                condition=Q(archived_at__isnull=True),
+            ),
+            models.Index(
+                fields=["experiment", "-created", "-id"],
+                name="run_experiment_created",
+                condition=Q(archived_at__isnull=True),
+            ),
+            GinIndex(fields=["labels"], name="run_labels"),
+        ]
 
     def __str__(self) -> str:
         return self.name or f"run {self.pk}"
@@ -148,6 +212,18 @@ class Run(models.Model):
         if not name:
             run.rename(f"run-{run.pk}")  # the id is known only once the row exists
         return run
+
+    @property
+    def is_archived(self) -> bool:
+        return self.archived_at is not None
+
+    # --- the user's bookkeeping ------------------------------------------------------------
+
+    def set_details(self, *, name: str, note: str, labels: list[str]) -> None:
+        """The user's name, note and tags for the run (the run page's form)."""
+        unique = list(dict.fromkeys(labels))
+        Run.objects.filter(pk=self.pk).update(name=name, note=note, labels=unique)
+        self.name, self.note, self.labels = name, note, unique
 
     # --- transitions -------------------------------------------------------------------------
 
@@ -255,6 +331,8 @@ class Run(models.Model):
     def finish(self, status: str, message: str = "") -> bool:
         if status not in TERMINAL:
             raise ValueError(f"finish() takes a terminal status ({', '.join(TERMINAL)}), not {status!r}")
+        if status == RunStatus.CANCELLED:
+            message = self._cancel_message(message)
         # Race: the trainer's own "succeeded" and the reaper's "failed" can arrive together; the
         # first terminal state wins and later ones change nothing.
         return self._transition(
@@ -262,15 +340,32 @@ class Run(models.Model):
             status=status, message=message, finished_at=timezone.now(),
         )  # fmt: skip
 
-    def request_cancel(self) -> bool:
-        """Ask for cancellation; a run that never started is cancelled at once."""
+    def _cancel_message(self, message: str) -> str:
+        """A run someone cancelled ends with "cancelled by <user>", whatever the trainer or the
+        executor said about how the process went away (SIGTERM, a vanished process group)."""
+        requested = Run.objects.filter(pk=self.pk, cancel_requested=True).values_list(
+            "cancelled_by__username", flat=True
+        )
+        username = requested.first()
+        return f"cancelled by {username}" if username else message
+
+    def request_cancel(self, by: Any = None) -> bool:
+        """Ask for cancellation on behalf of the user ``by``; a run that never started is cancelled at once."""
         # Race: cancelling a draft/queued run while the launcher picks it up; the launcher's
         # mark_starting then finds it cancelled and does nothing.
         now = timezone.now()
+        who = by if by is not None and by.is_authenticated else None
+        message = f"cancelled by {who.username} before it started" if who else "cancelled before it started"
         if self._transition((RunStatus.DRAFT, RunStatus.QUEUED), status=RunStatus.CANCELLED, cancel_requested=True,
-                            cancel_requested_at=now, finished_at=now, message="cancelled before it started"):  # fmt: skip
+                            cancel_requested_at=now, finished_at=now, message=message, cancelled_by=who):  # fmt: skip
             return True
-        return self._transition(ACTIVE, cancel_requested=True, cancel_requested_at=now)
+        # Race: a second cancel (another user, a double click) must not change who cancelled or
+        # restart the grace period; the request already stands.
+        Run.objects.filter(pk=self.pk, status__in=ACTIVE, cancel_requested=False).update(
+            cancel_requested=True, cancel_requested_at=now, cancelled_by=who
+        )
+        self.refresh_from_db()
+        return self.status in ACTIVE and self.cancel_requested
 
     def mark_stalled(self, message: str, silent_for_s: float) -> bool:
         # Race: a heartbeat landing between the reaper's read and this write; the same UPDATE

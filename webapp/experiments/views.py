@@ -2,22 +2,28 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
+from pydantic import ValidationError
 
 from trainer.config import RunConfig, diff
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
 from webapp.experiments import services
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
-from webapp.experiments.forms import ExperimentForm, initial_from_config
+from webapp.experiments.demo import start_demo
+from webapp.experiments.forms import ExperimentForm, RunEditForm, initial_from_config
 from webapp.experiments.logs import log_tail
-from webapp.experiments.models import Experiment
+from webapp.experiments.models import ACTIVE, Experiment, Run, RunStatus
 from webapp.experiments.tasks import cancel_run
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
+from webapp.results.summary import summarize
+from webapp.results.views import render_runs_table
 
 
 def form_choices(team: Team) -> dict[str, list[tuple[str, str]]]:
@@ -38,7 +44,12 @@ def form_choices(team: Team) -> dict[str, list[tuple[str, str]]]:
 @login_required
 def index(request: HttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug)
-    experiments = Experiment.objects.filter(team=team).prefetch_related("runs")
+    experiments = Experiment.objects.filter(team=team).annotate(
+        run_count=Count("runs"),
+        active_count=Count("runs", filter=Q(runs__status__in=ACTIVE)),
+        succeeded_count=Count("runs", filter=Q(runs__status=RunStatus.SUCCEEDED)),
+        failed_count=Count("runs", filter=Q(runs__status__in=(RunStatus.FAILED, RunStatus.CANCELLED))),
+    )
     return render(request, "experiments/index.html", {"team": team, "experiments": experiments})
 
 
@@ -63,7 +74,8 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
                 messages.success(request, f"Launched {len(runs)} run(s).")
             return redirect("experiment", team_slug=team.slug, pk=experiment.pk)
     context = {"team": team, "form": form, "source": source, "preview": preview}
-    return render(request, template_for(request, "experiments/new.html", {"advanced": "advanced"}), context)
+    partials = {"advanced": "advanced", "id_task": "task-defaults"}
+    return render(request, template_for(request, "experiments/new.html", partials), context)
 
 
 def _clone_source(request: HttpRequest, team_slug: str) -> Experiment | None:
@@ -97,13 +109,22 @@ def detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     changes = None
     if experiment.cloned_from is not None:
         changes = diff(RunConfig.model_validate(experiment.cloned_from.config), config)
-    runs = experiment.runs.all()
-    context = {"team": experiment.team, "experiment": experiment, "config_yaml": config.to_yaml(),
-               "changes": changes, "runs": runs}  # fmt: skip
-    if swaps(request, "runs"):
-        done = all(run.is_terminal for run in runs)
-        return render_poll(request, "experiments/detail.html#runs", context, done=done)
-    return render(request, "experiments/detail.html", context)
+    context = {"experiment": experiment, "config_yaml": config.to_yaml(), "changes": changes}
+    return render_runs_table(request, experiment.team, experiment, "experiments/detail.html", context)
+
+
+@login_required
+@require_POST
+def demo(request: HttpRequest, team_slug: str) -> HttpResponse:
+    """The empty dashboard's one click: the arithmetic demo, in the user's own team, launched."""
+    team = get_team_for_user(request, team_slug, role=Role.MEMBER)
+    try:
+        run = start_demo(team, request.user)
+    except ValueError as error:
+        messages.error(request, f"The demo could not start: {error}.")
+        return redirect("dashboard", team_slug=team.slug)
+    messages.success(request, "The demo is launched: its run trains for a few minutes; watch it here.")
+    return redirect("run", team_slug=team.slug, pk=run.pk)
 
 
 @login_required
@@ -118,24 +139,58 @@ def launch(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
 @login_required
 def run_detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     run = get_run_for_user(request, team_slug, pk)
-    context = {
+    if swaps(request, "live"):
+        return render_poll(request, "experiments/run.html#live", _run_context(run), done=run.is_terminal)
+    return render(request, "experiments/run.html", _run_context(run))
+
+
+def _run_context(run: Run, edit_form: RunEditForm | None = None) -> dict[str, Any]:
+    initial = {"name": run.name, "note": run.note, "tags": ", ".join(run.labels)}
+    return {
         "team": run.team,
         "run": run,
         "log": log_tail(run),
-        "config_yaml": RunConfig.model_validate(run.config).to_yaml(),
+        "summary": summarize(run),
+        "config_yaml": _config_yaml(run.config),
         "params": run.params.all(),
         "tags": run.tags.all(),
+        "edit_form": edit_form or RunEditForm(initial=initial),
     }
-    if swaps(request, "live"):
-        return render_poll(request, "experiments/run.html#live", context, done=run.is_terminal)
-    return render(request, "experiments/run.html", context)
+
+
+def _config_yaml(config: dict[str, Any]) -> str:
+    """The run's frozen config as YAML; one an older RunConfig wrote (a field since renamed) is shown
+    as it was stored rather than failing the page."""
+    if not config:
+        return ""
+    try:
+        return RunConfig.model_validate(config).to_yaml()
+    except ValidationError:
+        return yaml.safe_dump(config, sort_keys=False)
 
 
 @login_required
 @require_POST
-def cancel(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
+def run_edit(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    """Rename the run, write its note, set its tags."""
     run = get_run_for_user(request, team_slug, pk, write=True)
-    if not run.request_cancel():
+    form = RunEditForm(request.POST)
+    if not form.is_valid():
+        return render(request, "experiments/run.html", _run_context(run, form), status=400)
+    run.set_details(
+        name=form.cleaned_data["name"], note=form.cleaned_data["note"], labels=form.cleaned_data["tags"]
+    )
+    messages.success(request, "Saved.")
+    return redirect("run", team_slug=team_slug, pk=run.pk)
+
+
+@login_required
+def cancel(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    """GET: ask for confirmation; POST: cancel, on behalf of the user (the run ends "cancelled by")."""
+    run = get_run_for_user(request, team_slug, pk, write=True)
+    if request.method != "POST":
+        return render(request, "experiments/run_cancel.html", {"team": run.team, "run": run})
+    if not run.request_cancel(by=request.user):
         messages.info(request, f"The run is already {run.status}.")
     elif run.is_terminal:
         messages.success(request, "Cancelled before it started.")

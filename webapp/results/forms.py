@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django import forms
 
+from webapp.experiments.models import MAX_LABEL_LENGTH
 from webapp.results.rollouts import RolloutFilter
 
 YES_NO = [("", "any"), ("yes", "yes"), ("no", "no")]
@@ -15,14 +16,15 @@ class RolloutFilterForm(forms.Form):
     """The rollout list's filters, read from the query string (GET), so every view is a link."""
 
     step = forms.IntegerField(required=False, min_value=0)
-    step_min = forms.IntegerField(required=False, min_value=0, label="from step")
-    step_max = forms.IntegerField(required=False, min_value=0, label="to step")
-    reward_min = forms.FloatField(required=False, label="reward ≥")
-    reward_max = forms.FloatField(required=False, label="reward ≤")
+    step_min = forms.IntegerField(required=False, min_value=0, label="From step")
+    step_max = forms.IntegerField(required=False, min_value=0, label="To step")
+    reward_min = forms.FloatField(required=False, label="Reward ≥")
+    reward_max = forms.FloatField(required=False, label="Reward ≤")
     success = forms.ChoiceField(required=False, choices=YES_NO)
-    tool_errors = forms.ChoiceField(required=False, choices=YES_NO, label="tool errors")
-    data_source = forms.ChoiceField(required=False, choices=[("", "any")], label="data source")
+    tool_errors = forms.ChoiceField(required=False, choices=YES_NO, label="Tool errors")
+    data_source = forms.ChoiceField(required=False, choices=[("", "any")], label="Data source")
     group = forms.CharField(required=False, max_length=200, widget=forms.HiddenInput)
+    sample = forms.IntegerField(required=False, min_value=0, label="Dataset row")
 
     def __init__(self, *args: object, data_sources: list[str] = (), **kwargs: object) -> None:  # type: ignore[assignment]
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -40,4 +42,28 @@ class RolloutFilterForm(forms.Form):
             tool_errors=_yes_no(data.get("tool_errors", "")),
             data_source=data.get("data_source", ""),
             group=data.get("group", ""),
+            sample=data.get("sample"),
         )
+
+
+class RunsActionForm(forms.Form):
+    """What the runs table's toolbar asks for the selected runs."""
+
+    READS = ("overlay", "compare")  # open a page about the runs; any member of the team may
+    WRITES = ("archive", "restore", "tag", "untag", "delete")  # need the member role
+
+    action = forms.ChoiceField(choices=[(name, name) for name in READS + WRITES])
+    tag = forms.CharField(required=False, max_length=MAX_LABEL_LENGTH, strip=True)
+    run = forms.CharField(required=False)  # repeated: the selected runs' ids (read with getlist)
+
+    def clean(self) -> dict[str, object]:
+        cleaned = super().clean() or {}
+        ids = self.data.getlist("run") if hasattr(self.data, "getlist") else []
+        if not ids:
+            raise forms.ValidationError("Select one or more runs first.")
+        if not all(str(pk).isdigit() for pk in ids):
+            raise forms.ValidationError("Run ids are numbers.")
+        cleaned["runs"] = [int(pk) for pk in ids]
+        if cleaned.get("action") in ("tag", "untag") and not cleaned.get("tag"):
+            self.add_error("tag", "Type the tag to add or remove.")
+        return cleaned

@@ -17,9 +17,11 @@ import hashlib
 import zlib
 from collections.abc import Iterable
 
+from django.conf import settings
 from django.db import connection, models, transaction
 
-from webapp.experiments.models import Run
+from webapp.accounts.models import Team
+from webapp.experiments.models import Experiment, Run
 
 # Widths (in steps) of the min/max summary levels; level i has width SUMMARY_WIDTHS[i - 1]. A factor of
 # 8 between levels keeps a curve read under ~8 x 490 summary rows whatever the zoom (measured:
@@ -284,3 +286,47 @@ class ReferenceResult(models.Model):
             )
         ]
         ordering = ["source", "task", "metric", "method"]
+
+
+class LayoutKind(models.TextChoices):
+    RUNS_TABLE = "runs_table", "runs table columns"
+    CURVES = "curves", "curve workspace panels"
+
+
+class SavedLayout(models.Model):
+    """How one user arranged a page of one team or experiment: the runs table's columns, the curve
+    workspace's panels. Each user keeps their own, viewers too (it changes nothing of the team's)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    experiment = models.ForeignKey(
+        Experiment, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    kind = models.CharField(max_length=20, choices=LayoutKind.choices)
+    settings = models.JSONField(default=dict)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "team", "experiment", "kind"],
+                nulls_distinct=False,
+                name="one_layout_per_scope",
+            )
+        ]
+
+    @classmethod
+    def load(
+        cls, user: object, team: Team, experiment: Experiment | None, kind: str
+    ) -> dict[str, object] | None:
+        found = cls.objects.filter(user=user, team=team, experiment=experiment, kind=kind).first()
+        return found.settings if found else None
+
+    @classmethod
+    def store(
+        cls, user: object, team: Team, experiment: Experiment | None, kind: str, value: dict[str, object]
+    ) -> None:
+        # Race: two saves from two tabs; the unique constraint keeps one row and the last write wins.
+        cls.objects.update_or_create(
+            user=user, team=team, experiment=experiment, kind=kind, defaults={"settings": value}
+        )

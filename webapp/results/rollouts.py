@@ -143,13 +143,14 @@ class RolloutFilter(Schema):
     tool_errors: bool | None = None
     data_source: str = ""
     group: str = ""
+    sample: int | None = None  # one dataset row (extra_info.index): the per-prompt learning page links here
 
     def apply(self, trajectories: QuerySet[Trajectory]) -> QuerySet[Trajectory]:
         conditions = Q()
         for lookup, value in (
             ("training_step", self.step), ("training_step__gte", self.step_min),
             ("training_step__lte", self.step_max), ("total_reward__gte", self.reward_min),
-            ("total_reward__lte", self.reward_max), ("success", self.success),
+            ("total_reward__lte", self.reward_max), ("success", self.success), ("sample_index", self.sample),
         ):  # fmt: skip
             if value is not None:
                 conditions &= Q(**{lookup: value})
@@ -262,6 +263,32 @@ def group_members(run: Run, group_id: str) -> tuple[list[GroupMember], bool]:
     ]
     rewards = {t.total_reward for t in trajectories}
     return members, len(trajectories) > 1 and len(rewards) == 1
+
+
+def group_prompt(members: Sequence[GroupMember]) -> str:
+    """The prompt the group's rollouts all start from: the first step of its first rollout."""
+    for member in members:
+        steps = list(member.trajectory.steps.all())
+        if steps:
+            return TextBlob.texts_for([steps[0].prompt_id]).get(steps[0].prompt_id, "")
+    return ""
+
+
+def first_prompts(run: Run, sample_indexes: Sequence[int]) -> dict[int, str]:
+    """{dataset row: the prompt its first step saw}, from one trajectory per row (the earliest)."""
+    if not sample_indexes:
+        return {}
+    rows = (
+        TrajectoryStep.objects.filter(
+            trajectory__run=run, trajectory__sample_index__in=list(sample_indexes), index=0
+        )
+        .order_by("trajectory__sample_index", "trajectory_id")
+        .distinct("trajectory__sample_index")
+        .values_list("trajectory__sample_index", "prompt_id")
+    )
+    pairs = list(rows)
+    texts = TextBlob.texts_for(prompt for _row, prompt in pairs)
+    return {row: texts.get(prompt, "") for row, prompt in pairs}
 
 
 def _last_advantage(trajectory: Trajectory) -> float | None:

@@ -7,11 +7,19 @@ from django.urls import path
 from webapp.results import views
 
 urlpatterns = [
+    path("runs/", views.runs, name="runs"),
+    path("runs/columns/", views.runs_columns, name="runs_columns"),
+    path("runs/actions/", views.runs_action, name="runs_action"),
+    path("runs/delete/", views.runs_delete, name="runs_delete"),
+    path("runs/compare/", views.runs_compare, name="runs_compare"),
     path("dashboard/running/", views.dashboard_running, name="dashboard_running"),
     path("compare/export.<str:fmt>", views.compare_export, name="compare_export"),
     path("compare/cell/", views.compare_cell, name="compare_cell"),
     path("curves/", views.curves, name="curves"),
     path("curves.json", views.curves_data, name="curves_data"),
+    path("curves.csv", views.curves_csv, name="curves_csv"),
+    path("curves/layout/", views.curves_layout, name="curves_layout"),
+    path("experiments/<int:experiment_id>/curves/", views.experiment_curves, name="experiment_curves"),
     path("runs/<int:run_id>/curves/", views.run_curves, name="run_curves"),
     path("runs/<int:run_id>/rollouts/", views.rollouts, name="rollouts"),
     path("runs/<int:run_id>/rollouts/at/<int:step>/", views.rollouts_at, name="rollouts_at"),

@@ -3,29 +3,36 @@ render. Fragments are named partials of the page template, picked when htmx asks
 
 from __future__ import annotations
 
+import csv
+import json
 from typing import Any
+from urllib.parse import urlencode
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
 
-from trainer.contract import REWARD_MEAN
+from trainer.config import flatten_paths
 from webapp.accounts.access import get_team_for_user
-from webapp.experiments.access import get_run_for_user
-from webapp.experiments.models import ACTIVE, TERMINAL, Run, RunStatus
-from webapp.htmx import render_poll, template_for
-from webapp.results import analytics, export, metrics_store
+from webapp.accounts.models import Role, Team
+from webapp.experiments.access import get_experiment_for_user, get_run_for_user
+from webapp.experiments.models import ACTIVE, TERMINAL, Experiment, Run, RunStatus
+from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
+from webapp.results import analytics, export, metrics_store, onboarding, runs_table, workspace
 from webapp.results import rollouts as viewer
 from webapp.results.access import get_trajectory_for_user
-from webapp.results.forms import RolloutFilterForm
+from webapp.results.forms import RolloutFilterForm, RunsActionForm
+from webapp.results.metrics_store import INT4_MAX
 from webapp.results.models import MetricLatest, Trajectory
 
 PAGE_SIZE = 50
 MAX_OVERLAID_RUNS = 12
-MAX_CURVE_KEYS = 16
-DEFAULT_KEY = REWARD_MEAN  # verl's critic/score/mean arrives under it too (trainer.contract)
+MAX_CURVE_KEYS = workspace.MAX_PANELS
 
 
 def _int_list(values: list[str]) -> list[int]:
@@ -51,12 +58,16 @@ def _optional_int(value: str | None) -> int | None:
 def dashboard(request: HttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug)
     runs = Run.objects.filter(team=team).select_related("experiment")
+    steps = onboarding.checklist(team)
     context = {
         "team": team,
         "running": runs.filter(status__in=(RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED)),
         "queue": runs.filter(status=RunStatus.QUEUED).order_by("queued_at"),
         "recent": runs.filter(status__in=TERMINAL).order_by("-finished_at")[:10],
         "best": analytics.best_per_task(team),
+        "checklist": steps if not all(step.done for step in steps) else None,
+        "next_step": onboarding.next_step(steps),
+        "first_start": not any(step.done for step in steps[2:]),  # no experiment and no run yet
     }
     return render(request, "results/dashboard.html", context)
 
@@ -68,6 +79,166 @@ def dashboard_running(request: HttpRequest, team_slug: str) -> HttpResponse:
     running = Run.objects.filter(team=team, status__in=ACTIVE).select_related("experiment")
     context = {"team": team, "running": running.exclude(status=RunStatus.QUEUED)}
     return render_poll(request, "results/dashboard.html#running", context, done=not running.exists())
+
+
+# -- the runs table ---------------------------------------------------------------------------------
+
+
+def render_runs_table(
+    request: HtmxHttpRequest,
+    team: Team,
+    experiment: Experiment | None,
+    template: str,
+    context: dict[str, Any],
+) -> HttpResponse:
+    """A page holding the runs table (the team's runs page, an experiment's page). A poll of the
+    table (htmx, not boosted) gets the table alone, and stops once no run on it is active."""
+    page = runs_table.page_for(request.user, team, experiment, request.GET)
+    context = {**context, "team": team, "runs": page, "table": page.table}
+    if swaps(request, "runs-table") and not request.htmx.boosted:
+        return render_poll(request, f"{template}#runs-table", context, done=not page.table.has_active)
+    return render(request, template, context)
+
+
+@login_required
+def runs(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
+    team = get_team_for_user(request, team_slug)
+    return render_runs_table(request, team, None, "results/runs.html", {})
+
+
+def _next_url(request: HttpRequest, fallback: str) -> str:
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        return target
+    return fallback
+
+
+def _scope(request: HttpRequest, team_slug: str) -> Experiment | None:
+    """The experiment a runs-table form names (``experiment``), or None for the team's table."""
+    pk = request.POST.get("experiment") or request.GET.get("experiment") or ""
+    return get_experiment_for_user(request, team_slug, int(pk)) if pk.isdigit() else None
+
+
+@login_required
+@require_POST
+def runs_columns(request: HttpRequest, team_slug: str) -> HttpResponse:
+    """Save the user's columns for the team's table or one experiment's."""
+    team = get_team_for_user(request, team_slug)
+    experiment = _scope(request, team_slug)
+    ids = request.POST.getlist("col")
+    added = request.POST.get("add_key", "").strip()
+    if added:
+        ids.append(f"{request.POST.get('add_kind', 'last')}:{added}")
+    if request.POST.get("reset"):
+        ids = runs_table.default_column_ids(experiment.task if experiment else None)
+    for problem in runs_table.save_column_ids(request.user, team, experiment, ids):
+        messages.error(request, f"Column not added: {problem}")
+    return redirect(_next_url(request, reverse("runs", args=[team.slug])))
+
+
+@login_required
+@require_POST
+def runs_action(request: HttpRequest, team_slug: str) -> HttpResponse:
+    """The toolbar of the runs table: open the selected runs' curves or configs, or change them."""
+    team = get_team_for_user(request, team_slug)
+    back = _next_url(request, reverse("runs", args=[team.slug]))
+    form = RunsActionForm(request.POST)
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(str(error) for error in errors))
+        return redirect(back)
+    action, ids = form.cleaned_data["action"], form.cleaned_data["runs"]
+    query = "&".join(f"run={pk}" for pk in ids)
+    if action == "overlay":
+        return redirect(f"{reverse('curves', args=[team.slug])}?{query}")
+    if action == "compare":
+        return redirect(f"{reverse('runs_compare', args=[team.slug])}?{query}")
+    if action == "delete":
+        return redirect(
+            f"{reverse('runs_delete', args=[team.slug])}?{urlencode({'run': ids, 'next': back}, doseq=True)}"
+        )
+    get_team_for_user(request, team_slug, role=Role.MEMBER)
+    chosen = Run.objects.filter(team=team, pk__in=ids)
+    tag = form.cleaned_data["tag"]
+    changed = {
+        "archive": lambda: chosen.archive(),
+        "restore": lambda: chosen.restore(),
+        "tag": lambda: chosen.add_label(tag),
+        "untag": lambda: chosen.remove_label(tag),
+    }[action]()
+    messages.success(
+        request, RUN_ACTION_DONE[action].format(n=changed, tag=tag, s="" if changed == 1 else "s")
+    )
+    return redirect(back)
+
+
+RUN_ACTION_DONE = {
+    "archive": "Archived {n} run{s}.",
+    "restore": "Restored {n} run{s}.",
+    "tag": "Tagged {n} run{s} {tag}.",
+    "untag": "Removed the tag {tag} from {n} run{s}.",
+}
+
+
+@login_required
+def runs_delete(request: HttpRequest, team_slug: str) -> HttpResponse:
+    """GET: which runs would go, and a button; POST: delete them (never an active run)."""
+    team = get_team_for_user(request, team_slug, role=Role.MEMBER)
+    ids = _int_list(request.POST.getlist("run") if request.method == "POST" else request.GET.getlist("run"))
+    chosen = Run.objects.filter(team=team, pk__in=ids).select_related("experiment")
+    back = _next_url(request, reverse("runs", args=[team.slug]))
+    if request.method == "POST":
+        deleted, active = chosen.delete_finished()
+        messages.success(request, f"Deleted {deleted} run{'' if deleted == 1 else 's'}.")
+        if active:
+            messages.error(
+                request, f"{active} active run{'' if active == 1 else 's'} kept: cancel first, then delete."
+            )
+        return redirect(back)
+    context = {
+        "team": team,
+        "chosen": chosen,
+        "active": [r for r in chosen if r.status in ACTIVE],
+        "deletable": sum(r.status not in ACTIVE for r in chosen),
+        "next": back,
+    }
+    return render(request, "results/runs_delete.html", context)
+
+
+MAX_COMPARED_RUNS = 12
+
+
+@login_required
+def runs_compare(request: HttpRequest, team_slug: str) -> HttpResponse:
+    """Any runs' configs (or MLflow params) side by side, the differing rows first."""
+    team = get_team_for_user(request, team_slug)
+    ids = _int_list(request.GET.getlist("run"))[:MAX_COMPARED_RUNS]
+    chosen = [get_run_for_user(request, team_slug, pk) for pk in ids]
+    only_different = request.GET.get("all") != "1"
+    context = {"team": team, "chosen": chosen, "only_different": only_different,
+               "rows": compare_rows(chosen, only_different)}  # fmt: skip
+    return render(request, "results/runs_compare.html", context)
+
+
+def compare_rows(chosen: list[Run], only_different: bool) -> list[tuple[str, list[str], bool]]:
+    """(path, one value per run, whether they differ) for every config path and MLflow param."""
+    columns: list[dict[str, str]] = []
+    for run in chosen:
+        values = {path: _shown(value) for path, value in flatten_paths(run.config or {}).items()}
+        values |= {f"params.{param.key}": param.value for param in run.params.all()}
+        columns.append(values)
+    paths = sorted(set().union(*columns)) if columns else []
+    rows = []
+    for path in paths:
+        shown = [column.get(path, "—") for column in columns]
+        differs = len(set(shown)) > 1
+        if differs or not only_different:
+            rows.append((path, shown, differs))
+    return sorted(rows, key=lambda row: not row[2])
+
+
+def _shown(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 # -- the comparison table ---------------------------------------------------------------------------
@@ -110,59 +281,151 @@ def compare_cell(request: HttpRequest, team_slug: str) -> HttpResponse:
 
 @login_required
 def curves(request: HttpRequest, team_slug: str) -> HttpResponse:
+    """The workspace of any chosen runs (a selection in the runs table); the layout is the team's."""
     team = get_team_for_user(request, team_slug)
     chosen = [get_run_for_user(request, team_slug, pk) for pk in _int_list(request.GET.getlist("run"))]
-    return _curves_page(request, team, chosen[:MAX_OVERLAID_RUNS])
+    return _workspace_page(request, team, None, chosen[:MAX_OVERLAID_RUNS])
+
+
+@login_required
+def experiment_curves(request: HttpRequest, team_slug: str, experiment_id: int) -> HttpResponse:
+    """An experiment's workspace: its newest runs, seeds drawn as one group unless split."""
+    experiment = get_experiment_for_user(request, team_slug, experiment_id)
+    ids = _int_list(request.GET.getlist("run"))
+    runs = experiment.runs.filter(archived_at__isnull=True).select_related("experiment")
+    chosen = list((runs.filter(pk__in=ids) if ids else runs).order_by("-created")[:MAX_OVERLAID_RUNS])
+    return _workspace_page(request, experiment.team, experiment, chosen, groups_by_default=True)
 
 
 @login_required
 def run_curves(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse:
     run = get_run_for_user(request, team_slug, run_id)
-    return _curves_page(request, run.team, [run])
+    return _workspace_page(request, run.team, run.experiment, [run])
 
 
-def _curves_page(request: HttpRequest, team: Any, chosen: list[Run]) -> HttpResponse:
-    latest = MetricLatest.objects.filter(run__in=chosen).select_related("key")
-    keys = sorted({row.key.name for row in latest})
-    default = [DEFAULT_KEY] if DEFAULT_KEY in keys else keys[:1]
-    selected = [k for k in request.GET.getlist("key") if k in keys] or default
+def _workspace_page(request: HttpRequest, team: Team, experiment: Experiment | None, chosen: list[Run],
+                    *, groups_by_default: bool = False) -> HttpResponse:  # fmt: skip
+    logged = _logged_keys(chosen)
+    panels, is_default = _panels(request, team, experiment, chosen, logged)
+    grouped = request.GET.get("groups", "1" if groups_by_default else "0") == "1"
     context = {
         "team": team,
+        "experiment": experiment,
         "chosen": chosen,
         "chosen_ids": [run.pk for run in chosen],
-        "runs": Run.objects.filter(team=team).select_related("experiment").order_by("-created")[:50],
-        "keys": keys,
-        "selected": selected[:MAX_CURVE_KEYS],
-        "latest": latest,
+        "colors": {run.pk: index for index, run in enumerate(chosen)},
+        "recent": Run.objects.filter(team=team).select_related("experiment").order_by("-created")[:50],
+        "logged": logged,
+        "addable": [key for key in logged if key not in {panel.key for panel in panels}],
+        "panels": panels,
+        "is_default": is_default,
+        "grouped": grouped,
         "x_axis": request.GET.get("x", "step"),
         "smoothing": request.GET.get("smoothing", "0.6"),
     }
     return render(request, "results/curves.html", context)
 
 
+def _logged_keys(chosen: list[Run]) -> list[str]:
+    return sorted(set(MetricLatest.objects.filter(run__in=chosen).values_list("key__name", flat=True)))
+
+
+def _panels(request: HttpRequest, team: Team, experiment: Experiment | None, chosen: list[Run],
+            logged: list[str]) -> tuple[list[workspace.Panel], bool]:  # fmt: skip
+    tasks = [run.experiment.task for run in chosen]
+    return workspace.panels_for(request.user, team, experiment, tasks, logged)
+
+
 @login_required
-def curves_data(request: HttpRequest, team_slug: str) -> JsonResponse:
-    """Downsampled series of the chosen runs and keys (the chart's one JSON endpoint)."""
-    get_team_for_user(request, team_slug)
+@require_POST
+def curves_layout(request: HttpRequest, team_slug: str) -> HttpResponse:
+    """Add, remove or log-scale a panel of the user's workspace (per experiment, or the team's)."""
+    team = get_team_for_user(request, team_slug)
+    experiment = _scope(request, team_slug)
+    action, key = request.POST.get("action", ""), request.POST.get("key", "").strip()
+    if action not in workspace.ACTIONS or (action != "reset" and not key):
+        messages.error(request, "Choose a metric for the panel.")
+    elif action == "reset":
+        workspace.reset(request.user, team, experiment)
+    else:
+        # The page's runs decide the default layout it showed, until the user first changes it.
+        ids = _int_list(request.POST.getlist("run"))[:MAX_OVERLAID_RUNS]
+        chosen = [get_run_for_user(request, team_slug, pk) for pk in ids]
+        panels, _default = _panels(request, team, experiment, chosen, _logged_keys(chosen))
+        workspace.save(request.user, team, experiment, workspace.changed(panels, action, key))
+    if request.headers.get("Accept") == "application/json":  # the page's script: no reload
+        return JsonResponse({"saved": True})
+    return redirect(_next_url(request, reverse("curves", args=[team.slug])))
+
+
+def _chosen_for_data(
+    request: HttpRequest, team_slug: str
+) -> tuple[list[Run], list[str], int | None, int | None]:
     chosen = [get_run_for_user(request, team_slug, pk) for pk in _int_list(request.GET.getlist("run"))]
     keys = request.GET.getlist("key")[:MAX_CURVE_KEYS]
     lo, hi = _optional_int(request.GET.get("lo")), _optional_int(request.GET.get("hi"))
-    series = [
-        metrics_store.downsample(run.pk, key, lo, hi).as_dict()
-        for run in chosen[:MAX_OVERLAID_RUNS]
-        for key in keys
-    ]
+    return chosen[:MAX_OVERLAID_RUNS], keys, lo, hi
+
+
+@login_required
+def curves_data(request: HttpRequest, team_slug: str) -> JsonResponse:
+    """Downsampled series of the chosen runs and keys (the charts' one JSON endpoint); ``lo`` and
+    ``hi`` narrow it to a zoomed step range, read from the raw points once the range is short."""
+    get_team_for_user(request, team_slug)
+    chosen, keys, lo, hi = _chosen_for_data(request, team_slug)
+    series = [metrics_store.downsample(run.pk, key, lo, hi).as_dict() for run in chosen for key in keys]
+    groups: dict[int, list[int]] = {}
+    for run in chosen:
+        groups.setdefault(run.experiment_id, []).append(run.pk)
     runs = {
         run.pk: {
             "name": str(run),
             "status": run.status,
             "live": run.status in ACTIVE,
+            "group": run.experiment_id,
             "samples_per_step": analytics.samples_per_step(run),
             "rollouts_url": reverse("rollouts_at", args=[team_slug, run.pk, 0]).removesuffix("0/"),
         }
         for run in chosen
     }
-    return JsonResponse({"runs": runs, "series": series, "live": any(r["live"] for r in runs.values())})
+    # Seeds of one experiment form a group (mean and min-max band) when the page asks for groups.
+    group_names = {run.experiment_id: run.experiment.name for run in chosen}
+    payload = {
+        "order": [run.pk for run in chosen],
+        "runs": runs,
+        "groups": [{"id": g, "name": group_names[g], "runs": ids} for g, ids in groups.items()],
+        "series": series,
+        "range": {"lo": lo, "hi": hi},
+        "live": any(r["live"] for r in runs.values()),
+    }
+    return JsonResponse(payload)
+
+
+MAX_CSV_POINTS = 100_000
+
+
+@login_required
+def curves_csv(request: HttpRequest, team_slug: str) -> HttpResponse:
+    """One panel's data, every raw point of each run in the (zoomed) step range."""
+    get_team_for_user(request, team_slug)
+    chosen, keys, lo, hi = _chosen_for_data(request, team_slug)
+    if len(keys) != 1:
+        raise Http404("one key per CSV")
+    key = keys[0]
+    response = HttpResponse(content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="{_safe_name(key)}.csv"'
+    writer = csv.writer(response)
+    writer.writerow(["run_id", "run", "key", "step", "value", "ts"])
+    for run in chosen:
+        points = metrics_store.raw_points(
+            run.pk, key, lo or 0, INT4_MAX if hi is None else hi, MAX_CSV_POINTS
+        )
+        writer.writerows([run.pk, str(run), key, step, value, ts] for step, value, ts in points)
+    return response
+
+
+def _safe_name(key: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in key) or "metric"
 
 
 # -- rollouts -----------------------------------------------------------------------------------------
@@ -213,7 +476,9 @@ def group(request: HttpRequest, team_slug: str, run_id: int, group_id: str) -> H
     members, all_equal = viewer.group_members(run, group_id)
     if not members:
         raise Http404("no such group")
-    context = {"team": run.team, "run": run, "group_id": group_id, "members": members, "all_equal": all_equal}
+    first = members[0].trajectory
+    context = {"team": run.team, "run": run, "group_id": group_id, "members": members, "all_equal": all_equal,
+               "prompt": viewer.group_prompt(members), "ground_truth": first.ground_truth, "first": first}  # fmt: skip
     return render(request, "results/group.html", context)
 
 
@@ -239,5 +504,7 @@ def prompts(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse:
     counts = {v: sum(c.verdict == v for c in curves_) for v in VERDICTS}
     shown = [c for c in curves_ if not verdict or c.verdict == verdict]
     page = Paginator(shown, 100).get_page(request.GET.get("page"))
-    context = {"team": run.team, "run": run, "counts": counts, "verdict": verdict, "page": page}
+    prompts_ = viewer.first_prompts(run, [c.sample_index for c in page.object_list])
+    rows = [(c, prompts_.get(c.sample_index, "")) for c in page.object_list]
+    context = {"team": run.team, "run": run, "counts": counts, "verdict": verdict, "page": page, "rows": rows}
     return render(request, "results/prompts.html", context)

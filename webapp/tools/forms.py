@@ -44,7 +44,9 @@ class ToolForm(forms.Form):
     secret_header = forms.CharField(max_length=100, initial="X-Tool-Secret", label="Secret header name")
     secret = forms.CharField(
         required=False,
-        widget=forms.PasswordInput(render_value=False),
+        # A form sent back for another field's error keeps what was typed, in the same page
+        # that carried it; once the tool is saved the secret is never shown again.
+        widget=forms.PasswordInput(render_value=True),
         label="Secret header value",
         help_text="Sent with every call; stored encrypted and never shown again.",
     )

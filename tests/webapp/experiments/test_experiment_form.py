@@ -116,12 +116,11 @@ def test_the_preset_and_task_switches_refill_the_advanced_fields(personas: Any, 
     assert '<option value="gae" selected>' in estimator.group(0)
     critic_lr = re.search(r'name="optim.critic_lr" value="([^"]+)"', html)
     assert critic_lr is not None and float(critic_lr.group(1)) == 1e-5
-    # Choosing another task refills them the same way (hx-trigger on #id_task): HotpotQA's discount.
-    assert 'hx-trigger="change from:#id_task"' in html
+    # Choosing another task refills them too (the task select's request names #id_task): HotpotQA's discount.
     hotpot = client_for("alice").get(
         f"/t/{personas['acme'].slug}/experiments/new/?preset=ppo&task=hotpotqa",
         HTTP_HX_REQUEST="true",
-        HTTP_HX_TARGET="advanced",
+        HTTP_HX_TARGET="id_task",
     )
     assert re.search(r'name="algorithm.gamma" value="0.99"', hotpot.content.decode())
 
@@ -180,3 +179,26 @@ def test_preview_shows_the_config_yaml_without_saving(personas: Any, arithmetic:
     preview = response.context["preview"]
     assert "estimator: grpo" in preview and "path: tiny-test" in preview
     assert not Experiment.objects.filter(team=acme).exists()
+
+
+def test_switching_the_task_refills_its_max_steps_and_tools(personas: Any, arithmetic: Any) -> None:
+    response = client_for("alice").get(
+        f"/t/{personas['acme'].slug}/experiments/new/?task=webshop&preset=grpo",
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="id_task",
+    )
+    page = response.content.decode()
+    # Out-of-band fragments: each replaces the field of the same id where it stands in the form.
+    steps = re.search(r'<div [^>]*id="field-rollout.max_steps" hx-swap-oob="true">.*?</div>', page, re.S)
+    assert steps and 'value="15"' in steps.group(0)
+    tools = re.search(r'<div [^>]*id="field-tools" hx-swap-oob="true">.*?</fieldset>', page, re.S)
+    assert tools and re.search(r'value="web_action"[^>]*checked', tools.group(0))
+    assert not re.search(r'value="calculator"[^>]*checked', tools.group(0))
+    assert '<details id="advanced"' in page and "<form" not in page
+
+
+def test_labels_are_in_sentence_case_above_their_fields(personas: Any, arithmetic: Any) -> None:
+    page = client_for("alice").get(f"/t/{personas['acme'].slug}/experiments/new/").content.decode()
+    labels = re.findall(r'<label for="id_[^"]+">([^<]+)</label>', page)
+    assert {"Max steps", "KL coef", "GPUs per node", "LR", "Training dataset", "Seeds"} <= set(labels)
+    assert all(label[0].isupper() and not label.endswith(":") for label in labels), labels

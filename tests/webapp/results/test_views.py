@@ -233,10 +233,16 @@ def test_the_dashboard_shows_running_queued_recent_and_best(
     assert alice.get("/t/acme/dashboard/running/").status_code == 286  # htmx stops polling
 
 
-def test_the_curves_page_offers_the_runs_keys(alice: Client, trainer: Trainer, run: Any) -> None:
-    trainer.metrics(points(["reward/mean", "actor/kl"], range(5)))
+def test_the_curves_page_opens_on_the_default_rl_layout_and_offers_the_other_keys(
+    alice: Client, trainer: Trainer, run: Any
+) -> None:
+    from trainer.contract import ACTOR_KL, REWARD_MEAN, TIMING_STEP_S, val_key
+
+    trainer.metrics(points([REWARD_MEAN, ACTOR_KL, "actor/grad_norm"], range(5)))
     page = alice.get(f"/t/acme/runs/{run.pk}/curves/").content.decode()
-    assert 'value="actor/kl"' in page and 'data-keys="reward/mean"' in page and "uPlot.iife.min.js" in page
+    keys = page.split('data-keys="', 1)[1].split('"', 1)[0].split("|")
+    assert keys[:3] == [REWARD_MEAN, val_key("gsm8k"), ACTOR_KL] and keys[-1] == TIMING_STEP_S
+    assert '<option value="actor/grad_norm">' in page and "uPlot.iife.min.js" in page
 
 
 def test_curve_points_come_in_step_order(alice: Client, trainer: Trainer, run: Any) -> None:
@@ -259,6 +265,17 @@ def test_a_verl_runs_validation_accuracy_counts_in_the_comparison_table(
     assert "| ours (this server) | gsm8k | grpo | val/gsm8k/acc | 40.00 |" in markdown
 
 
+def test_runs_that_log_none_of_the_rl_keys_open_on_their_own_keys(
+    alice: Client, experiment: Any, client: Client
+) -> None:
+    from webapp.experiments.models import Run
+
+    own = Run.objects.create(experiment=experiment, team=experiment.team, seed=2)
+    Trainer(client, own.pk, own.issue_token()).metrics(points(["loss", "accuracy"], range(5)))
+    page = alice.get(f"/t/acme/curves/?run={own.pk}").content.decode()
+    assert 'data-keys="accuracy|loss"' in page
+
+
 def test_torch_and_verl_runs_overlay_on_our_reward_key_by_default(
     alice: Client, experiment: Any, client: Client, trainer: Trainer, run: Any
 ) -> None:
@@ -268,4 +285,6 @@ def test_torch_and_verl_runs_overlay_on_our_reward_key_by_default(
     verl_run = Run.objects.create(experiment=experiment, team=experiment.team, seed=2)
     Trainer(client, verl_run.pk, verl_run.issue_token()).metrics(points(["critic/score/mean"], range(5)))
     both = alice.get(f"/t/acme/curves/?run={run.pk}&run={verl_run.pk}").content.decode()
-    assert 'data-keys="reward/mean"' in both
+    assert 'data-keys="reward/mean|' in both  # the default layout's first panel
+    data = alice.get(f"/t/acme/curves.json?run={run.pk}&run={verl_run.pk}&key=reward/mean").json()
+    assert [len(series["step"]) for series in data["series"]] == [5, 5]

@@ -223,3 +223,11 @@ def test_a_builtin_tool_can_be_tried_too(personas: dict[str, Any], start_worker:
     assert response["Location"] == f"{reverse('builtin_tool', args=[acme.slug, 'echo'])}?trial={trial.pk}"
     trial = _trial_done(client, acme.slug, trial)
     assert (trial.builtin, trial.tool, trial.error, trial.result) == ("echo", None, "", "ping")
+
+
+def test_a_form_refused_for_another_field_keeps_the_typed_secret(personas: dict[str, Any]) -> None:
+    response = _register(_client("bob"), personas["acme"].slug, url="http://evil.example.com/x")
+    assert response.status_code == 400 and not TeamTool.objects.exists()
+    page = response.content.decode()
+    assert "is not an allowed host" in page
+    assert f'name="secret" value="{SECRET}"' in page

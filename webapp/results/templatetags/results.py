@@ -41,3 +41,91 @@ def signed(value: Any) -> str:
 def as_json(value: Any) -> str:
     """Tool arguments as the model wrote them (JSON), not as a Python repr; escaped by the template."""
     return json.dumps(value, ensure_ascii=False)
+
+
+@register.inclusion_tag("results/_run_nav.html", takes_context=True)
+def run_nav(context: Any, run: Any) -> dict[str, Any]:
+    """The run's tabs. A tab with nothing to show is left out, unless a launched run is still going
+    and may yet fill it (an MLflow client never sends rollouts)."""
+    from django.urls import reverse
+
+    from webapp.results.models import MetricLatest, ToolCall, Trajectory
+
+    request = context["request"]
+    team = context["team"]
+    expect_more = not run.is_external and not run.is_terminal
+    has_rollouts = expect_more or Trajectory.objects.filter(run=run).exists()
+    shown = {
+        "run": True,
+        "run_curves": expect_more or MetricLatest.objects.filter(run=run).exists(),
+        "rollouts": has_rollouts,
+        "run_tools": expect_more or (has_rollouts and ToolCall.objects.filter(run_id=run.pk).exists()),
+        "run_prompts": has_rollouts,
+    }
+    labels = {"run": "Overview", "run_curves": "Curves", "rollouts": "Rollouts", "run_tools": "Tools", "run_prompts": "Prompts"}  # fmt: skip
+    tabs = [
+        (reverse(name, args=[team.slug, run.pk]), label, name)
+        for name, label in labels.items()
+        if shown[name]
+    ]
+    current = request.resolver_match.url_name if request.resolver_match else ""
+    return {"team": team, "run": run, "tabs": tabs, "current": current}
+
+
+@register.filter
+def metric(value: Any) -> str:
+    """A metric value with four significant digits."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return "—"
+    return f"{number:.4g}"
+
+
+@register.filter
+def tail(text: Any, length: int = 160) -> str:
+    """The end of a long text: a chat-templated prompt ends with the question, after the system part."""
+    value = str(text or "")
+    return value if len(value) <= length else "…" + value[-length:].lstrip()
+
+
+@register.simple_tag
+def run_row(row: Any, team_slug: str) -> str:
+    """One row of the runs table's cells, built in Python: a page has 50 rows of up to 40 cells, and
+    a template tag per cell (or format_html per value) costs more than the page's queries. Every
+    value goes through escape(); only the markup written here is trusted."""
+    from django.utils.html import escape
+    from django.utils.safestring import mark_safe
+
+    run = row.run
+    name = escape(str(run))
+    parts = [f'<td class="select"><input type="checkbox" name="run" value="{run.pk}" id="select-run-{run.pk}" '
+             f'hx-preserve="true" aria-label="Select {name}"></td>']  # fmt: skip
+    for cell in row.cells:
+        parts.append(
+            f'<td class="col-{cell.column.value_type}">{_cell_html(cell, run, team_slug, name)}</td>'
+        )
+    return mark_safe("".join(parts))  # built from escaped values only
+
+
+def _cell_html(cell: Any, run: Any, team_slug: str, name: str) -> str:
+    from django.urls import reverse
+    from django.utils.html import escape
+
+    column = cell.column.id
+    if column == "name":
+        archived = ' <span class="badge">archived</span>' if run.is_archived else ""
+        note = f' <span class="note-mark" title="{escape(run.note)}">✎</span>' if run.note else ""
+        return f'<a href="{escape(reverse("run", args=[team_slug, run.pk]))}">{name}</a>{archived}{note}'
+    if column == "status":
+        status = escape(cell.value)
+        return f'<span class="status status-{status}">{status}</span>'
+    if column == "experiment":
+        url = escape(reverse("experiment", args=[team_slug, run.experiment_id]))
+        return f'<a href="{url}">{escape(cell.text)}</a>'
+    if column == "tags":
+        return " ".join(f'<span class="tag">{escape(label)}</span>' for label in cell.value or ())
+    if column == "note":
+        short = cell.text if len(cell.text) <= 60 else cell.text[:59] + "…"
+        return f'<span title="{escape(cell.text)}">{escape(short)}</span>'
+    return str(escape(cell.text))

@@ -1,0 +1,127 @@
+"""What the run page shows at a glance: timing (duration, ETA), the latest and best reward and
+validation accuracy, a summary of the config, and the checkpoints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from trainer.config import flatten_paths
+from trainer.contract import REWARD_MEAN, VAL_PREFIX, val_key
+from webapp.experiments.models import Run, RunStatus
+from webapp.results.models import SUMMARY_WIDTHS, Checkpoint
+from webapp.results.runs_table import format_duration
+
+# The config values a reader of the run page asks about first, in this order.
+SUMMARY_PATHS = (
+    "task", "preset", "model.path", "algorithm.estimator", "algorithm.policy_loss", "algorithm.kl_coef",
+    "rollout.n", "rollout.max_steps", "trainer.batch_size", "trainer.total_steps", "optim.lr", "backend",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Timing:
+    duration_s: float | None
+    eta_s: float | None  # only while running, from the pace so far
+
+
+def timing(started: datetime | None, finished: datetime | None, step: int, total_steps: int,
+           running: bool, now: datetime) -> Timing:  # fmt: skip
+    """Duration from start to end (or to now); ETA = the time per step so far x the steps left."""
+    if started is None:
+        return Timing(None, None)
+    duration = ((finished or now) - started).total_seconds()
+    eta = None
+    if running and finished is None and 0 < step < total_steps:
+        eta = duration / step * (total_steps - step)
+    return Timing(max(duration, 0.0), eta)
+
+
+@dataclass
+class MetricFact:
+    key: str
+    latest: float | None = None
+    latest_step: int | None = None
+    best: float | None = None
+    best_step: int | None = None
+
+
+@dataclass
+class RunSummary:
+    timing: Timing
+    reward: MetricFact
+    validation: MetricFact | None
+    config: list[tuple[str, str]] = field(default_factory=list)
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+
+    @property
+    def duration(self) -> str:
+        return format_duration(self.timing.duration_s) if self.timing.duration_s is not None else "—"
+
+    @property
+    def eta(self) -> str:
+        return format_duration(self.timing.eta_s) if self.timing.eta_s is not None else ""
+
+
+def summarize(run: Run) -> RunSummary:
+    task = str((run.config or {}).get("task") or run.experiment.task or "")
+    logged = _latest(run)
+    validation_key = (
+        val_key(task)
+        if task
+        else next((k for k in sorted(logged) if k.startswith(VAL_PREFIX) and k.endswith("/acc")), None)
+    )
+    keys = [REWARD_MEAN] + ([validation_key] if validation_key else [])
+    best = _best(run, keys)
+    facts = {
+        key: MetricFact(key, *logged.get(key, (None, None)), *best.get(key, (None, None))) for key in keys
+    }
+    running = run.status in (RunStatus.RUNNING, RunStatus.STALLED)
+    return RunSummary(
+        timing=timing(run.started_at, run.finished_at, run.step, run.total_steps, running, timezone.now()),
+        reward=facts[REWARD_MEAN],
+        validation=facts[validation_key] if validation_key else None,
+        config=config_summary(run.config or {}),
+        checkpoints=list(run.checkpoints.order_by("step")),
+    )
+
+
+def config_summary(config: dict[str, Any]) -> list[tuple[str, str]]:
+    flat = flatten_paths(config)
+    return [
+        (path, _shown(flat[path])) for path in SUMMARY_PATHS if path in flat and flat[path] not in (None, "")
+    ]
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "—"
+    return str(value)
+
+
+def _latest(run: Run) -> dict[str, tuple[float, int]]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT k.name, l.value, l.step FROM results_metriclatest l JOIN results_metrickey k ON k.id = l.key_id "
+            "WHERE l.run_id = %s",
+            [run.pk],
+        )
+        return {name: (value, step) for name, value, step in cursor.fetchall()}
+
+
+def _best(run: Run, keys: list[str]) -> dict[str, tuple[float, int]]:
+    """The maximum of each key over every step (and where it was), from the coarsest summary level."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT ON (k.name) k.name, s.max_value, s.max_step FROM results_metricsummary s "
+            "JOIN results_metrickey k ON k.id = s.key_id WHERE s.run_id = %s AND s.level = %s AND k.name = ANY(%s) "
+            "ORDER BY k.name, s.max_value DESC, s.max_step",
+            [run.pk, len(SUMMARY_WIDTHS), keys],
+        )
+        return {name: (value, step) for name, value, step in cursor.fetchall()}
