@@ -19,7 +19,7 @@ def test_the_run_and_experiment_pages_poll_their_fragment_until_the_run_ends(
     # page -> (the element its poll swaps, how that fragment opens)
     pages = {
         f"/t/acme/runs/{run.pk}/": ("live", '<section id="live"'),
-        f"/t/acme/experiments/{experiment.pk}/": ("runs", '<div id="runs"'),
+        f"/t/acme/experiments/{experiment.pk}/": ("runs-table", '<div id="runs-table"'),
     }
 
     def poll(page: str, target: str) -> Any:
