@@ -1,13 +1,18 @@
-"""How the trainer's HTTP calls fail and wait, shared by the HTTP reporter and the run API client.
+"""How the trainer's HTTP calls fail and wait: one policy for the HTTP reporter and the run API
+client alike (docs/reliability.md#retries).
 
 A 5xx or 429 answer is :class:`RetryableHttpError` (the server may take the same request later), any
-other non-2xx is :class:`PermanentHttpError`; :class:`Backoff` is tenacity's wait between tries.
+other non-2xx is :class:`PermanentHttpError` (never retried); :class:`Backoff` is tenacity's wait
+between tries, and :data:`POLICY` the one policy: its backoff for every call, and how long a call
+that cannot wait in a spool (the claim, the config and dataset reads) keeps trying.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import tenacity
@@ -65,3 +70,30 @@ class Backoff:
         # Jitter, so that many trainers do not hammer a restarted server in lockstep.
         jitter = random.uniform(-0.5, 0.5) * self.initial_s
         return max(0.0, min(exponential + jitter, self.max_s))
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff from ``initial_s`` doubling up to ``max_s`` (with jitter, Retry-After honoured); a call
+    gives up after ``give_up_after_s`` unless its caller brings its own stop. The reporter does: its
+    batches wait on disk, so it retries for as long as the run runs and then until its close deadline."""
+
+    initial_s: float = 0.5
+    max_s: float = 30.0
+    # Long enough for a web server restart or a database failover; a trainer that cannot claim its
+    # run in this time exits failed, and the reaper finishes the run.
+    give_up_after_s: float = 600.0
+
+    def retrying(
+        self, stop: Callable[[tenacity.RetryCallState], bool] | None = None, **hooks: Any
+    ) -> tenacity.Retrying:
+        return tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(RETRYABLE),
+            wait=Backoff(self.initial_s, self.max_s),
+            stop=stop or tenacity.stop_after_delay(self.give_up_after_s),
+            reraise=True,
+            **hooks,
+        )
+
+
+POLICY = RetryPolicy()
