@@ -32,6 +32,7 @@ from tests.webapp.polling import poll_until
 from trainer.contract import CLAIMANT_HEADER, METRICS_PATH
 from trainer.report.http import HttpReporter
 from webapp.launcher import web_command
+from webapp.service_watch import ServiceWatch
 from webapp.services import EmbeddedPostgres, free_port
 
 pytestmark = pytest.mark.slow
@@ -253,3 +254,29 @@ def test_the_database_stopped_and_started_under_a_live_page_and_a_live_trainer(
         "run.status, run.step, run.message]))"
     )
     assert stored == [40 * len(keys), "running", 39, ""]
+
+
+def test_the_supervisors_watch_restarts_a_killed_postgres_and_gives_up_on_a_second_death(
+    server: Server,
+) -> None:
+    # Last in this module: it leaves the server's Postgres dead.
+    reasons: list[str] = []
+    watch = ServiceWatch([server.postgres], on_give_up=reasons.append, every_s=0.2, max_restarts=1)
+    watch.start()
+    session = server.logged_in()
+    page = f"/t/{server.team}/runs/{server.run_id}/"
+    try:
+        killed = server.postgres.proc
+        assert killed is not None
+        killed.kill()  # SIGKILL: the postmaster dies without cleaning up, as under the OOM killer
+        poll_until(lambda: server.postgres.proc is not killed and server.postgres.proc.poll() is None)  # type: ignore[union-attr]
+        poll_until(lambda: session.get(page).status_code == 200)  # the web server reconnects by itself
+        assert watch.restarts == {"embedded Postgres": 1} and watch.is_alive()
+
+        server.postgres.proc.kill()  # type: ignore[union-attr]
+        poll_until(lambda: bool(reasons))
+    finally:
+        watch.stop()
+    assert "exited with code -9 again after 1 restarts" in reasons[0], reasons[0]
+    assert str(server.postgres.log) in reasons[0] and watch.failure == reasons[0]
+    assert session.get(page).status_code == 503

@@ -57,11 +57,11 @@ def test_a_worker_killed_inside_its_launch_task_twice_still_ends_with_one_traine
         poll_until(lambda: reconciled(run).executor_ref or run.is_terminal)
         assert run.executor_ref.startswith("pgid:")
         poll_until(lambda: settled(reconciled(run)), every_s=0.5)
+        poll_until(lambda: (_run_dir(run) / "exit_code").exists())  # the trainer exits by itself
     finally:
-        _kill_group(run)
+        _kill_group(run)  # what is left of it when the test failed
     assert run.status == RunStatus.SUCCEEDED, run.message
     assert run.step == run.total_steps == 2 and run.claimant
-    poll_until(lambda: (_run_dir(run) / "exit_code").exists())  # the trainer exits by itself
     assert not (_run_dir(run) / "tmp").exists()  # its scratch space went with it
 
 

@@ -53,7 +53,7 @@ def test_a_run_no_trainer_claimed_in_time_is_stalled_and_can_still_be_claimed(ru
     run.enqueue()
     assert run.mark_starting("ray:job")
     assert not run.mark_stalled("pending", 60)
-    Run.objects.filter(pk=run.pk).update(queued_at=ago(600))
+    Run.objects.filter(pk=run.pk).update(starting_at=ago(600))  # its start began 10 minutes ago
     assert run.mark_stalled("pending", 60)
     assert run.claim("driver", "driver")
     assert run.status == RunStatus.RUNNING
