@@ -133,8 +133,8 @@ def parquet_bytes(seed: int, rows: int = 2000) -> bytes:
 
 
 class SlowUpload(threading.Thread):
-    """A browser on a slow link: the upload form's multipart body, a small piece at a time, until
-    ``release`` is set; then the rest, and the server's answer in ``status``."""
+    """A browser on a slow link: the upload form's multipart body, a small piece at a time, up to
+    half of it; the rest once ``release`` is set, and the server's answer in ``status``."""
 
     def __init__(self, server: Server, session: httpx.Client, content: bytes, name: str) -> None:
         super().__init__(daemon=True)
@@ -168,6 +168,7 @@ class SlowUpload(threading.Thread):
                 position += 512
                 self.sent.set()
                 self.release.wait(0.25)
+            self.release.wait()  # half sent: the upload stays in flight until the test lets it end
             sock.sendall(self.body[position:])
             answer = sock.makefile("rb").readline()
         self.status = int(answer.split()[1])
