@@ -20,4 +20,5 @@ RUN useradd --create-home studio && mkdir -p /var/lib/studio && chown studio /va
 USER studio
 ENV STUDIO_VAR_DIR=/var/lib/studio
 EXPOSE 8000
-CMD ["gunicorn", "webapp.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3"]
+# Threaded workers and their timeouts: webapp/gunicorn_conf.py (docs/reliability.md#web-tier).
+CMD ["gunicorn", "-c", "python:webapp.gunicorn_conf", "--bind", "0.0.0.0:8000", "--workers", "3"]

@@ -106,12 +106,14 @@ def _wait_for(url: str, proc: subprocess.Popen[bytes], what: str, timeout: float
 
 @contextlib.contextmanager
 def studio_server(database_url: str) -> Iterator[Server]:
+    """Our web tier as `make run` serves it (webapp/gunicorn_conf.py), with BENCH_WORKERS processes."""
+    from webapp.supervisor import web_command
+
     port = free_port()
-    gunicorn = str(Path(sys.executable).parent / "gunicorn")
+    argv = [*web_command(port, WORKERS), "--log-level", "warning", "--access-logfile", "/dev/null"]
     proc = subprocess.Popen(
-        [gunicorn, "webapp.wsgi", "--bind", f"{LOOPBACK}:{port}", "--workers", str(WORKERS), "--log-level", "warning"],
-        cwd=ROOT, env={**os.environ, **django_env(database_url)}, start_new_session=True,
-    )  # fmt: skip
+        argv, cwd=ROOT, env={**os.environ, **django_env(database_url)}, start_new_session=True
+    )
     server = Server(proc, f"http://{LOOPBACK}:{port}")
     try:
         _wait_for(server.url + "/api/openapi.json", proc, "our web server", 60)
@@ -145,8 +147,12 @@ def mlflow_server(database_url: str) -> Iterator[Server]:
         subprocess.run(["rm", "-rf", str(artifacts)], check=False)
 
 
+# The claimant id the benches' runs are claimed with: ingestion takes only the claimant's calls.
+BENCH_CLAIMANT = "bench-claimant"
+
+
 def make_run() -> tuple[Any, str, str]:
-    """(run, run token, personal API token) in a fresh team."""
+    """(run, run token, personal API token) in a fresh team; the run is claimed by BENCH_CLAIMANT."""
     from django.contrib.auth import get_user_model
 
     from webapp.accounts.models import ApiToken, Team
@@ -157,7 +163,10 @@ def make_run() -> tuple[Any, str, str]:
     experiment = Experiment.objects.create(team=team, name="bench", task="bench", preset="grpo")
     run = Run.objects.create(experiment=experiment, team=team, seed=0)
     _token, personal = ApiToken.issue(user, "bench")
-    return run, run.issue_token(), personal
+    token = run.issue_token()
+    run.enqueue()
+    run.claim("bench:0", BENCH_CLAIMANT)
+    return run, token, personal
 
 
 def mlflow_run(server: Server) -> str:

@@ -2,7 +2,7 @@
 
 All three write to the same embedded Postgres on this machine, in the same run:
 - ours: gzipped MetricBatch bodies of 10,000 points posted to trainer.contract.METRICS_PATH
-  (gunicorn, BENCH_WORKERS workers, two client threads), the way trainer.report.http.HttpReporter does;
+  (the product's gunicorn settings, BENCH_WORKERS workers, two client threads), the way trainer.report.http.HttpReporter does;
 - MLflow: REST runs/log-batch with 1,000 metrics per call (its limit), two client threads;
 - raw COPY: psycopg binary COPY of (run, key, step, value, ts) rows in batches of 10,000 into a table
   keyed on (run_id, key, step), no server in between: the limit.
@@ -19,9 +19,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-from _common import make_run, mlflow_run, mlflow_server, postgres, ratio, setup_django, studio_server
+from _common import (
+    BENCH_CLAIMANT,
+    make_run,
+    mlflow_run,
+    mlflow_server,
+    postgres,
+    ratio,
+    setup_django,
+    studio_server,
+)
 
-from trainer.contract import METRICS_PATH
+from trainer.contract import CLAIMANT_HEADER, METRICS_PATH
 
 KEYS = [f"bench/k{i:02d}" for i in range(20)]
 OUR_BATCHES = int(os.environ.get("BENCH_OUR_BATCHES", "100"))  # x 10,000 points
@@ -64,6 +73,7 @@ def bench_ours(database_url: str) -> float:
         "Authorization": f"Bearer {run_token}",
         "Content-Type": "application/json",
         "Content-Encoding": "gzip",
+        CLAIMANT_HEADER: BENCH_CLAIMANT,
     }
     with studio_server(database_url) as server:
         url = server.url + METRICS_PATH.format(run_id=run.pk)

@@ -2,12 +2,16 @@
 
 :func:`validate` checks a parquet file (or an Arrow table) against the data contract
 (docs/contract.md#the-data-contract) and returns every problem it finds, each naming its row and
-column, instead of stopping at the first. It streams record batches, so a large file is never loaded
-whole; only the seen ``extra_info.index`` values are kept, to catch duplicates.
+column, instead of stopping at the first. It streams record batches page by page (no pre-buffering of
+whole row groups), so a large file is never loaded whole; only the seen ``extra_info.index`` values
+are kept, to catch duplicates. A footer larger than MAX_FOOTER_BYTES is refused before it is read
+(docs/reliability.md#parquet-memory).
 """
 
 from __future__ import annotations
 
+import os
+import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +28,10 @@ from trainer.tools import TOOLS
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model", "extra_info")
 ROLES = frozenset({"system", "user", "assistant", "tool"})
+# Parquet's metadata footer is read into memory whole. Real datasets have footers of kilobytes to a
+# few megabytes (one entry per row group and column); a larger one is a hostile or broken file.
+MAX_FOOTER_BYTES = 64 * 2**20
+READ_BUFFER_BYTES = 2**20  # pages are read through a buffer of this size instead of whole row groups
 
 Source: TypeAlias = "str | Path | IO[bytes] | pa.Table"
 
@@ -57,14 +65,56 @@ def validate(source: Source, *, max_problems: int = 100, batch_size: int = 1024)
     load_recipes()  # agent_name, tools and data_source are checked against the registries
     if isinstance(source, pa.Table):
         return _check(source.schema, iter(source.to_batches(max_chunksize=batch_size)), max_problems)
+    footer = _footer_problem(source)
+    if footer is not None:
+        return [footer]
     try:
-        parquet = pq.ParquetFile(str(source) if isinstance(source, Path) else source)
+        parquet = open_parquet(source)
     except (pa.ArrowException, OSError, ValueError) as exc:
         return [Problem(f"cannot read the parquet file (truncated or not parquet): {exc}")]
     try:
         return _check(parquet.schema_arrow, parquet.iter_batches(batch_size=batch_size), max_problems)
     finally:
         parquet.close()
+
+
+def open_parquet(source: str | Path | IO[bytes]) -> pq.ParquetFile:
+    """A parquet file read page by page: pre_buffer (pyarrow's default) reads every column chunk
+    of a row group into memory first, 1.2x the file at its peak for a file of one row group."""
+    path = str(source) if isinstance(source, Path) else source
+    return pq.ParquetFile(path, pre_buffer=False, buffer_size=READ_BUFFER_BYTES)
+
+
+def _footer_problem(source: str | Path | IO[bytes]) -> Problem | None:
+    """A footer too large to read, from the length parquet writes before its closing magic bytes."""
+    try:
+        if isinstance(source, (str, Path)):
+            with open(source, "rb") as handle:
+                return _footer_size_problem(handle)
+        position = source.tell()
+        try:
+            return _footer_size_problem(source)
+        finally:
+            source.seek(position)
+    except OSError:
+        return None  # pyarrow says what is wrong with a file it cannot read
+
+
+def _footer_size_problem(handle: IO[bytes]) -> Problem | None:
+    size = handle.seek(0, os.SEEK_END)
+    if size < 12:
+        return None
+    handle.seek(size - 8)
+    tail = handle.read(8)
+    if tail[4:] != b"PAR1":
+        return None
+    (length,) = struct.unpack("<I", tail[:4])
+    if length > MAX_FOOTER_BYTES:
+        return Problem(
+            f"the parquet metadata footer is {length / 2**20:.0f} MiB, more than the "
+            f"{MAX_FOOTER_BYTES // 2**20} MiB it may be; write the file with fewer row groups or columns"
+        )
+    return None
 
 
 def _check(schema: pa.Schema, batches: Iterator[pa.RecordBatch], max_problems: int) -> list[Problem]:

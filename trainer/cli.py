@@ -36,7 +36,7 @@ from pydantic import ValidationError
 
 from trainer.backends import BACKENDS
 from trainer.config import RunConfig, validation_errors
-from trainer.contract import API_ENV, TOKEN_ENV
+from trainer.contract import API_ENV, CLAIMANT_ENV, TOKEN_ENV, new_claimant_id
 from trainer.plugins import load_plugins
 from trainer.registry import RegistryError
 from trainer.report.client import RunApiClient
@@ -169,9 +169,12 @@ def _run_remote(args: argparse.Namespace) -> int:
         raise UsageError(
             {TOKEN_ENV: [f"--run-id needs the run's token in the environment variable {TOKEN_ENV}"]}
         )
-    if not _claim(args, token):
+    # The launcher gives every process of one start the same claimant id (verl's workers report
+    # too); a process started by hand makes its own, which the processes it starts inherit.
+    claimant = os.environ.setdefault(CLAIMANT_ENV, new_claimant_id())
+    if not _claim(args, token, claimant):
         return EXIT_FAILED
-    http = HttpReporter(args.api, args.run_id, token, spool_dir=args.spool_dir)
+    http = HttpReporter(args.api, args.run_id, token, claimant=claimant, spool_dir=args.spool_dir)
     forward = _ForwardLogs(http)
     logging.getLogger().addHandler(forward)
     try:
@@ -197,13 +200,13 @@ def _fetch_and_train(args: argparse.Namespace, token: str, http: HttpReporter, w
     return run_training(config, _combine(reporters))
 
 
-def _claim(args: argparse.Namespace, token: str) -> bool:
+def _claim(args: argparse.Namespace, token: str, claimant: str) -> bool:
     """Claim the run before reporting anything: a second process for the same run (a retried
     launch) must leave the run to the first one untouched."""
     worker = f"{socket.gethostname()}:{os.getpid()}"
     with RunApiClient(args.api, args.run_id, token) as api:
         try:
-            claimed = api.claim(worker)
+            claimed = api.claim(worker, claimant)
         except (httpx.HTTPError, PermanentHttpError, RetryableHttpError) as error:
             logger.error("could not claim run %s at %s: %s", args.run_id, args.api, error)
             return False

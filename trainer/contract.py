@@ -9,6 +9,9 @@ Every batch the trainer POSTs carries a ``batch_id`` (also sent as the ``Idempot
 replayed batch has the same id, so the server can answer 2xx without storing it twice. The calls
 about the run's life need none: a claim retried by its own worker is answered yes again, the first
 terminal status wins, and a status message or a heartbeat sent twice changes nothing more.
+
+Only the process that claimed the run may change it: the claim records the launch's claimant id
+(``CLAIMANT_ENV``), and every status, heartbeat and ingestion call carries it in ``CLAIMANT_HEADER``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ PROJECT_ENV = "STUDIO_PROJECT"  # the experiment's name (verl's trainer.project_
 MLFLOW_TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 MLFLOW_TRACKING_TOKEN_ENV = "MLFLOW_TRACKING_TOKEN"
 MLFLOW_RUN_ID_ENV = "MLFLOW_RUN_ID"
+# The launch's claimant id: one per start of the run, the same in every process of that start (the
+# trainer and, for verl, its Ray workers). The trainer claims the run with it and sends it with every
+# call that changes the run; a process of another start is refused (docs/reliability.md#claimant).
+CLAIMANT_ENV = "STUDIO_CLAIMANT"
 
 # -- metric keys ----------------------------------------------------------------------------------
 # Namespaced keys shared by the trainer and the UI. verl logs some of the same quantities under its
@@ -129,6 +136,8 @@ TRAINER_PATHS: tuple[str, ...] = (
     METRICS_PATH, TRAJECTORIES_PATH, LOGS_PATH, CHECKPOINTS_PATH,
 )  # fmt: skip
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+# Sent with every lifecycle and ingestion call after the claim; the server answers 409 to any other.
+CLAIMANT_HEADER = "Studio-Claimant"
 
 RunStatus = Literal["starting", "running", "succeeded", "failed", "cancelled"]
 
@@ -269,8 +278,19 @@ class ClaimRequest(_Wire):
     worker: str = Field(
         min_length=1,
         max_length=200,
-        description="The claiming process, host:pid: a retried claim is its own.",
+        description="The claiming process, host:pid, shown on the run's page.",
     )
+    claimant: str = Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description=f"The launch's claimant id ({CLAIMANT_ENV}): a retried claim with the same id is its "
+        f"own, and every later call that changes the run carries it in the {CLAIMANT_HEADER} header.",
+    )
+
+
+def new_claimant_id() -> str:
+    return uuid.uuid4().hex
 
 
 class StatusUpdate(_Wire):

@@ -17,6 +17,7 @@ import re
 from typing import Any, Generic, TypeVar
 
 from django.core.exceptions import PermissionDenied
+from django.db import InterfaceError, OperationalError
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Field, NinjaAPI, Schema
@@ -24,9 +25,10 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 from pydantic import BaseModel
 
-from trainer.contract import API_ROOT
+from trainer.contract import API_ROOT, CLAIMANT_HEADER
 from webapp.accounts.models import ApiToken
 from webapp.experiments.models import Run
+from webapp.outage import database_down_response
 
 _PATH_PARAMETER = re.compile(r"\{(\w+)\}")
 
@@ -52,6 +54,16 @@ def get_run_for_token(request: HttpRequest, run_id: int) -> Run:
     run: Run = request.auth  # type: ignore[attr-defined]
     if run.pk != run_id:
         raise Http404("no such run")
+    return run
+
+
+def get_run_for_claimant(request: HttpRequest, run_id: int) -> Run:
+    """:func:`get_run_for_token` for a call that changes the run: only the process that claimed it
+    may (its claimant id in the CLAIMANT_HEADER); any other is a 409 and changes nothing."""
+    run = get_run_for_token(request, run_id)
+    if not run.is_claimant(request.headers.get(CLAIMANT_HEADER, "")):
+        who = "no process has claimed it yet" if not run.claimant else "another process claimed it"
+        raise HttpError(409, f"this process may not change run {run.pk}: {who}")
     return run
 
 
@@ -122,6 +134,12 @@ def paginate(items: QuerySet[Any], params: PageParams) -> dict[str, Any]:
 
 def _error(request: HttpRequest, message: str, status: int) -> HttpResponse:
     return api.create_response(request, {"error": message}, status=status)
+
+
+@api.exception_handler(OperationalError)
+@api.exception_handler(InterfaceError)
+def _database_down(request: HttpRequest, exc: Exception) -> HttpResponse:
+    return database_down_response(request)  # 503: the trainer's reporter keeps the batch and retries
 
 
 @api.exception_handler(Http404)

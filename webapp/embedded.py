@@ -110,6 +110,11 @@ class EmbeddedPostgres:
     database: str = "studio"
     fast: bool = False  # tests: no fsync, nothing to keep after a crash
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    what = "embedded Postgres"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "postgres.log"
 
     @property
     def data_dir(self) -> Path:
@@ -170,7 +175,7 @@ class EmbeddedPostgres:
         run_dir = self.root / "run"
         run_dir.mkdir(exist_ok=True)
         user = self._run_as()
-        log = self.root / "postgres.log"
+        log = self.log
         log.touch()
         self._chown(user, self.root, run_dir, log)
         if not (self.data_dir / "PG_VERSION").exists():
@@ -217,6 +222,11 @@ class EmbeddedValkey:
     port: int
     fast: bool = False
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    what = "embedded Valkey"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "valkey.log"
 
     @property
     def url(self) -> str:
@@ -228,7 +238,7 @@ class EmbeddedValkey:
         require_free_port(self.port, "embedded Valkey", "STUDIO_VALKEY_PORT")
         self.root.mkdir(parents=True, exist_ok=True)
         persistence = ["--save", "", "--appendonly", "no"] if self.fast else ["--appendonly", "yes"]
-        log = self.root / "valkey.log"
+        log = self.log
         args = [str(get_binary_path()), "--bind", LOOPBACK, "--port", str(self.port), "--dir", str(self.root),
                 "--daemonize", "no", "--protected-mode", "yes", "--logfile", str(log), *persistence]  # fmt: skip
         self.proc = subprocess.Popen(
@@ -249,6 +259,15 @@ class EmbeddedValkey:
             _stop(self.proc, signal.SIGTERM, "embedded Valkey")
 
 
+class StartedServices(dict[str, str]):
+    """The env vars that point at the started services (DATABASE_URL, REDIS_URL), and the services
+    themselves for the supervisor's watch (webapp/service_watch.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.services: list[EmbeddedPostgres | EmbeddedValkey] = []
+
+
 @contextlib.contextmanager
 def embedded_services(
     var_dir: Path,
@@ -258,10 +277,10 @@ def embedded_services(
     need_postgres: bool,
     need_valkey: bool,
     fast: bool = False,
-) -> Iterator[dict[str, str]]:
+) -> Iterator[StartedServices]:
     """Start the services that are not configured; yield the env vars that point at them."""
-    started: list[EmbeddedPostgres | EmbeddedValkey] = []
-    urls: dict[str, str] = {}
+    urls = StartedServices()
+    started = urls.services
     try:
         if need_postgres:
             postgres = EmbeddedPostgres(var_dir / "postgres", pg_port, fast=fast)

@@ -1,9 +1,17 @@
-"""GET /healthz: the database, the broker and at least one live Celery worker (a real ping)."""
+"""GET /healthz: the database, the broker and at least one live Celery worker (a real ping).
+
+The ping's answer is kept for ``settings.HEALTH_PING_CACHE_S`` per web process, and a ping returns as
+soon as as many workers answered as last time: a probe every few seconds costs milliseconds, not
+the ping's whole timeout each time (docs/reliability.md#healthz).
+"""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
@@ -31,9 +39,35 @@ def _check_broker() -> dict[str, Any]:
         return {"ok": False, "error": str(exc).strip()}
 
 
+_ping_lock = threading.Lock()
+_last_ping: tuple[float, dict[str, Any]] | None = None  # (monotonic time, result)
+
+
 def _check_workers() -> dict[str, Any]:
+    global _last_ping
+    # One ping at a time per process: concurrent probes wait for it and share its answer.
+    with _ping_lock:
+        now = time.monotonic()
+        if _last_ping is not None and now - _last_ping[0] < settings.HEALTH_PING_CACHE_S:
+            return _last_ping[1]
+        # The first ping of a process waits the whole timeout and so counts every worker; later
+        # ones stop once as many answered as before (a worker gone makes one wait it out again).
+        known = _last_ping[1].get("count", 0) if _last_ping else 0
+        result = _ping_workers(expected=known or None)
+        _last_ping = (time.monotonic(), result)
+        return result
+
+
+def forget_last_ping() -> None:
+    """The next check pings again (tests that stop a worker)."""
+    global _last_ping
+    with _ping_lock:
+        _last_ping = None
+
+
+def _ping_workers(expected: int | None) -> dict[str, Any]:
     try:
-        replies = celery_app.control.ping(timeout=PING_TIMEOUT_S) or []
+        replies = celery_app.control.ping(timeout=PING_TIMEOUT_S, limit=expected) or []
     except Exception as exc:
         return {"ok": False, "count": 0, "error": str(exc).strip()}
     names = sorted(name for reply in replies for name in reply)

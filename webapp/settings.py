@@ -84,6 +84,20 @@ PORT = env.integer(
     maximum=65535,
     help="Port of the web server (always bound to 127.0.0.1 by `make run`).",
 )
+# The web tier (webapp/gunicorn_conf.py): threaded workers, so that a slow upload or a long request
+# holds one thread and not a whole process (docs/reliability.md#web-tier).
+WEB_WORKERS = env.integer(
+    "STUDIO_WEB_WORKERS",
+    2,
+    minimum=1,
+    help="Web server processes (gunicorn gthread workers); about one per CPU core.",
+)
+WEB_THREADS = env.integer(
+    "STUDIO_WEB_THREADS",
+    8,
+    minimum=1,
+    help="Threads per web server process: requests, uploads and trainer calls served at once by each.",
+)
 PUBLIC_URL = env.url(
     "STUDIO_PUBLIC_URL",
     ("http", "https"),
@@ -141,6 +155,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "webapp.outage.DatabaseUnavailableMiddleware",  # outermost of ours: it sees every other's failure
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -252,6 +267,12 @@ STALL_AFTER_S = env.integer(
     minimum=5,
     help="A running run with no heartbeat or no progress for this long is marked stalled.",
 )
+FAIL_AFTER_S = env.integer(
+    "STUDIO_FAIL_AFTER_S",
+    3600,
+    minimum=0,
+    help="A run with no heartbeat or no progress for this long is failed and its process killed (a hung trainer); 0 never.",
+)
 CANCEL_GRACE_S = env.integer(
     "STUDIO_CANCEL_GRACE_S",
     60,
@@ -264,6 +285,8 @@ RELAUNCH_AFTER_S = env.integer(
     minimum=5,
     help="A run still queued after this long has its launch task sent again.",
 )
+# How long a web process reuses /healthz's Celery ping (webapp/health.py).
+HEALTH_PING_CACHE_S = 5.0
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "reap-runs": {"task": "webapp.experiments.tasks.reap_runs", "schedule": float(REAP_EVERY_S)},
     "resend-lost-dataset-work": {"task": "webapp.datasets.tasks.resend_lost_work", "schedule": 60.0},

@@ -18,10 +18,12 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
 from webapp.embedded import ServiceError, embedded_services, free_port, process_alive, require_free_port
+from webapp.service_watch import ServiceWatch, Watched
 
 logger = logging.getLogger("studio")
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,13 +75,25 @@ def _manage(env: dict[str, str], *args: str) -> None:
         raise StartupError(f"`manage.py {' '.join(args)}` failed with exit code {result.returncode}")
 
 
-def _supervise(env: dict[str, str], port: int, web_workers: int, var_dir: Path) -> int:
+def web_command(port: int, workers: int | None = None) -> list[str]:
+    """The web server as `make run` starts it: gunicorn with webapp/gunicorn_conf.py's settings."""
+    argv = [
+        str(Path(PYTHON).parent / "gunicorn"),
+        "-c",
+        "python:webapp.gunicorn_conf",
+        "--bind",
+        f"127.0.0.1:{port}",
+    ]
+    return argv if workers is None else [*argv, "--workers", str(workers)]
+
+
+def _supervise(env: dict[str, str], port: int, web_workers: int | None, var_dir: Path,
+               embedded: Sequence[Watched] = ()) -> int:  # fmt: skip
     from honcho.manager import Manager
 
     bin_dir = Path(PYTHON).parent
     commands = {
-        "web": [str(bin_dir / "gunicorn"), "webapp.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", str(web_workers),
-                "--graceful-timeout", "4", "--timeout", "120", "--access-logfile", "-"],
+        "web": web_command(port, web_workers),
         "worker": [str(bin_dir / "celery"), "-A", "webapp", "worker", "--loglevel", "INFO", "--concurrency", "2",
                    "--hostname", f"worker-{port}@%h"],
         "beat": [str(bin_dir / "celery"), "-A", "webapp", "beat", "--loglevel", "INFO",
@@ -88,8 +102,16 @@ def _supervise(env: dict[str, str], port: int, web_workers: int, var_dir: Path) 
     manager = Manager()
     for name, argv in commands.items():
         manager.add_process(name, "exec " + shlex.join(argv), env=env, cwd=str(ROOT))
+    # The embedded services are ours, not honcho's: the watch restarts one that dies, and stops
+    # everything when it cannot (webapp/service_watch.py).
+    watch = ServiceWatch(embedded, on_give_up=lambda reason: manager.terminate())
+    watch.start()
     logger.info("Agent-R1 Studio is starting on http://127.0.0.1:%s/ (Ctrl-C stops everything)", port)
     manager.loop()
+    watch.stop()
+    if watch.failure:
+        logger.error("%s", watch.failure)
+        return 1
     return int(manager.returncode or 0)
 
 
@@ -111,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
             _manage(env, "migrate", "--noinput")
             _manage(env, "ensure_admin")
             _manage(env, "seed_demo")
-            return _supervise(env, port, args.web_workers, var_dir)
+            return _supervise(env, port, args.web_workers, var_dir, urls.services)
     finally:
         pid_file.unlink(missing_ok=True)
 
@@ -152,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     run_parser = commands.add_parser(
         "run", help="run the product (web, worker, beat; embedded services if needed)"
     )
-    run_parser.add_argument("--web-workers", type=int, default=2)
+    run_parser.add_argument(
+        "--web-workers", type=int, help="web server processes (default: STUDIO_WEB_WORKERS)"
+    )
     test_parser = commands.add_parser("test", help="run pytest against embedded services")
     test_parser.add_argument("pytest_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)

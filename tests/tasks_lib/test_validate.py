@@ -169,3 +169,13 @@ def test_it_reports_every_bad_row_up_to_the_limit(tmp_path: Path) -> None:
     rows = [good_row(i, prompt="plain text") for i in range(30)]
     problems = validate(write(tmp_path, rows), max_problems=5)
     assert [p.row for p in problems] == [0, 1, 2, 3, 4]
+
+
+def test_it_refuses_a_footer_claiming_200_mb_before_reading_it(tmp_path: Path) -> None:
+    path = write(tmp_path, [good_row(0)])
+    data = bytearray(path.read_bytes())
+    data[-8:-4] = (200 * 2**20).to_bytes(4, "little")  # the footer length parquet writes before PAR1
+    path.write_bytes(bytes(data))
+    problem = only(validate(path))
+    assert "footer is 200 MiB" in str(problem)
+    assert "footer is 200 MiB" in str(only(validate(io.BytesIO(bytes(data)))))

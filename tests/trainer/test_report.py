@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 from loopback import RUN_ID, TOKEN, LoopbackServer, Recorded, Recorder, free_port, wait_until
 
-from trainer.contract import IDEMPOTENCY_HEADER, MetricBatch, StatusUpdate, TrajectoryBatch, TrajectoryWire
+from trainer.contract import (
+    CLAIMANT_HEADER,
+    IDEMPOTENCY_HEADER,
+    MetricBatch,
+    StatusUpdate,
+    TrajectoryBatch,
+    TrajectoryWire,
+)
 from trainer.mdp import Step, ToolCallRecord, Trajectory
 from trainer.report.client import RunApiClient
 from trainer.report.http import HttpReporter
@@ -23,7 +30,7 @@ from trainer.report.reporters import (
     Reporter,
     read_jsonl,
 )
-from trainer.report.retry import PermanentHttpError
+from trainer.report.retry import POLICY, PermanentHttpError, RetryPolicy
 
 
 @pytest.fixture
@@ -407,3 +414,31 @@ def test_the_api_client_fails_at_once_on_a_wrong_token(server: LoopbackServer, t
         api.fetch_config_json()
 
     assert error.value.status_code == 401
+
+
+# -- one retry policy -----------------------------------------------------------------------------
+
+
+def test_the_claim_outlasts_a_server_answering_503_as_long_as_the_reporter_would(
+    server: LoopbackServer, recorder: Recorder, tmp_path: Path
+) -> None:
+    # The old claim gave up after 5 tries (about 7.5 s); one policy now bounds it by time, like the
+    # reporter's own retries (docs/reliability.md#retries).
+    recorder.answer = lambda request: (503, {}) if len(recorder.posts("/claim")) <= 12 else (200, {})
+    fast = RetryPolicy(initial_s=0.01, max_s=0.02, give_up_after_s=POLICY.give_up_after_s)
+    with RunApiClient(server.url, RUN_ID, TOKEN, retry=fast) as api:
+        assert api.claim("host:1", "claimant-1")
+    claims = recorder.posts("/claim")
+    assert len(claims) == 13 and {c.body["claimant"] for c in claims} == {"claimant-1"}
+
+    recorder.answer = lambda request: (409, {})  # another process owns the run: no retry changes that
+    with RunApiClient(server.url, RUN_ID, TOKEN, retry=fast) as api:
+        assert not api.claim("host:2", "claimant-2")
+    assert len(recorder.posts("/claim")) == 14
+
+    reporter = make_reporter(server.url, tmp_path / "spool", claimant="claimant-1")
+    reporter.set_status("running", "training")
+    reporter.close(timeout=5)
+    (status,) = recorder.posts("/status")
+    headers = {name.lower(): value for name, value in status.headers.items()}
+    assert headers[CLAIMANT_HEADER.lower()] == "claimant-1"  # every later call carries the claimant

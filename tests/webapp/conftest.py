@@ -28,20 +28,26 @@ def _database_url_for_tests() -> str:
 
 
 class WorkerProcess:
-    """A real `celery worker` process on the test broker and the test database."""
+    """A real `celery worker` process on the test broker and the test database. With ``fault``, it
+    kills itself inside its launch task (tests/webapp/experiments/worker_faults.py says where)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, fault: str = "") -> None:
         self.name = name
+        self.fault = fault
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         from webapp.celery import app
 
         env = {**os.environ, "DATABASE_URL": _database_url_for_tests()}
+        faults: list[str] = []
+        if self.fault:
+            env["STUDIO_TEST_WORKER_FAULT"] = self.fault
+            faults = ["--include", "tests.webapp.experiments.worker_faults"]
         celery = str(Path(sys.executable).parent / "celery")
         self.proc = subprocess.Popen(
             [celery, "-A", "webapp", "worker", "--pool", "solo", "--loglevel", "WARNING",
-             "--hostname", f"{self.name}@%h", "--without-mingle", "--without-gossip"],
+             "--hostname", f"{self.name}@%h", "--without-mingle", "--without-gossip", *faults],
             cwd=ROOT, env=env, start_new_session=True,
         )  # fmt: skip
         deadline = time.monotonic() + 60
@@ -65,12 +71,12 @@ class WorkerProcess:
 
 
 @pytest.fixture
-def start_worker(transactional_db: Any) -> Iterator[Callable[[], WorkerProcess]]:
-    """Starts workers on demand; every one started is stopped after the test."""
+def start_worker(transactional_db: Any) -> Iterator[Callable[..., WorkerProcess]]:
+    """Starts workers on demand (``start(fault=...)``); every one started is stopped after the test."""
     started: list[WorkerProcess] = []
 
-    def start() -> WorkerProcess:
-        worker = WorkerProcess(f"test-{os.getpid()}-{len(started)}")
+    def start(fault: str = "") -> WorkerProcess:
+        worker = WorkerProcess(f"test-{os.getpid()}-{len(started)}", fault)
         started.append(worker)
         worker.start()
         return worker

@@ -20,7 +20,7 @@ def run(personas: Any) -> Run:
 def test_a_run_walks_the_happy_path(run: Run) -> None:
     assert run.enqueue()
     assert run.mark_starting("pgid:123")
-    assert run.claim("host:1")
+    assert run.claim("host:1", "host-1")
     assert run.heartbeat(step=1, total_steps=10)
     assert (run.status, run.step, run.total_steps) == (RunStatus.RUNNING, 1, 10)
     assert run.finish(RunStatus.SUCCEEDED)
@@ -34,14 +34,14 @@ def test_enqueue_twice_enqueues_once(run: Run) -> None:
 
 def test_only_one_process_claims_a_run(run: Run) -> None:
     run.enqueue()
-    assert run.claim("host:1")
-    assert not Run.objects.get(pk=run.pk).claim("host:2")
+    assert run.claim("host:1", "host-1")
+    assert not Run.objects.get(pk=run.pk).claim("host:2", "host-2")
     assert Run.objects.get(pk=run.pk).claimed_by == "host:1"
 
 
 def test_the_first_terminal_state_wins(run: Run) -> None:
     run.enqueue()
-    run.claim("host:1")
+    run.claim("host:1", "host-1")
     assert run.finish(RunStatus.SUCCEEDED)
     assert not Run.objects.get(pk=run.pk).finish(RunStatus.FAILED, "reaper")
     assert Run.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED
@@ -61,14 +61,14 @@ def test_cancelling_a_queued_run_ends_it_at_once(run: Run) -> None:
 
 def test_cancelling_a_running_run_only_asks(run: Run) -> None:
     run.enqueue()
-    run.claim("host:1")
+    run.claim("host:1", "host-1")
     assert run.request_cancel()
     assert run.status == RunStatus.RUNNING and run.cancel_requested
 
 
 def test_a_silent_run_is_stalled_and_a_heartbeat_revives_it(run: Run) -> None:
     run.enqueue()
-    run.claim("host:1")
+    run.claim("host:1", "host-1")
     Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(minutes=10))
     assert list(Run.silent_since(60)) == [run]
     assert run.mark_stalled("no heartbeat for 10 minutes", 60)
@@ -79,7 +79,7 @@ def test_a_silent_run_is_stalled_and_a_heartbeat_revives_it(run: Run) -> None:
 
 def test_a_fresh_heartbeat_prevents_stalling(run: Run) -> None:
     run.enqueue()
-    run.claim("host:1")
+    run.claim("host:1", "host-1")
     run.heartbeat(step=1)
     assert not run.mark_stalled("no heartbeat", 60)
     assert run.status == RunStatus.RUNNING

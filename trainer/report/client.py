@@ -1,5 +1,5 @@
 """The trainer's calls to its own run on the webapp: claim it, read its RunConfig, download its
-dataset (bearer token; paths: :mod:`trainer.contract`)."""
+dataset (bearer token; paths: :mod:`trainer.contract`; retries: :data:`trainer.report.retry.POLICY`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
-import tenacity
 
 from trainer.contract import CLAIM_PATH, CONFIG_PATH, DATASET_PATH, ClaimRequest
-from trainer.report.retry import RETRYABLE, Backoff, PermanentHttpError, raise_for_status, run_api_client
+from trainer.report.retry import POLICY, PermanentHttpError, RetryPolicy, raise_for_status, run_api_client
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -27,18 +26,12 @@ class RunApiClient:
         token: str,
         *,
         timeout_s: float = 60.0,
-        max_attempts: int = 5,
-        backoff_initial_s: float = 0.5,
+        retry: RetryPolicy = POLICY,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.run_id = run_id
         self._client = run_api_client(api_url, token, timeout_s=timeout_s, transport=transport)
-        self._retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(RETRYABLE),
-            wait=Backoff(backoff_initial_s, 30.0),
-            stop=tenacity.stop_after_attempt(max_attempts),
-            reraise=True,
-        )
+        self._retrying = retry.retrying()
 
     def fetch_config_json(self) -> str:
         def get() -> str:
@@ -48,13 +41,14 @@ class RunApiClient:
 
         return self._retrying(get)
 
-    def claim(self, worker: str) -> bool:
-        """Take ownership of the run; False when another process already owns it (HTTP 409)."""
+    def claim(self, worker: str, claimant: str) -> bool:
+        """Take ownership of the run for the launch ``claimant``; False when another process already
+        owns it (HTTP 409)."""
 
         def post() -> bool:
             response = self._client.post(
                 CLAIM_PATH.format(run_id=self.run_id),
-                content=ClaimRequest(worker=worker).model_dump_json(),
+                content=ClaimRequest(worker=worker, claimant=claimant).model_dump_json(),
                 headers={"Content-Type": "application/json"},
             )
             if response.status_code == 409:

@@ -1,5 +1,6 @@
 """The webapp's reporter: batches spooled to disk, delivered in order from a background thread,
-retried until the server answers (paths and bodies: :mod:`trainer.contract`)."""
+retried until the server answers (paths and bodies: :mod:`trainer.contract`; retries:
+:data:`trainer.report.retry.POLICY`), heartbeats on a thread and a connection of their own."""
 
 from __future__ import annotations
 
@@ -38,7 +39,14 @@ from trainer.contract import (
 )
 from trainer.mdp import Trajectory
 from trainer.report.reporters import Reporter
-from trainer.report.retry import RETRYABLE, Backoff, PermanentHttpError, raise_for_status, run_api_client
+from trainer.report.retry import (
+    POLICY,
+    RETRYABLE,
+    PermanentHttpError,
+    RetryPolicy,
+    raise_for_status,
+    run_api_client,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +70,11 @@ class HttpReporter(Reporter):
     later process for the same run starts with the same spool folder). Connection errors, 5xx and
     429 are retried with exponential backoff (tenacity, capped at ``backoff_max_s``, honouring
     ``Retry-After``); any other 4xx is logged and the file moved to ``spool_dir/rejected``.
-    Heartbeats are not spooled: only the latest one matters, and it is sent at most every
-    ``heartbeat_interval_s`` unless the step changed.
+    Heartbeats are not spooled: only the latest one matters. A thread of their own sends it, on its
+    own connection, when the step changes and every ``heartbeat_interval_s`` otherwise, so a backlog
+    of batches (a spool draining after an outage) never holds back the sign of life.
+    ``claimant`` is the id the run was claimed with (trainer.contract.CLAIMANT_HEADER): every call
+    carries it, so the server takes changes from this process only.
     """
 
     def __init__(
@@ -72,14 +83,15 @@ class HttpReporter(Reporter):
         run_id: int | str,
         token: str,
         *,
+        claimant: str = "",
         spool_dir: str | Path | None = None,
         max_batch_points: int = 1000,
         max_log_chars: int = 64_000,
         max_trajectories_per_batch: int = 32,
         flush_interval_s: float = 2.0,
         heartbeat_interval_s: float = 15.0,
-        backoff_initial_s: float = 0.5,
-        backoff_max_s: float = 30.0,
+        backoff_initial_s: float = POLICY.initial_s,
+        backoff_max_s: float = POLICY.max_s,
         request_timeout_s: float = 10.0,
         close_timeout_s: float = 30.0,
         include_token_ids: bool = False,
@@ -94,11 +106,13 @@ class HttpReporter(Reporter):
         self.max_trajectories_per_batch = max_trajectories_per_batch
         self.flush_interval_s = flush_interval_s
         self.heartbeat_interval_s = heartbeat_interval_s
-        self.backoff_initial_s = backoff_initial_s
-        self.backoff_max_s = backoff_max_s
+        self.retry = RetryPolicy(backoff_initial_s, backoff_max_s)
         self.close_timeout_s = close_timeout_s
         self.include_token_ids = include_token_ids
-        self._client = run_api_client(api_url, token, timeout_s=request_timeout_s, transport=transport)
+        # Heartbeats go on a connection of their own, so a slow batch upload never delays one.
+        connect = {"timeout_s": request_timeout_s, "claimant": claimant, "transport": transport}
+        self._client = run_api_client(api_url, token, **connect)  # type: ignore[arg-type]
+        self._beat_client = run_api_client(api_url, token, **connect)  # type: ignore[arg-type]
         self._lock = threading.Lock()
         self._points: list[MetricPoint] = []
         self._log_parts: list[str] = []
@@ -108,12 +122,15 @@ class HttpReporter(Reporter):
         self._log_seq = 0
         self._heartbeat: Heartbeat | None = None
         self._heartbeat_sent: tuple[int, float] | None = None  # (step, monotonic time)
+        self._beat_wake = threading.Event()
         self._wake = threading.Event()
         self._interrupt = threading.Event()
         self._closing = threading.Event()
         self._deadline: float | None = None
         self._thread = threading.Thread(target=self._run, name=f"http-reporter-{run_id}", daemon=True)
         self._thread.start()
+        self._beat_thread = threading.Thread(target=self._beat, name=f"http-heartbeat-{run_id}", daemon=True)
+        self._beat_thread.start()
 
     # -- producer side (training thread) --
 
@@ -154,7 +171,7 @@ class HttpReporter(Reporter):
     def heartbeat(self, step: int, total: int) -> None:
         with self._lock:
             self._heartbeat = Heartbeat(step=step, total_steps=total, ts=time.time())
-        self._wake.set()
+        self._beat_wake.set()
 
     def log_text(self, text: str) -> None:
         with self._lock:
@@ -187,7 +204,9 @@ class HttpReporter(Reporter):
         self._closing.set()
         self._interrupt.set()  # cut a backoff sleep short: try once more right away
         self._wake.set()
+        self._beat_wake.set()
         self._thread.join(max(0.0, self._deadline - time.monotonic()) + 1.0)
+        self._beat_thread.join(max(0.0, self._deadline - time.monotonic()) + 1.0)
         left = self.undelivered()
         if left:
             logger.warning(
@@ -195,6 +214,8 @@ class HttpReporter(Reporter):
             )
         if not self._thread.is_alive():
             self._client.close()
+        if not self._beat_thread.is_alive():
+            self._beat_client.close()
 
     def undelivered(self) -> int:
         """Batches waiting in the spool folder."""
@@ -268,7 +289,6 @@ class HttpReporter(Reporter):
                     self._cut_all_locked()
             try:
                 drained = self._drain()
-                self._maybe_send_heartbeat()
             except Exception:
                 # A bug here must not kill reporting for the rest of the run; the spool keeps the data.
                 logger.exception("report sender failed; retrying on the next tick")
@@ -289,13 +309,9 @@ class HttpReporter(Reporter):
         return True
 
     def _deliver_with_retries(self, path: Path) -> None:
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(RETRYABLE),
-            wait=Backoff(self.backoff_initial_s, self.backoff_max_s),
-            stop=self._out_of_time,
-            sleep=self._sleep,
-            before_sleep=self._log_retry,
-            reraise=True,
+        # The policy's backoff; no give-up while the run runs: the batch waits on disk, not in memory.
+        retrying = self.retry.retrying(
+            stop=self._out_of_time, sleep=self._sleep, before_sleep=self._log_retry
         )
         retrying(self._deliver, path)
 
@@ -323,6 +339,17 @@ class HttpReporter(Reporter):
             "the server refused report batch %s (%s); moved it to %s", path.name, error, self.rejected_dir
         )
 
+    def _beat(self) -> None:
+        while not self._closing.is_set():
+            self._beat_wake.wait(self.heartbeat_interval_s)
+            self._beat_wake.clear()
+            if self._closing.is_set():
+                return  # the run's last word is its status, spooled in order: no beat after it
+            try:
+                self._maybe_send_heartbeat()
+            except Exception:
+                logger.exception("heartbeat sender failed; retrying on the next tick")
+
     def _maybe_send_heartbeat(self) -> None:
         with self._lock:
             beat = self._heartbeat
@@ -335,7 +362,7 @@ class HttpReporter(Reporter):
         # Refresh ts so a heartbeat resent for the same step still proves the process is alive.
         fresh = beat.model_copy(update={"ts": time.time()})
         try:
-            response = self._client.post(
+            response = self._beat_client.post(
                 HEARTBEAT_PATH.format(run_id=self.run_id),
                 content=fresh.model_dump_json(),
                 headers={"Content-Type": "application/json"},

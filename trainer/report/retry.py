@@ -1,19 +1,26 @@
-"""How the trainer's HTTP calls reach the web app, fail and wait, shared by the HTTP reporter and the
-run API client.
+"""How the trainer's HTTP calls reach the web app, fail and wait: one connection and one policy for
+the HTTP reporter and the run API client alike (docs/reliability.md#retries).
 
-:func:`run_api_client` is the connection both use: the API's base URL and the run's Bearer token.
+:func:`run_api_client` is the connection both use: the API's base URL, the run's Bearer token and,
+once the run is claimed, the claimant id.
 
 A 5xx or 429 answer is :class:`RetryableHttpError` (the server may take the same request later), any
-other non-2xx is :class:`PermanentHttpError`; :class:`Backoff` is tenacity's wait between tries.
+other non-2xx is :class:`PermanentHttpError` (never retried); :class:`Backoff` is tenacity's wait
+between tries, and :data:`POLICY` the one policy: its backoff for every call, and how long a call
+that cannot wait in a spool (the claim, the config and dataset reads) keeps trying.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import tenacity
+
+from trainer.contract import CLAIMANT_HEADER
 
 
 class RetryableHttpError(Exception):
@@ -35,14 +42,17 @@ class PermanentHttpError(Exception):
 
 
 def run_api_client(
-    api_url: str, token: str, *, timeout_s: float, transport: httpx.BaseTransport | None = None
+    api_url: str,
+    token: str,
+    *,
+    timeout_s: float,
+    claimant: str = "",
+    transport: httpx.BaseTransport | None = None,
 ) -> httpx.Client:
-    return httpx.Client(
-        base_url=api_url.rstrip("/"),
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=timeout_s,
-        transport=transport,
-    )
+    headers = {"Authorization": f"Bearer {token}"}
+    if claimant:
+        headers[CLAIMANT_HEADER] = claimant
+    return httpx.Client(base_url=api_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport)
 
 
 def raise_for_status(response: httpx.Response) -> None:
@@ -79,3 +89,30 @@ class Backoff:
         # Jitter, so that many trainers do not hammer a restarted server in lockstep.
         jitter = random.uniform(-0.5, 0.5) * self.initial_s
         return max(0.0, min(exponential + jitter, self.max_s))
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff from ``initial_s`` doubling up to ``max_s`` (with jitter, Retry-After honoured); a call
+    gives up after ``give_up_after_s`` unless its caller brings its own stop. The reporter does: its
+    batches wait on disk, so it retries for as long as the run runs and then until its close deadline."""
+
+    initial_s: float = 0.5
+    max_s: float = 30.0
+    # Long enough for a web server restart or a database failover; a trainer that cannot claim its
+    # run in this time exits failed, and the reaper finishes the run.
+    give_up_after_s: float = 600.0
+
+    def retrying(
+        self, stop: Callable[[tenacity.RetryCallState], bool] | None = None, **hooks: Any
+    ) -> tenacity.Retrying:
+        return tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(RETRYABLE),
+            wait=Backoff(self.initial_s, self.max_s),
+            stop=stop or tenacity.stop_after_delay(self.give_up_after_s),
+            reraise=True,
+            **hooks,
+        )
+
+
+POLICY = RetryPolicy()

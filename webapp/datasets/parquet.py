@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+
+from tasks_lib.validate import open_parquet
 
 HISTOGRAM_BINS = 20
 _STATS_BATCH_ROWS = 4096
@@ -49,7 +50,7 @@ def prompt_length(prompt: Any) -> int:
 
 def compute_stats(path: Path) -> dict[str, Any]:
     """Rows, rows per data source, and a prompt-length histogram, in one pass over two columns."""
-    parquet = pq.ParquetFile(path)
+    parquet = open_parquet(path)
     sources: Counter[str] = Counter()
     lengths = array("q")
     for batch in parquet.iter_batches(batch_size=_STATS_BATCH_ROWS, columns=["data_source", "prompt"]):
@@ -90,7 +91,7 @@ class PreviewRow:
 
 def read_rows(path: Path, start: int, count: int) -> list[PreviewRow]:
     """Rows ``start`` .. ``start + count - 1``, reading only the row groups that hold them."""
-    parquet = pq.ParquetFile(path)
+    parquet = open_parquet(path)
     tables, offset = [], 0
     for group in range(parquet.num_row_groups):
         rows_in_group = parquet.metadata.row_group(group).num_rows

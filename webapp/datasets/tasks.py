@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pyarrow as pa
 from celery import shared_task
 from django.utils import timezone
 
@@ -18,7 +19,12 @@ def validate_dataset(dataset_id: int) -> None:
     dataset = Dataset.objects.filter(pk=dataset_id).first()
     if dataset is None:
         return
-    dataset.validate()
+    try:
+        dataset.validate()
+    finally:
+        # Arrow's allocator keeps freed buffers for reuse; a long-lived worker would hold the
+        # largest file's peak for ever (docs/reliability.md#parquet-memory).
+        pa.default_memory_pool().release_unused()
 
 
 @shared_task

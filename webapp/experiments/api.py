@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import ValidationError
@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from tasks_lib.registry import load_recipes
 from trainer.backends import BACKENDS
 from trainer.config import RunConfig
+from trainer.contract import IDEMPOTENCY_HEADER
 from trainer.registry import RegistryError
 from webapp.accounts.access import get_team_for_user
 from webapp.api import Page, PageParams, UserTokenAuth, paginate
@@ -106,11 +107,12 @@ def create_experiment(request: HttpRequest, team_slug: str, body: ExperimentCrea
         ) from None
     if problems:
         raise HttpError(400, "config: " + "; ".join(f"{path}: {message}" for path, message in problems))
-    if Experiment.objects.filter(team=team, name=config.name).exists():
-        raise HttpError(409, f"the team already has an experiment named {config.name!r}")
-    experiment = services.create_experiment(
-        team, request.user, config, body.seeds, description=body.description
-    )
+    try:
+        experiment = services.create_experiment(
+            team, request.user, config, body.seeds, description=body.description
+        )
+    except services.NameTaken as taken:
+        raise HttpError(409, str(taken)) from None
     return Status(201, experiment)
 
 
@@ -119,11 +121,24 @@ def experiment(request: HttpRequest, team_slug: str, pk: int) -> Experiment:
     return get_experiment_for_user(request, team_slug, pk)
 
 
-@router.post("/{team_slug}/experiments/{int:pk}/launch", response={202: list[RunOut]}, summary="Launch")
-def launch(request: HttpRequest, team_slug: str, pk: int) -> Any:
-    """One queued run per seed; the launcher (a Celery task) starts each."""
+@router.post(
+    "/{team_slug}/experiments/{int:pk}/launch", response={202: list[RunOut], 409: dict}, summary="Launch"
+)
+def launch(request: HttpRequest, team_slug: str, pk: int, response: HttpResponse) -> Any:
+    """One queued run per seed; the launcher (a Celery task) starts each. With an `Idempotency-Key`
+    header (up to 64 letters, digits, `-`, `_`) the same key again answers the same runs, with
+    `Idempotent-Replayed: true`. 409 while runs of the same seeds are still queued or running."""
     found = get_experiment_for_user(request, team_slug, pk, write=True)
-    return Status(202, services.launch(found))
+    key = request.headers.get(IDEMPOTENCY_HEADER, "")
+    if key and not services.LAUNCH_KEY.match(key):
+        raise HttpError(400, f"{IDEMPOTENCY_HEADER}: up to 64 letters, digits, '-' or '_'")
+    try:
+        launched = services.launch_once(found, key)
+    except services.LaunchRefused as refused:
+        raise HttpError(409, str(refused)) from None
+    if launched.replayed:
+        response["Idempotent-Replayed"] = "true"
+    return Status(202, launched.runs)
 
 
 @router.get("/{team_slug}/runs", response=Page[RunOut], summary="The team's runs")

@@ -1,7 +1,8 @@
 """Where a run's training process lives: a detached local process group, or a Ray job.
 
 Celery only launches, polls and stops; the training process owns its run. Each executor answers
-three questions for the reaper: is it still there, how did it end, and how do I stop it.
+the reaper's questions: is it still there, how did it end, how do I stop it, where is a start whose
+reference was never recorded, and what scratch space does an ended run leave (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +24,7 @@ from django.conf import settings
 
 from trainer.backends import BACKENDS, Job, LaunchEnv
 from trainer.config import RunConfig
+from trainer.contract import CLAIMANT_ENV, new_claimant_id
 from trainer.registry import Registry
 from webapp.experiments import cluster
 from webapp.experiments.models import Run
@@ -39,6 +42,7 @@ class ExecutorState:
     message: str = ""
     stopped: bool = False  # ended because someone stopped it
     pending: bool = False  # alive but not started: a Ray job still waiting for its entrypoint's resources
+    started: bool = True  # False: the executor never got the run (its launch died before handing it over)
 
 
 class Executor(Protocol):
@@ -47,6 +51,13 @@ class Executor(Protocol):
     def start(self, run: Run, token: str) -> str: ...
     def poll(self, run: Run) -> ExecutorState: ...
     def stop(self, run: Run, *, force: bool = False) -> None: ...
+    def locate(self, run: Run) -> str:
+        """The ref of a start that was never recorded, when this executor has it; "" otherwise."""
+        ...
+
+    def clean_up(self, run: Run) -> None:
+        """Remove what an ended run leaves behind that nobody reads (its dataset copy, temp files)."""
+        ...
 
 
 EXECUTORS: Registry[Executor] = Registry("executor")
@@ -55,6 +66,12 @@ EXECUTORS: Registry[Executor] = Registry("executor")
 # torch's idle OpenMP threads spin by default; on a machine shared with the web server and other
 # runs that stalls generation many times over (measured: 40-60 s instead of 3.5 s for 4x32 tokens).
 TRAINER_ENV = {"PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def launch_env(job: Job) -> dict[str, str]:
+    """What every process of one start of the run gets on top of the backend's job env: a fresh
+    claimant id, so a second start's processes cannot change a run the first one claimed."""
+    return {**TRAINER_ENV, **job.env, CLAIMANT_ENV: new_claimant_id()}
 
 
 def job_for(run: Run, token: str = "") -> Job:
@@ -94,22 +111,31 @@ def _group_members(pgid: int) -> list[psutil.Process]:
 class LocalExecutor:
     """A detached process group on this machine: ``sh -c 'python -m trainer ...; echo $? > exit_code'``.
 
-    The shell wrapper records the trainer's exit status (the worker that started it is not its
-    parent for long: the launch helper exits at once, so init reaps it and no zombie is left).
+    The shell wrapper first writes its process group id to ``pgid`` (so a start whose worker died
+    before recording it can still be found), runs the trainer with its temporary files under
+    ``tmp/``, removes them and records the trainer's exit status (the worker that started it is not
+    its parent for long: the launch helper exits at once, so init reaps it and no zombie is left).
     """
 
     name = "local"
 
     def start(self, run: Run, token: str) -> str:
         directory = run_dir(run)
-        exit_file = directory / "exit_code"
+        exit_file, pgid_file, scratch = directory / "exit_code", directory / "pgid", directory / "tmp"
         exit_file.unlink(missing_ok=True)
+        pgid_file.unlink(missing_ok=True)
+        scratch.mkdir(exist_ok=True)
         job = job_for(run, token)
         command = " ".join([_quote(sys.executable), *map(_quote, job.argv)])
+        q = {name: _quote(str(path)) for name, path in
+             {"exit": exit_file, "pgid": pgid_file, "tmp": scratch, "log": directory / "train.log"}.items()}  # fmt: skip
         script = (
-            f"{command} >> {_quote(str(directory / 'train.log'))} 2>&1; echo $? > {_quote(str(exit_file))}"
+            f"echo $$ > {q['pgid']}.part && mv {q['pgid']}.part {q['pgid']}; {command} >> {q['log']} 2>&1; "
+            f"code=$?; rm -rf {q['tmp']}; echo $code > {q['exit']}"
         )
-        env = {**os.environ, **TRAINER_ENV, **job.env}
+        # TMPDIR: the trainer's dataset copy and report spool land in the run's scratch folder,
+        # which the wrapper (or the reaper, when the whole group was killed) removes.
+        env = {**os.environ, **launch_env(job), "TMPDIR": str(scratch)}
         env.pop("DJANGO_SETTINGS_MODULE", None)  # the trainer never imports Django
         # Double fork through a helper that exits at once: the trainer outlives this worker.
         helper = subprocess.run(
@@ -123,7 +149,7 @@ class LocalExecutor:
     def poll(self, run: Run) -> ExecutorState:
         pgid = _pgid(run)
         if pgid is None:
-            return ExecutorState(alive=False, message="no process was recorded for this run")
+            return ExecutorState(alive=False, started=False, message="no process was recorded for this run")
         if _group_members(pgid):
             return ExecutorState(alive=True)
         exit_file = run_dir(run) / "exit_code"
@@ -142,6 +168,15 @@ class LocalExecutor:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL if force else signal.SIGTERM)
+
+    def locate(self, run: Run) -> str:
+        try:
+            return f"pgid:{int((run_dir(run) / 'pgid').read_text().strip())}"
+        except (OSError, ValueError):
+            return ""
+
+    def clean_up(self, run: Run) -> None:
+        shutil.rmtree(run_dir(run) / "tmp", ignore_errors=True)
 
 
 def _pgid(run: Run) -> int | None:
@@ -169,10 +204,10 @@ class ClusterTooSmall(RuntimeError):
     """The precheck's refusal: the message says what the run needs and what the cluster has."""
 
 
-def ray_job_options(job: Job) -> dict[str, Any]:
+def ray_job_options(job: Job, env: dict[str, str]) -> dict[str, Any]:
     """submit_job's runtime_env and entrypoint resources for the job (every process of a Ray job
-    gets the job-level runtime_env)."""
-    runtime_env: dict[str, Any] = {"env_vars": {**TRAINER_ENV, **job.env}, **job.runtime_env}
+    gets the job-level runtime_env, so the trainer and verl's workers share one claimant id)."""
+    runtime_env: dict[str, Any] = {"env_vars": env, **job.runtime_env}
     options: dict[str, Any] = {"runtime_env": runtime_env, "entrypoint_num_cpus": job.num_cpus}
     if job.num_gpus:
         options["entrypoint_num_gpus"] = job.num_gpus
@@ -215,7 +250,7 @@ class RayExecutor:
                 entrypoint=entrypoint,
                 submission_id=job_id,
                 metadata={"studio_run": str(run.pk), "experiment": run.experiment.name[:100]},
-                **ray_job_options(job),
+                **ray_job_options(job, launch_env(job)),
             )
         except RuntimeError as exc:
             # A retried launch: the job exists already, which is exactly what we wanted.
@@ -229,7 +264,13 @@ class RayExecutor:
 
         client = self.client()
         job_id = run.executor_ref.removeprefix("ray:")
-        info = client.get_job_info(job_id)  # type: ignore[attr-defined]
+        try:
+            info = client.get_job_info(job_id)  # type: ignore[attr-defined]
+        except RuntimeError as exc:
+            if "status code 404" not in str(exc):
+                raise
+            # The ref is planned before submitting: a launch that died in between submitted nothing.
+            return ExecutorState(alive=False, started=False, message=f"ray job {job_id} was never submitted")
         if info.status in (JobStatus.PENDING, JobStatus.RUNNING):
             return ExecutorState(alive=True, pending=info.status == JobStatus.PENDING)
         message = f"ray job {job_id} {info.status.value}"
@@ -253,6 +294,12 @@ class RayExecutor:
             # The job ended (or was never submitted) between our look and the stop: nothing to stop.
             if "404" not in str(exc):
                 raise
+
+    def locate(self, run: Run) -> str:
+        return f"ray:{submission_id(run)}"  # deterministic: poll then says whether it was submitted
+
+    def clean_up(self, run: Run) -> None:
+        """Nothing here: a Ray job's scratch lives on its node, under Ray's own session folders."""
 
 
 EXECUTORS.add("local", LocalExecutor())

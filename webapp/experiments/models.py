@@ -8,6 +8,7 @@ change exactly one row; the race each guard prevents is written beside it.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import secrets
 import uuid
 from datetime import timedelta
@@ -143,6 +144,16 @@ class Run(models.Model):
     total_steps = models.IntegerField(default=0)
     message = models.TextField(blank=True, help_text="Last status message or the error that ended the run.")
     claimed_by = models.CharField(max_length=200, blank=True)
+    # The launch's claimant id (trainer.contract.CLAIMANT_ENV), recorded by the claim: only calls that
+    # carry it may change the run (docs/reliability.md#claimant).
+    claimant = models.CharField(max_length=64, blank=True)
+    # The launch request the run came from (the form's hidden key, a REST Idempotency-Key): the same
+    # request sent twice finds its runs instead of making new ones (docs/reliability.md#launch).
+    launch_key = models.CharField(max_length=64, blank=True)
+    launch_attempts = models.PositiveSmallIntegerField(
+        default=0, help_text="Starts tried, relaunches included."
+    )
+    starting_at = models.DateTimeField(null=True, blank=True, help_text="When the latest start began.")
     created = models.DateTimeField(auto_now_add=True)
     queued_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -183,6 +194,13 @@ class Run(models.Model):
                 condition=Q(archived_at__isnull=True),
             ),
             GinIndex(fields=["labels"], name="run_labels"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["experiment", "seed", "launch_key"],
+                condition=~Q(launch_key=""),
+                name="one_run_per_seed_and_launch_key",
+            )
         ]
 
     def __str__(self) -> str:
@@ -263,22 +281,41 @@ class Run(models.Model):
 
     def mark_starting(self, executor_ref: str) -> bool:
         # Race: a retried launch task must not start a second process for a run already started.
-        return self._transition((RunStatus.QUEUED,), status=RunStatus.STARTING, executor_ref=executor_ref)
+        return self._transition(
+            (RunStatus.QUEUED,), status=RunStatus.STARTING, executor_ref=executor_ref,
+            starting_at=timezone.now(), launch_attempts=F("launch_attempts") + 1,
+        )  # fmt: skip
 
-    def claim(self, worker: str) -> bool:
-        """The one way a run becomes a trainer's: True when ``worker`` owns it now."""
+    def requeue_lost_start(self) -> bool:
+        """starting → queued again: the start left no trace (its launching worker died before the
+        executor had the run), so a new launch task may start it (docs/reliability.md#lost-launch)."""
+        # Race: a trainer of the "lost" start claiming now: the empty claimant in the same UPDATE
+        # keeps a claimed run its trainer's. Should that start still come to life later, its
+        # trainer and the new start's race to claim, and the claimant lets only one of them train.
+        changed = Run.objects.filter(
+            pk=self.pk, status=RunStatus.STARTING, claimant="", cancel_requested=False
+        ).update(status=RunStatus.QUEUED, queued_at=timezone.now(), executor_ref="")
+        self.refresh_from_db()
+        return changed == 1
+
+    def claim(self, worker: str, claimant: str) -> bool:
+        """The one way a run becomes a trainer's: True when the launch ``claimant`` owns it now."""
         # Race: two trainer processes for one run (a retried submit); only one may own it. A run
         # stalled before any process claimed it (a Ray job pending for resources) may still be.
         now = timezone.now()
-        never_claimed = Q(status=RunStatus.STALLED, claimed_by="")
+        never_claimed = Q(status=RunStatus.STALLED, claimant="")
         claimable = Q(status__in=(RunStatus.QUEUED, RunStatus.STARTING)) | never_claimed
         changed = guarded_update(
-            self, claimable, status=RunStatus.RUNNING, claimed_by=worker, started_at=now, heartbeat_at=now,
-            progress_at=now,
+            self, claimable, status=RunStatus.RUNNING, claimed_by=worker, claimant=claimant, started_at=now,
+            heartbeat_at=now, progress_at=now,
         )  # fmt: skip
-        # A claim retried by its own worker (the first answer was lost) finds the run already its
-        # own: yes again, and nothing changes; any other worker is refused.
-        return changed or (self.claimed_by == worker and self.status in CLAIMED)
+        # A claim retried by its own process (the first answer was lost) finds the run already its
+        # own: yes again, and nothing changes; any other claimant is refused.
+        return changed or (self.is_claimant(claimant) and self.status in CLAIMED)
+
+    def is_claimant(self, claimant: str) -> bool:
+        """Whether ``claimant`` is the id the run was claimed with (none before the claim)."""
+        return bool(self.claimant) and hmac.compare_digest(self.claimant, claimant)
 
     def report(self, status: str, message: str = "") -> bool:
         """A status the trainer reports; True when it changed the run. A terminal status finishes the
@@ -298,9 +335,9 @@ class Run(models.Model):
         changes: dict[str, Any] = {"heartbeat_at": now}
         if total_steps is not None:
             changes["total_steps"] = total_steps
-        updated = Run.objects.filter(pk=self.pk, status__in=(RunStatus.RUNNING, RunStatus.STALLED))
+        updated = Run.objects.filter(pk=self.pk, status__in=CLAIMED)
         if step is not None:
-            Run.objects.filter(pk=self.pk, step__lt=step).update(progress_at=now)
+            updated.filter(step__lt=step).update(progress_at=now)
             changes["step"] = step
         changed = updated.update(**changes)
         self._revive_if_progressing()
@@ -322,10 +359,11 @@ class Run(models.Model):
     def _revive_if_progressing(self) -> None:
         # Race: a late heartbeat after the reaper marked the run stalled. It revives the run only if
         # the run progressed within the limit: a process that beats while waiting (verl's driver
-        # while verl waits for GPUs) must not mask a no-progress stall.
+        # while verl waits for GPUs) must not mask a no-progress stall. The stall's message goes
+        # with the stall: it is no longer true.
         cutoff = timezone.now() - timedelta(seconds=settings.STALL_AFTER_S)
         Run.objects.filter(pk=self.pk, status=RunStatus.STALLED, progress_at__gte=cutoff).update(
-            status=RunStatus.RUNNING
+            status=RunStatus.RUNNING, message=""
         )
 
     def finish(self, status: str, message: str = "") -> bool:
@@ -335,10 +373,11 @@ class Run(models.Model):
             message = self._cancel_message(message)
         # Race: the trainer's own "succeeded" and the reaper's "failed" can arrive together; the
         # first terminal state wins and later ones change nothing.
-        return self._transition(
-            (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED),
-            status=status, message=message, finished_at=timezone.now(),
-        )  # fmt: skip
+        changes: dict[str, Any] = {"status": status, "message": message, "finished_at": timezone.now()}
+        if status == RunStatus.SUCCEEDED:
+            # A run that succeeded did all its steps, whether or not its last heartbeat arrived first.
+            changes["step"] = Greatest("step", "total_steps")
+        return self._transition(ACTIVE, **changes)
 
     def _cancel_message(self, message: str) -> str:
         """A run someone cancelled ends with "cancelled by <user>", whatever the trainer or the
@@ -371,6 +410,15 @@ class Run(models.Model):
         # Race: a heartbeat landing between the reaper's read and this write; the same UPDATE
         # re-checks that the run is still silent.
         return guarded_update(self, _silent_filter(silent_for_s), status=RunStatus.STALLED, message=message)
+
+    def fail_if_silent(self, message: str, silent_for_s: float) -> bool:
+        """Fail a claimed run silent for ``silent_for_s`` (a hung trainer); True when this call did."""
+        # Race: a heartbeat or progress landing between the reaper's read and this write; the
+        # same UPDATE re-checks the silence, and the first terminal state still wins.
+        return guarded_update(
+            self, Q(status__in=CLAIMED) & _silence(silent_for_s),
+            status=RunStatus.FAILED, message=message, finished_at=timezone.now(),
+        )  # fmt: skip
 
     @classmethod
     def silent_since(cls, seconds: float) -> models.QuerySet[Run]:
@@ -421,12 +469,17 @@ class Run(models.Model):
             )
 
 
+def _silence(seconds: float) -> Q:
+    """No heartbeat, or no progress, for ``seconds``."""
+    cutoff = timezone.now() - timedelta(seconds=seconds)
+    return Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True) | Q(progress_at__lt=cutoff)
+
+
 def _silent_filter(seconds: float) -> Q:
     cutoff = timezone.now() - timedelta(seconds=seconds)
-    silent = Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True) | Q(progress_at__lt=cutoff)
     # A run whose trainer never claimed it (a Ray job PENDING for want of resources) is stuck too.
-    never_claimed = Q(status=RunStatus.STARTING, queued_at__lt=cutoff)
-    return (Q(status=RunStatus.RUNNING) & silent) | never_claimed
+    never_claimed = Q(status=RunStatus.STARTING, starting_at__lt=cutoff)
+    return (Q(status=RunStatus.RUNNING) & _silence(seconds)) | never_claimed
 
 
 class RunParam(models.Model):

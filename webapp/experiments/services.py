@@ -1,28 +1,33 @@
 """Operations that span a run and its executor: start, reconcile, cancel.
 
 Celery tasks call these with a primary key; each is safe to run twice (the guarded transitions
-on Run decide who acts).
+on Run decide who acts). What happens when a worker, a trainer or the cluster dies on the way is
+docs/reliability.md.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from trainer.config import RunConfig
 from webapp.experiments.executors import EXECUTORS, ClusterTooSmall, ExecutorState, job_for, submission_id
-from webapp.experiments.models import Experiment, Run, RunStatus
+from webapp.experiments.models import ACTIVE, EXTERNAL_EXECUTOR, Experiment, Run, RunStatus
 
 logger = logging.getLogger(__name__)
 
 CANCELLED_EXIT_CODES = (130, 143, -15)  # SIGINT / SIGTERM: the trainer finished its step and stopped
+# A start lost this many times (the worker launching it died each time) fails instead of being retried.
+MAX_LAUNCH_ATTEMPTS = 3
 
 
 def start_run(run: Run) -> None:
@@ -47,10 +52,17 @@ def start_run(run: Run) -> None:
 
 def reconcile(run: Run) -> None:
     """Bring the run's status in line with what its executor says (the reaper's one step)."""
-    if run.is_terminal or not run.executor_ref:
+    if run.is_terminal or run.is_external or run.status == RunStatus.QUEUED:
+        return  # a queued run's lost task is resent by requeue_lost_launches
+    if not run.executor_ref and not _locate(run):
+        recover_lost_start(run)
         return
     state = _poll(run)
     if state is None:
+        _watch_silence(run)  # the executor cannot be asked: the run's own reports still can
+        return
+    if not state.started:
+        recover_lost_start(run)
         return
     if state.alive and state.pending and run.cancel_requested:
         # Ray cannot stop a PENDING job (ray-project/ray#58353): stop_job only queues a stop for a
@@ -67,6 +79,7 @@ def reconcile(run: Run) -> None:
         run.finish(RunStatus.SUCCEEDED, state.message)
     else:
         run.finish(RunStatus.FAILED, state.message)
+    _clean_up(run)
 
 
 def _poll(run: Run) -> ExecutorState | None:
@@ -74,7 +87,7 @@ def _poll(run: Run) -> ExecutorState | None:
         return EXECUTORS.get(run.executor).poll(run)
     except Exception as exc:  # an unreachable cluster is not a verdict on the run
         logger.warning("could not poll run %s on %s: %s", run.pk, run.executor, exc)
-        started = run.queued_at or run.created
+        started = run.starting_at or run.queued_at or run.created
         if run.status == RunStatus.STARTING and timezone.now() - started > timedelta(
             seconds=settings.STALL_AFTER_S
         ):
@@ -88,8 +101,27 @@ def _watch_live_run(run: Run) -> None:
             logger.warning("run %s ignored SIGTERM for %s s; killing it", run.pk, settings.CANCEL_GRACE_S)
             EXECUTORS.get(run.executor).stop(run, force=True)
         return
+    _watch_silence(run)
+
+
+def _watch_silence(run: Run) -> None:
+    """The watchdog (docs/reliability.md#stalls): a claimed run silent for STUDIO_FAIL_AFTER_S is
+    failed and its process killed (a hung trainer); one silent for STUDIO_STALL_AFTER_S is stalled."""
+    fail_after = settings.FAIL_AFTER_S
+    if fail_after and run.fail_if_silent(_hung_message(fail_after), fail_after):
+        logger.warning("run %s failed: silent for %s s; killing its process", run.pk, fail_after)
+        _stop_quietly(run, force=True)  # SIGKILL: a stopped (SIGSTOP) process never handles SIGTERM
+        _clean_up(run)
+        return
     if Run.silent_since(settings.STALL_AFTER_S).filter(pk=run.pk).exists():
         run.mark_stalled(_stall_message(run), settings.STALL_AFTER_S)
+
+
+def _hung_message(limit: int) -> str:
+    return (
+        f"no heartbeat or progress for {limit} s (STUDIO_FAIL_AFTER_S): the trainer was taken for hung "
+        "and killed"
+    )
 
 
 def _stall_message(run: Run) -> str:
@@ -108,11 +140,68 @@ def _stall_message(run: Run) -> str:
 def stop_executor(run: Run) -> None:
     """After Run.request_cancel: SIGTERM the process group / stop the Ray job; the reaper finishes the run."""
     if run.is_terminal or not run.executor_ref:
-        return
+        return  # a start that left no ref is cancelled by the reaper (recover_lost_start)
+    _stop_quietly(run)
+
+
+def _stop_quietly(run: Run, *, force: bool = False) -> None:
     try:
-        EXECUTORS.get(run.executor).stop(run)
+        EXECUTORS.get(run.executor).stop(run, force=force)
     except Exception as exc:
         logger.warning("could not stop run %s: %s", run.pk, exc)
+
+
+def _clean_up(run: Run) -> None:
+    """The ended run's scratch space (its dataset copy, its temporary files) goes; its log stays."""
+    try:
+        EXECUTORS.get(run.executor).clean_up(run)
+    except OSError as exc:
+        logger.warning("could not remove the scratch space of run %s: %s", run.pk, exc)
+
+
+# --- lost starts (docs/reliability.md#lost-launch) -------------------------------------------------
+
+
+def _locate(run: Run) -> bool:
+    """Find a start whose executor ref was never recorded (the launching worker died between
+    starting the process and recording it) and record it; True when found."""
+    ref = EXECUTORS.get(run.executor).locate(run)
+    if ref:
+        logger.warning("run %s: recovered the unrecorded start %s", run.pk, ref)
+        run.record_executor_ref(ref)
+    return bool(ref)
+
+
+def recover_lost_start(run: Run) -> None:
+    """A start the executor has no trace of: the worker launching it died before handing it over
+    (Celery does not redeliver such a task in time). Cancelled if asked, started again after
+    STUDIO_RELAUNCH_AFTER_S, at most MAX_LAUNCH_ATTEMPTS times, else failed. A run a trainer claimed
+    is its trainer's: the watchdog judges it by what it reports."""
+    if run.claimant:
+        _watch_silence(run)
+        return
+    if run.status != RunStatus.STARTING:
+        return
+    if run.cancel_requested:
+        run.finish(RunStatus.CANCELLED, "cancelled before it started")
+        return
+    began = run.starting_at or run.queued_at or run.created
+    if timezone.now() - began < timedelta(seconds=settings.RELAUNCH_AFTER_S):
+        return  # its launch task may still be handing it over
+    if run.launch_attempts >= MAX_LAUNCH_ATTEMPTS:
+        run.finish(
+            RunStatus.FAILED,
+            f"the run's start was lost {run.launch_attempts} times (the worker starting it died); "
+            "launch the experiment again",
+        )
+        return
+    if run.requeue_lost_start():
+        logger.warning(
+            "run %s: its start was lost (attempt %s); launching it again", run.pk, run.launch_attempts
+        )
+        from webapp.experiments.tasks import launch_run
+
+        launch_run.delay_on_commit(run.pk)
 
 
 def requeue_lost_launches() -> list[int]:
@@ -126,12 +215,22 @@ def requeue_lost_launches() -> list[int]:
 # --- creating and launching ----------------------------------------------------------------------
 
 
+class NameTaken(ValueError):
+    """The team has an experiment of that name already."""
+
+
 def create_experiment(team: Any, user: Any, config: RunConfig, seeds: list[int], *, description: str = "",
                       cloned_from: Experiment | None = None) -> Experiment:  # fmt: skip
-    return Experiment.objects.create(
-        team=team, name=config.name, description=description, task=config.task, preset=config.preset,
-        config=json.loads(config.to_json()), seeds=seeds, created_by=user, cloned_from=cloned_from,
-    )  # fmt: skip
+    try:
+        # Race: two requests creating the same name at once; the unique (team, name) constraint
+        # lets one in, and the savepoint keeps the other's transaction usable for its answer.
+        with transaction.atomic():
+            return Experiment.objects.create(
+                team=team, name=config.name, description=description, task=config.task, preset=config.preset,
+                config=json.loads(config.to_json()), seeds=seeds, created_by=user, cloned_from=cloned_from,
+            )  # fmt: skip
+    except IntegrityError:
+        raise NameTaken(f"the team already has an experiment named {config.name!r}") from None
 
 
 def checkpoint_dir(run: Run) -> str:
@@ -140,19 +239,58 @@ def checkpoint_dir(run: Run) -> str:
     return str(base / "runs" / str(run.pk) / "checkpoints")
 
 
-@transaction.atomic
-def launch(experiment: Experiment) -> list[Run]:
+# A launch request's key (the form's hidden field, a REST Idempotency-Key): what fits Run.launch_key.
+LAUNCH_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def launch(experiment: Experiment, launch_key: str = "") -> list[Run]:
     """One queued run per seed, each with its own frozen config; the launch tasks go out on commit."""
+    return launch_once(experiment, launch_key).runs
+
+
+@transaction.atomic
+def launch_once(experiment: Experiment, launch_key: str = "") -> Launched:
+    """:func:`launch`, at most once per ``launch_key`` (the same key again returns its runs), and
+    refused (LaunchRefused) while runs of the same seeds are still active (docs/reliability.md#launch)."""
     from webapp.experiments.tasks import launch_run
 
+    # Race: two launches of one experiment at once (a double-click, two REST calls): the row lock
+    # makes the second wait for the first to commit, and then see its runs.
+    Experiment.objects.select_for_update().filter(pk=experiment.pk).first()
+    if launch_key:
+        earlier = list(experiment.runs.filter(launch_key=launch_key).order_by("pk"))
+        if earlier:
+            return Launched(earlier, replayed=True)
     base = RunConfig.model_validate(experiment.config)
+    seeds = experiment.seeds or [base.trainer.seed]
+    _refuse_active_seeds(experiment, seeds)
     runs = []
-    for seed in experiment.seeds or [base.trainer.seed]:
+    for seed in seeds:
         run = Run.objects.create(experiment=experiment, team=experiment.team, seed=seed, executor=base.executor,
-                                 name=f"{experiment.name} · seed {seed}")  # fmt: skip
+                                 name=f"{experiment.name} · seed {seed}", launch_key=launch_key)  # fmt: skip
         config = base.with_overrides(**{"trainer.seed": seed, "trainer.checkpoint_dir": checkpoint_dir(run)})
         run.freeze_config(json.loads(config.to_json()))
         run.enqueue()
         launch_run.delay_on_commit(run.pk)
         runs.append(run)
-    return runs
+    return Launched(runs, replayed=False)
+
+
+@dataclass(frozen=True)
+class Launched:
+    runs: list[Run]
+    replayed: bool  # the same launch key came before: these are its runs, nothing new was made
+
+
+class LaunchRefused(ValueError):
+    """The experiment cannot be launched now; the message says why and what to do."""
+
+
+def _refuse_active_seeds(experiment: Experiment, seeds: list[int]) -> None:
+    active = experiment.runs.filter(status__in=ACTIVE, seed__in=seeds).exclude(executor=EXTERNAL_EXECUTOR)
+    busy = sorted(set(active.values_list("seed", flat=True)))
+    if busy:
+        raise LaunchRefused(
+            f"this experiment still has runs queued or running for seed(s) {', '.join(map(str, busy))}: "
+            "wait for them to end, or cancel them, before launching it again"
+        )

@@ -3,10 +3,13 @@ from __future__ import annotations
 from celery import shared_task
 
 from webapp.experiments import services
-from webapp.experiments.models import ACTIVE, Run
+from webapp.experiments.models import ACTIVE, EXTERNAL_EXECUTOR, Run
 
 
-@shared_task(acks_late=True)  # idempotent: Run.mark_starting lets only one delivery start the run
+# Idempotent: Run.mark_starting lets only one delivery start the run. A pool process killed mid-task
+# puts the task back on the queue; a whole worker killed leaves it unacknowledged until the broker's
+# visibility timeout, so the reaper finds the lost start itself (services.recover_lost_start).
+@shared_task(acks_late=True, reject_on_worker_lost=True)
 def launch_run(run_id: int) -> None:
     run = Run.objects.filter(pk=run_id).first()
     if run is None:
@@ -24,8 +27,9 @@ def cancel_run(run_id: int) -> None:
 
 @shared_task
 def reap_runs() -> None:
-    """Periodic: reconcile every active run with its executor; resend lost launches."""
-    for run in Run.objects.filter(status__in=ACTIVE).exclude(executor_ref=""):
+    """Periodic: reconcile every active run with its executor (those whose start was never recorded
+    too: services.recover_lost_start); resend lost launches."""
+    for run in Run.objects.filter(status__in=ACTIVE).exclude(executor=EXTERNAL_EXECUTOR):
         services.reconcile(run)
     for run_id in services.requeue_lost_launches():
         launch_run.delay(run_id)

@@ -2,8 +2,10 @@
 run, read its frozen config, report its status, send heartbeats (paths and bodies: trainer.contract).
 
 Every request carries the run's own token; a token for another run is a 404. The trainer claims
-once, before anything else; no other call claims. Each call is safe to repeat: a claim retried by the
-same worker is answered yes again, the first terminal status wins, a heartbeat only moves time on.
+once, before anything else; no other call claims. A status or heartbeat must carry the claimant id
+the claim recorded: any other process is a 409 and changes nothing. Each call is safe to repeat: a
+claim retried by the same claimant is answered yes again, the first terminal status wins, a heartbeat
+only moves time on.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from trainer.contract import (
     Heartbeat,
     StatusUpdate,
 )
-from webapp.api import RunTokenAuth, api, get_run_for_token, route
+from webapp.api import RunTokenAuth, api, get_run_for_claimant, get_run_for_token, route
 from webapp.experiments.models import CLAIMED, RunStatus
 
 router = Router(auth=RunTokenAuth(), tags=["run lifecycle (trainer)"])
@@ -33,7 +35,7 @@ def post_claim(request: HttpRequest, run_id: int, body: ClaimRequest) -> Any:
     """The trainer calls this before reporting anything: only one process may own a run (a retried
     launch must not train it twice). 409 when another process owns it or it cannot start."""
     run = get_run_for_token(request, run_id)
-    if not run.claim(body.worker):
+    if not run.claim(body.worker, body.claimant):
         return Status(
             409,
             {"error": f"the run is {run.status} (owner: {run.claimed_by or 'none'})", "status": run.status},
@@ -50,8 +52,8 @@ def get_config(request: HttpRequest, run_id: int) -> HttpResponse:
 @router.post(route(STATUS_PATH), summary="Report the run's status", response={200: dict, 409: dict})
 def post_status(request: HttpRequest, run_id: int, update: StatusUpdate) -> Any:
     """succeeded/failed/cancelled → the run finishes (the first terminal state wins); starting and
-    running → only the message is kept. running is for a claimed run: 409 before the claim."""
-    run = get_run_for_token(request, run_id)
+    running → only the message is kept. 409 from any process but the claimant."""
+    run = get_run_for_claimant(request, run_id)
     changed = run.report(update.status, update.message)
     if update.status == RunStatus.RUNNING and run.status not in CLAIMED:
         return Status(
@@ -66,7 +68,7 @@ def post_status(request: HttpRequest, run_id: int, update: StatusUpdate) -> Any:
 
 @router.post(route(HEARTBEAT_PATH), summary="Say the trainer is alive", response={200: dict, 409: dict})
 def post_heartbeat(request: HttpRequest, run_id: int, beat: Heartbeat) -> Any:
-    run = get_run_for_token(request, run_id)
+    run = get_run_for_claimant(request, run_id)
     if not run.heartbeat(beat.step, beat.total_steps):
         return Status(409, {"error": f"the run is {run.status}", "status": run.status})
     return {"status": run.status, "cancel_requested": run.cancel_requested}

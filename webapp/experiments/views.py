@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import yaml
@@ -11,7 +12,8 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 from pydantic import ValidationError
 
-from trainer.config import RunConfig, diff
+from trainer.config import RunConfig, diff, validation_errors
+from trainer.registry import RegistryError
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
 from webapp.experiments import services
@@ -24,6 +26,31 @@ from webapp.experiments.tasks import cancel_run
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
 from webapp.results.summary import summarize
 from webapp.results.views import render_runs_table
+
+
+def new_launch_key() -> str:
+    """The hidden key of one launch form: submitting it twice launches once (services.launch_once)."""
+    return uuid.uuid4().hex
+
+
+def launch_key_of(request: HttpRequest) -> str:
+    key = str(request.POST.get("launch_key", ""))
+    return key if services.LAUNCH_KEY.match(key) else ""
+
+
+def stored_config(config: dict[str, Any]) -> tuple[RunConfig | None, str, str]:
+    """(the config, its YAML, "") for a stored config this version reads; (None, the stored JSON as
+    YAML, what is wrong) for one it no longer does (an older schema): the page shows it as stored."""
+    try:
+        parsed = RunConfig.model_validate(config)
+    except ValidationError as error:
+        problems = "; ".join(f"{path}: {' '.join(msgs)}" for path, msgs in validation_errors(error).items())
+    except (ValueError, RegistryError) as error:
+        problems = str(error)
+    else:
+        return parsed, parsed.to_yaml(), ""
+    raw = yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
+    return None, raw, problems
 
 
 def form_choices(team: Team) -> dict[str, list[tuple[str, str]]]:
@@ -65,17 +92,60 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
         if config is not None and "preview" in request.POST:
             preview = config.to_yaml()
         elif config is not None:
-            experiment = services.create_experiment(
-                team, request.user, config, form.cleaned_data["seeds"],
-                description=form.cleaned_data["description"], cloned_from=source,
-            )  # fmt: skip
-            if form.cleaned_data["launch"]:
-                runs = services.launch(experiment)
-                messages.success(request, f"Launched {len(runs)} run(s).")
-            return redirect("experiment", team_slug=team.slug, pk=experiment.pk)
-    context = {"team": team, "form": form, "source": source, "preview": preview}
+            return _create(request, team, form, config, source)
+    context = {
+        "team": team,
+        "form": form,
+        "source": source,
+        "preview": preview,
+        "launch_key": _form_key(request),
+    }
     partials = {"advanced": "advanced", "id_task": "task-defaults"}
     return render(request, template_for(request, "experiments/new.html", partials), context)
+
+
+def _form_key(request: HttpRequest) -> str:
+    # A form shown again after an error keeps its key: it is still the same launch.
+    return launch_key_of(request) or new_launch_key()
+
+
+def _create(request: HtmxHttpRequest, team: Team, form: ExperimentForm, config: RunConfig,
+            source: Experiment | None) -> HttpResponse:  # fmt: skip
+    key = launch_key_of(request)
+    try:
+        experiment = services.create_experiment(
+            team, request.user, config, form.cleaned_data["seeds"],
+            description=form.cleaned_data["description"], cloned_from=source,
+        )  # fmt: skip
+    except services.NameTaken as taken:
+        earlier = Experiment.objects.filter(team=team, name=config.name, runs__launch_key=key).first()
+        if key and earlier is not None:  # the same form sent twice (a double-click): it launched once
+            messages.info(request, "Already launched: these are its runs.")
+            return redirect("experiment", team_slug=team.slug, pk=earlier.pk)
+        form.add_error("name", f"{taken}; choose another name.")
+        context = {
+            "team": team,
+            "form": form,
+            "source": source,
+            "preview": None,
+            "launch_key": _form_key(request),
+        }
+        return render(request, "experiments/new.html", context, status=400)
+    if form.cleaned_data["launch"]:
+        _launch_with_message(request, experiment, key)
+    return redirect("experiment", team_slug=team.slug, pk=experiment.pk)
+
+
+def _launch_with_message(request: HttpRequest, experiment: Experiment, key: str) -> None:
+    try:
+        launched = services.launch_once(experiment, key)
+    except services.LaunchRefused as refused:
+        messages.error(request, f"Not launched: {refused}.")
+        return
+    if launched.replayed:
+        messages.info(request, "Already launched: these are its runs.")
+    else:
+        messages.success(request, f"Launched {len(launched.runs)} run(s).")
 
 
 def _clone_source(request: HttpRequest, team_slug: str) -> Experiment | None:
@@ -87,8 +157,9 @@ def _clone_source(request: HttpRequest, team_slug: str) -> Experiment | None:
 
 def _initial(request: HttpRequest, source: Experiment | None) -> dict[str, Any]:
     """Values the form opens with: the clone source's, else the chosen preset's (and task's) defaults."""
-    if source is not None:
-        initial = initial_from_config(RunConfig.model_validate(source.config))
+    parsed = stored_config(source.config)[0] if source is not None else None
+    if source is not None and parsed is not None:
+        initial = initial_from_config(parsed)
         initial.update(name=f"{source.name} (clone)", seeds=",".join(map(str, source.seeds)))
         return initial
     preset = request.GET.get("preset") or "grpo"
@@ -105,11 +176,13 @@ def _initial(request: HttpRequest, source: Experiment | None) -> dict[str, Any]:
 @login_required
 def detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     experiment = get_experiment_for_user(request, team_slug, pk)
-    config = RunConfig.model_validate(experiment.config)
+    config, config_yaml, config_problem = stored_config(experiment.config)
     changes = None
-    if experiment.cloned_from is not None:
-        changes = diff(RunConfig.model_validate(experiment.cloned_from.config), config)
-    context = {"experiment": experiment, "config_yaml": config.to_yaml(), "changes": changes}
+    if experiment.cloned_from is not None and config is not None:
+        source = stored_config(experiment.cloned_from.config)[0]
+        changes = diff(source, config) if source is not None else None
+    context = {"experiment": experiment, "config_yaml": config_yaml, "config_problem": config_problem,
+               "changes": changes, "launch_key": new_launch_key()}  # fmt: skip
     return render_runs_table(request, experiment.team, experiment, "experiments/detail.html", context)
 
 
@@ -131,8 +204,7 @@ def demo(request: HttpRequest, team_slug: str) -> HttpResponse:
 @require_POST
 def launch(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
     experiment = get_experiment_for_user(request, team_slug, pk, write=True)
-    runs = services.launch(experiment)
-    messages.success(request, f"Launched {len(runs)} run(s).")
+    _launch_with_message(request, experiment, launch_key_of(request))
     return redirect("experiment", team_slug=team_slug, pk=experiment.pk)
 
 
@@ -146,27 +218,18 @@ def run_detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpRespons
 
 def _run_context(run: Run, edit_form: RunEditForm | None = None) -> dict[str, Any]:
     initial = {"name": run.name, "note": run.note, "tags": ", ".join(run.labels)}
+    _config, config_yaml, config_problem = stored_config(run.config)
     return {
         "team": run.team,
         "run": run,
         "log": log_tail(run),
         "summary": summarize(run),
-        "config_yaml": _config_yaml(run.config),
+        "config_yaml": config_yaml,
+        "config_problem": config_problem,
         "params": run.params.all(),
         "tags": run.tags.all(),
         "edit_form": edit_form or RunEditForm(initial=initial),
     }
-
-
-def _config_yaml(config: dict[str, Any]) -> str:
-    """The run's frozen config as YAML; one an older RunConfig wrote (a field since renamed) is shown
-    as it was stored rather than failing the page."""
-    if not config:
-        return ""
-    try:
-        return RunConfig.model_validate(config).to_yaml()
-    except ValidationError:
-        return yaml.safe_dump(config, sort_keys=False)
 
 
 @login_required

@@ -1,7 +1,7 @@
 """The ingestion API: what a run produces, posted by its trainer (paths and bodies: trainer.contract).
 
 Every request carries the run's own token; a token for another run is a 404, as if the run did
-not exist. Bodies may be gzipped (:class:`webapp.results.middleware.GzipRequestMiddleware`).
+not exist, and the claimant id of the process that claimed the run: any other process is a 409. Bodies may be gzipped (:class:`webapp.results.middleware.GzipRequestMiddleware`).
 Batches with a ``batch_id`` are idempotent: a replay answers 200 and stores nothing. The run's
 life (claim, config, status, heartbeat) is :mod:`webapp.experiments.trainer_api`.
 """
@@ -26,7 +26,7 @@ from trainer.contract import (
     MetricBatch,
     TrajectoryBatch,
 )
-from webapp.api import RunTokenAuth, api, get_run_for_token, route
+from webapp.api import RunTokenAuth, api, get_run_for_claimant, route
 from webapp.results import metrics_store, rollouts
 from webapp.results.metrics_store import BadBatch
 from webapp.results.models import Checkpoint
@@ -56,18 +56,21 @@ def post_metrics(request: HttpRequest, run_id: int) -> dict[str, Any]:
     """A MetricBatch (10,000+ points fine; gzip welcome). A bad point rejects the whole batch (400)
     with a message naming it; a replayed batch_id stores nothing. A point under one of verl's keys
     is stored under ours as well (trainer.contract.canonical_key)."""
-    run = get_run_for_token(request, run_id)
+    run = get_run_for_claimant(request, run_id)
     try:
         batch_id, points = metrics_store.parse_batch(request.body)
     except BadBatch as error:
         raise HttpError(400, str(error)) from None
     result = metrics_store.write_points(run.pk, _batch_id(request, batch_id, request.body), points)
+    if points:
+        # A trainer draining a backlog of metrics is alive and working (docs/reliability.md#stalls).
+        run.note_progress(max(point["step"] for point in points))
     return {"stored": result.stored, "skipped": result.skipped, "duplicate": result.duplicate_batch}
 
 
 @router.post(route(TRAJECTORIES_PATH), summary="Store trajectories with all their steps")
 def post_trajectories(request: HttpRequest, run_id: int, batch: TrajectoryBatch) -> dict[str, Any]:
-    run = get_run_for_token(request, run_id)
+    run = get_run_for_claimant(request, run_id)
     result = rollouts.store_batch(run, batch, _batch_id(request, batch.batch_id, request.body))
     run.note_progress()  # verl's rollouts have no step counter of ours: their arrival is the progress
     return {"stored": result.stored, "skipped": result.skipped, "duplicate": result.duplicate_batch}
@@ -75,13 +78,13 @@ def post_trajectories(request: HttpRequest, run_id: int, batch: TrajectoryBatch)
 
 @router.post(route(LOGS_PATH), summary="Append a chunk of the trainer's log")
 def post_logs(request: HttpRequest, run_id: int, chunk: LogChunk) -> dict[str, Any]:
-    run = get_run_for_token(request, run_id)
+    run = get_run_for_claimant(request, run_id)
     stored = StoredLogChunk.append(run, chunk.seq, chunk.text)
     return {"stored": int(stored), "duplicate": not stored}
 
 
 @router.post(route(CHECKPOINTS_PATH), summary="Record a saved checkpoint")
 def post_checkpoint(request: HttpRequest, run_id: int, record: CheckpointRecord) -> dict[str, Any]:
-    run = get_run_for_token(request, run_id)
+    run = get_run_for_claimant(request, run_id)
     stored = Checkpoint.record(run, record.batch_id, record.step, record.path, record.metrics)
     return {"stored": int(stored), "duplicate": not stored}

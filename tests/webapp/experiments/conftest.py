@@ -29,3 +29,11 @@ def dataset_from_recipe(team: Any, task: str, tmp_path: Path) -> dict[str, Datas
 @pytest.fixture
 def arithmetic(personas: Any, tmp_path: Path) -> dict[str, Dataset]:
     return dataset_from_recipe(personas["acme"], "arithmetic", tmp_path)
+
+
+@pytest.fixture
+def launch_env(live_server: Any, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The worker (a separate process) and the trainer reach this test's live server."""
+    monkeypatch.setenv("STUDIO_PUBLIC_URL", live_server.url)
+    settings.PUBLIC_URL = live_server.url
+    return live_server

@@ -48,14 +48,6 @@ def tiny_config(datasets: dict[str, Any], *, executor: str = "local", steps: int
     )
 
 
-@pytest.fixture
-def launch_env(live_server: Any, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The worker (a separate process) and the trainer reach this test's live server."""
-    monkeypatch.setenv("STUDIO_PUBLIC_URL", live_server.url)
-    settings.PUBLIC_URL = live_server.url
-    return live_server
-
-
 def launch(personas: Any, config: RunConfig) -> Run:
     experiment = services.create_experiment(personas["acme"], personas["alice"], config, [1])
     (run,) = services.launch(experiment)

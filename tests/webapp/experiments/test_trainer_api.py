@@ -1,4 +1,4 @@
-"""The trainer's lifecycle calls: one claim owns the run; nothing else claims it."""
+"""The trainer's lifecycle calls: one claim owns the run; nothing else claims or changes it."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tests.webapp.results.conftest import Trainer
-from trainer.contract import CLAIM_PATH, CONFIG_PATH, STATUS_PATH
+from tests.webapp.results.conftest import Trainer, points
+from trainer.contract import CLAIM_PATH, CONFIG_PATH, HEARTBEAT_PATH, STATUS_PATH
 from webapp.experiments.models import Experiment, Run, RunStatus
+from webapp.results.models import MetricPoint
 
 
 @pytest.fixture
@@ -22,25 +23,27 @@ def run(personas: Any) -> Run:
 
 @pytest.fixture
 def trainer(client: Client, run: Run) -> Trainer:
-    return Trainer(client, run.pk, run.issue_token())
+    return Trainer(client, run.pk, run.issue_token(), claim=False)
+
+
+def claim(trainer: Trainer, worker: str = "host:1") -> Any:
+    return trainer.post(CLAIM_PATH, {"worker": worker, "claimant": trainer.claimant}, compress=False)
 
 
 def test_the_run_is_claimed_once_and_a_repeat_or_running_report_claims_nothing(
     trainer: Trainer, run: Run
 ) -> None:
-    assert trainer.post(CLAIM_PATH, {"worker": "host:1"}).json() == {
-        "status": "running",
-        "claimed_by": "host:1",
-    }
+    assert claim(trainer).json() == {"status": "running", "claimed_by": "host:1"}
     run.refresh_from_db()
     started = run.started_at
-    # The same worker retrying its claim (its first answer lost) is told yes; nothing moves.
-    assert trainer.post(CLAIM_PATH, {"worker": "host:1"}).status_code == 200
+    # The same process retrying its claim (its first answer lost) is told yes; nothing moves.
+    assert claim(trainer).status_code == 200
     running = trainer.post(STATUS_PATH, {"status": "running", "message": "training"})
     assert running.status_code == 200 and running.json()["status"] == "running"
     run.refresh_from_db()
     assert (run.claimed_by, run.started_at, run.message) == ("host:1", started, "training")
-    other = trainer.post(CLAIM_PATH, {"worker": "host:2"})
+    trainer.claimant = "another-start"
+    other = claim(trainer, "host:2")
     assert other.status_code == 409 and "owner: host:1" in other.json()["error"]
     run.refresh_from_db()
     assert (run.claimed_by, run.started_at) == ("host:1", started)
@@ -51,14 +54,41 @@ def test_running_or_a_claim_without_a_worker_is_refused_and_claims_nothing(
 ) -> None:
     response = trainer.post(STATUS_PATH, {"status": "running", "message": "hi"})
     assert response.status_code == 409 and "claimed" in response.json()["error"]
-    assert trainer.post(CLAIM_PATH, {"worker": ""}).status_code == 400
+    assert trainer.post(CLAIM_PATH, {"worker": "", "claimant": trainer.claimant}).status_code == 400
+    assert trainer.post(CLAIM_PATH, {"worker": "host:1"}).status_code == 400  # no claimant id
     run.refresh_from_db()
     assert (run.status, run.claimed_by, run.message) == (RunStatus.QUEUED, "", "")
 
 
+def test_a_process_refused_at_claim_cannot_fail_or_feed_the_run_its_claimant_trains(
+    client: Client, trainer: Trainer, run: Run
+) -> None:
+    assert claim(trainer).status_code == 200
+    assert trainer.post(HEARTBEAT_PATH, {"step": 3, "total_steps": 10, "ts": 1.0}).status_code == 200
+    # A second process of the run (a retried launch) has the same token but another claimant id.
+    second = Trainer(client, run.pk, trainer.token, claim=False)
+    second.claimant = "second-start"
+    assert claim(second, "host:2").status_code == 409
+    refused = [
+        second.post(STATUS_PATH, {"status": "failed", "message": "could not claim"}),
+        second.post(HEARTBEAT_PATH, {"step": 9, "total_steps": 10, "ts": 2.0}),
+        second.metrics(points(["reward/mean"], range(3))),
+    ]
+    second.claimant = ""  # and one that sends no claimant at all
+    refused.append(second.post(STATUS_PATH, {"status": "succeeded"}))
+    assert [r.status_code for r in refused] == [409] * 4
+    assert "another process claimed it" in refused[0].json()["error"]
+    run.refresh_from_db()
+    assert (run.status, run.message, run.step, run.finished_at) == (RunStatus.RUNNING, "", 3, None)
+    assert not MetricPoint.objects.filter(run=run).exists()
+    # The claimant itself still reports, and its verdict is the one that counts.
+    assert trainer.post(STATUS_PATH, {"status": "succeeded"}).json()["changed"] is True
+    assert Run.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED
+
+
 def test_a_cancelled_run_cannot_be_claimed(trainer: Trainer, run: Run) -> None:
     run.request_cancel()
-    response = trainer.post(CLAIM_PATH, {"worker": "host:1"})
+    response = claim(trainer)
     assert response.status_code == 409 and "cancelled" in response.json()["error"]
     assert Run.objects.get(pk=run.pk).claimed_by == ""
 

@@ -28,7 +28,7 @@ def ago(seconds: float) -> Any:
 def test_a_heartbeat_without_progress_does_not_revive_a_stalled_run(run: Run, settings: Any) -> None:
     settings.STALL_AFTER_S = 60
     run.enqueue()
-    run.claim("driver")
+    run.claim("driver", "driver")
     Run.objects.filter(pk=run.pk).update(progress_at=ago(600))
     assert run.mark_stalled("no progress", 60)
     assert run.heartbeat(step=0, total_steps=2)
@@ -40,7 +40,7 @@ def test_a_heartbeat_without_progress_does_not_revive_a_stalled_run(run: Run, se
 def test_trajectories_or_metrics_arriving_revive_a_stalled_run(run: Run, settings: Any) -> None:
     settings.STALL_AFTER_S = 60
     run.enqueue()
-    run.claim("driver")
+    run.claim("driver", "driver")
     Run.objects.filter(pk=run.pk).update(progress_at=ago(600), heartbeat_at=ago(600))
     assert run.mark_stalled("no progress", 60)
     run.note_progress()
@@ -53,19 +53,19 @@ def test_a_run_no_trainer_claimed_in_time_is_stalled_and_can_still_be_claimed(ru
     run.enqueue()
     assert run.mark_starting("ray:job")
     assert not run.mark_stalled("pending", 60)
-    Run.objects.filter(pk=run.pk).update(queued_at=ago(600))
+    Run.objects.filter(pk=run.pk).update(starting_at=ago(600))  # its start began 10 minutes ago
     assert run.mark_stalled("pending", 60)
-    assert run.claim("driver")
+    assert run.claim("driver", "driver")
     assert run.status == RunStatus.RUNNING
-    assert not run.claim("a second driver")
+    assert not run.claim("a second driver", "a-second-driver")
 
 
 def test_a_run_stalled_after_its_claim_cannot_be_claimed_again(run: Run) -> None:
     run.enqueue()
-    run.claim("driver")
+    run.claim("driver", "driver")
     Run.objects.filter(pk=run.pk).update(progress_at=ago(600))
     assert run.mark_stalled("no progress", 60)
-    assert not run.claim("a second driver")
+    assert not run.claim("a second driver", "a-second-driver")
     assert run.claimed_by == "driver"
 
 

@@ -57,5 +57,5 @@ def launched_run(personas: dict[str, Any]) -> Any:
     )
     run.enqueue()
     run.mark_starting("4242")
-    run.claim("verl")
+    run.claim("verl", "verl")
     return run

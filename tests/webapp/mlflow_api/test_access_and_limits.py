@@ -219,3 +219,24 @@ def test_unknown_calls_answer_endpoint_not_found(
     assert response.status_code == 404 and response.json()["error_code"] == "ENDPOINT_NOT_FOUND"
     response = _call(uri, tokens["alice"], "POST", "registered-models/create", {"name": "m"})
     assert response.status_code == 404 and response.json()["error_code"] == "ENDPOINT_NOT_FOUND"
+
+
+def test_the_history_comes_in_pages_even_when_all_is_asked_and_the_client_reads_every_page(
+    tracking: Callable[[str], str], tokens: dict[str, str], acme_run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    from webapp.mlflow_api import views
+
+    monkeypatch.setattr(views, "HISTORY_PAGE_SIZE", 10)  # 25,000 in production
+    uri = tracking(tokens["alice"])
+    run_id = acme_run.info.run_id
+    client = MlflowClient()
+    client.log_batch(run_id, metrics=[Metric("loss", s / 2, 1_700_000_000_000 + s, s) for s in range(1, 25)])
+    body = {"run_id": run_id, "metric_key": "loss"}
+    first = _call(uri, tokens["alice"], "GET", "metrics/get-history", body).json()
+    assert [m["step"] for m in first["metrics"]] == list(range(10)) and first["next_page_token"]
+    asked = _call(uri, tokens["alice"], "GET", "metrics/get-history", {**body, "max_results": 5000}).json()
+    assert len(asked["metrics"]) == 10 and asked["next_page_token"]
+    assert [m.step for m in client.get_metric_history(run_id, "loss")] == list(range(25))

@@ -9,7 +9,11 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from trainer.contract import METRICS_PATH, TRAJECTORIES_PATH
+from trainer.contract import CLAIM_PATH, CLAIMANT_HEADER, METRICS_PATH, TRAJECTORIES_PATH
+
+CLAIMANT_META = "HTTP_" + CLAIMANT_HEADER.upper().replace(
+    "-", "_"
+)  # how Django's test client takes the header
 
 
 @pytest.fixture
@@ -34,14 +38,21 @@ def token(run: Any) -> str:
 
 
 class Trainer:
-    """Posts to the ingestion API the way trainer.report.http.HttpReporter does (gzip, batch ids)."""
+    """Posts to the ingestion API the way trainer.report.http.HttpReporter does (gzip, batch ids,
+    its claimant id): with ``claim``, it first claims the run the way the trainer does."""
 
-    def __init__(self, client: Client, run_id: int, token: str) -> None:
+    def __init__(self, client: Client, run_id: int, token: str, *, claim: bool = True) -> None:
         self.client, self.run_id, self.token = client, run_id, token
+        self.claimant = f"test-claimant-{run_id}"
+        if claim:
+            from webapp.experiments.models import Run
+
+            Run.objects.get(pk=run_id).enqueue()  # a draft is not claimable; a queued one is
+            self.post(CLAIM_PATH, {"worker": "test:1", "claimant": self.claimant}, compress=False)
 
     def post(self, path: str, body: Any, *, compress: bool = True, token: str | None = None) -> Any:
         data = json.dumps(body).encode()
-        headers = {"HTTP_AUTHORIZATION": f"Bearer {token or self.token}"}
+        headers = {"HTTP_AUTHORIZATION": f"Bearer {token or self.token}", CLAIMANT_META: self.claimant}
         if compress:
             data = gzip.compress(data)
             headers["HTTP_CONTENT_ENCODING"] = "gzip"

@@ -216,7 +216,8 @@ def test_charlie_gets_404_everywhere_and_no_token_gets_401(
     for path in (f"/api/t/acme/runs/{run_id}/cancel", "/api/t/acme/experiments/1/launch"):
         assert api(client, "post", path, charlie).status_code == 404, path
         assert api(client, "post", path, None).status_code == 401, path
-    assert Run.objects.get(pk=run_id).status == RunStatus.DRAFT
+    untouched = Run.objects.get(pk=run_id)  # its trainer's claim is the only change it saw
+    assert (untouched.status, untouched.cancel_requested) == (RunStatus.RUNNING, False)
     assert Experiment.objects.count() == 1
 
 

@@ -25,7 +25,7 @@ def live_run(transactional_db: Any, personas: Any) -> Any:
     experiment = Experiment.objects.create(team=personas["acme"], name="live", task="gsm8k", preset="grpo")
     run = Run.objects.create(experiment=experiment, team=personas["acme"], seed=1, name="live run")
     run.enqueue()
-    run.claim("test")
+    run.claim("test", "test")
     return run
 
 

@@ -148,7 +148,7 @@ def test_trajectories_are_stored_with_every_step_once(trainer: Trainer, run: Any
 
 def test_status_heartbeat_logs_and_checkpoints_reach_the_run(trainer: Trainer, run: Any) -> None:
     run.enqueue()
-    assert trainer.post(CLAIM_PATH, {"worker": "host:1"}).status_code == 200
+    assert trainer.post(CLAIM_PATH, {"worker": "host:1", "claimant": trainer.claimant}).status_code == 200
     assert trainer.post(STATUS_PATH, {"batch_id": "s1", "status": "running"}).status_code == 200
     run.refresh_from_db()
     assert run.status == "running"

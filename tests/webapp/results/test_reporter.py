@@ -41,9 +41,9 @@ def test_the_http_reporter_delivers_everything_to_the_live_server(
     run.enqueue()
     token = run.issue_token()
     with RunApiClient(live_server.url, run.pk, token) as client:
-        assert client.claim("host:1")
+        assert client.claim("host:1", "claimant-1")
     reporter = HttpReporter(
-        live_server.url, run.pk, token, spool_dir=tmp_path / "spool", flush_interval_s=0.1,
+        live_server.url, run.pk, token, claimant="claimant-1", spool_dir=tmp_path / "spool", flush_interval_s=0.1,
         heartbeat_interval_s=0.1, max_batch_points=50,
     )  # fmt: skip
     reporter.set_status("running", "training")

@@ -169,7 +169,7 @@ def _finished_run(
     pts = [{"key": key, "step": i * 10, "value": v, "ts": 1.0 + i} for i, v in enumerate(values)]
     assert trainer.metrics(pts, batch_id=f"v{seed}").status_code == 200
     run.enqueue()
-    run.claim("w")
+    run.claim("w", "w")
     run.finish("succeeded")
     return run
 
@@ -219,7 +219,7 @@ def test_the_dashboard_shows_running_queued_recent_and_best(
     _finished_run(experiment, 1, [0.4, 0.7], client)
     running = Run.objects.create(experiment=experiment, team=experiment.team, seed=3, name="live one")
     running.enqueue()
-    running.claim("w")
+    running.claim("w", "w")
     running.heartbeat(step=3, total_steps=10)
     queued = Run.objects.create(experiment=experiment, team=experiment.team, seed=4, name="waiting one")
     queued.enqueue()

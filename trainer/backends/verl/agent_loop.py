@@ -38,7 +38,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 from trainer.backends.verl.estimators import ANCHOR_FIELD
 from trainer.config import RunConfig
-from trainer.contract import API_ENV, RUN_ID_ENV, TOKEN_ENV
+from trainer.contract import API_ENV, CLAIMANT_ENV, RUN_ID_ENV, TOKEN_ENV
 from trainer.flows import FLOWS
 from trainer.llm import Generation, SamplingParams
 from trainer.mdp import Trajectory
@@ -360,7 +360,9 @@ def _reporter_from_env() -> Reporter | None:
         return None
     # One spool folder per process: several agent-loop workers share a node and its temp folder.
     spool = Path(tempfile.gettempdir()) / "agent-r1-studio-spool" / f"run-{run_id}-verl-{os.getpid()}"
-    reporter = HttpReporter(api, run_id, token, spool_dir=spool, close_timeout_s=10.0)
+    # The launch's claimant id, the same as the driver's claim: these workers belong to that start.
+    claimant = os.environ.get(CLAIMANT_ENV, "")
+    reporter = HttpReporter(api, run_id, token, claimant=claimant, spool_dir=spool, close_timeout_s=10.0)
     atexit.register(reporter.close)
     return reporter
 
