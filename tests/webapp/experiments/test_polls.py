@@ -29,7 +29,7 @@ def test_the_run_and_experiment_pages_poll_their_fragment_until_the_run_ends(
         polled = poll(page, target)
         assert polled.status_code == 200 and polled.content.decode().lstrip().startswith(opening)
         assert "<html" in client.get(page).content.decode()  # without htmx: the whole page
-    assert run.claim("w1") and run.finish(RunStatus.SUCCEEDED)
+    assert run.claim("w1", "claimant-1") and run.finish(RunStatus.SUCCEEDED)
     for page, (target, _) in pages.items():
         ended = poll(page, target)
         assert ended.status_code == 286 and "succeeded" in ended.content.decode()
