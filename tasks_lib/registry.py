@@ -25,6 +25,8 @@ logger = logging.getLogger(__name__)
 # The recipes that ship with tasks_lib; load_recipes() imports them even when the package was not
 # installed (so its entry points are not registered), as in a fresh checkout used from source.
 BUILTIN_RECIPES = ("arithmetic", "gsm8k", "hotpotqa", "alfworld", "webshop")
+# Not recipes, but loaded with them: the data_source routing table and the rewards it adds.
+BUILTIN_MODULES = (*BUILTIN_RECIPES, "sources")
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,6 @@ def register(recipe: Recipe) -> Recipe:
 def load_recipes() -> Registry[Recipe]:
     """Import every recipe: plugins from the entry-point group first, then the built-in ones."""
     load_plugins()
-    for name in BUILTIN_RECIPES:
+    for name in BUILTIN_MODULES:
         importlib.import_module(f"tasks_lib.{name}")
     return TASKS
