@@ -17,7 +17,15 @@ Refusals = dict[str, list[str]]
 def refusals(team: Team, config: RunConfig) -> Refusals:
     """Field path → what is wrong, for everything the team's config names that cannot be used."""
     from webapp.datasets.models import Dataset
-    from webapp.tools.models import REWARDS, TOOLS, TeamReward, TeamTool, ToolStatus, builtin_tools
+    from webapp.tools.models import (
+        REWARDS,
+        TOOLS,
+        TeamReward,
+        TeamTool,
+        ToolStatus,
+        ToolUnavailable,
+        builtin_tools,
+    )  # fmt: skip
 
     builtin_tools()  # every recipe's tools and rewards registered
     found: Refusals = {}
@@ -34,12 +42,19 @@ def refusals(team: Team, config: RunConfig) -> Refusals:
             )
     if not config.model.path.strip():
         found["model.path"] = ["no model: set model.path (a built-in model name or a Hugging Face folder)"]
-    ready = set(TeamTool.objects.filter(team=team, status=ToolStatus.READY).values_list("name", flat=True))
+    ready = {tool.name: tool for tool in TeamTool.objects.filter(team=team, status=ToolStatus.READY)}
     for name in config.rollout.tools:
-        if name not in TOOLS and name not in ready:
+        if name in TOOLS:
+            continue
+        if name not in ready:
             found.setdefault("rollout.tools", []).append(
                 f"tool {name!r} does not exist (or is not ready) in this team"
             )
+            continue
+        try:
+            ready[name].run_spec()  # what the run will be given: refused now if it could not be
+        except ToolUnavailable as exc:
+            found.setdefault("rollout.tools", []).append(str(exc))
     team_rewards = set(TeamReward.objects.filter(team=team).values_list("name", flat=True))
     for source, reward in config.data.rewards.items():
         if reward not in REWARDS and reward not in team_rewards:

@@ -162,10 +162,11 @@ class ExperimentForm(forms.Form):
             full.update(overrides)
             self._place_errors(config_errors(nest_paths(full)))
             return None
-        if self.team is not None and not self._team_accepts(config):
-            return None
         if self.team is not None:
+            # The datasets' mappings first, so a mapping to a since-deleted reward is refused too.
             config = with_dataset_rewards(self.team, config)
+            if not self._team_accepts(config):
+                return None
         return config if self._backend_accepts(config) else None
 
     def _team_accepts(self, config: RunConfig) -> bool:

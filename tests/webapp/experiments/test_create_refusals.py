@@ -64,6 +64,11 @@ def good(personas: Any, tmp_path: Path) -> dict[str, Any]:
             "'pending_tool' does not exist (or is not ready)",
         ),
         (
+            {"rollout.tools": ["moved_tool"]},
+            "rollout.tools",
+            "is no longer an allowed host",
+        ),
+        (
             {"data.rewards": {"my_qa": "nobody_reward"}},
             "data.rewards",
             "'nobody_reward', which does not exist",
@@ -81,6 +86,9 @@ def test_the_api_refuses_what_can_never_run_with_422_and_the_field_path(
 ) -> None:
     TeamTool.objects.create(team=personas["acme"], name="pending_tool", parameters={"type": "object"},
                             kind="python", entry_point="x.y:Z", status=ToolStatus.PENDING)  # fmt: skip
+    # Ready once, but its host has since been taken off STUDIO_TOOL_HOST_ALLOWLIST (empty in tests).
+    TeamTool.objects.create(team=personas["acme"], name="moved_tool", parameters={"type": "object"},
+                            kind="http", url="http://tools.example/lookup", status=ToolStatus.READY)  # fmt: skip
     response = create(client, alice_token, {**good, **change})
     assert response.status_code == 422, response.content
     error = response.json()["error"]
