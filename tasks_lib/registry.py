@@ -22,6 +22,8 @@ from trainer.registry import Registry
 # The recipes that ship with tasks_lib; load_recipes() imports them even when the package was not
 # installed (so its entry points are not registered), as in a fresh checkout used from source.
 BUILTIN_RECIPES = ("arithmetic", "gsm8k", "hotpotqa", "alfworld", "webshop")
+# Not recipes, but loaded with them: the data_source routing table and the rewards it adds.
+BUILTIN_MODULES = (*BUILTIN_RECIPES, "sources")
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,6 @@ def register(recipe: Recipe) -> Recipe:
 def load_recipes() -> Registry[Recipe]:
     """Import every recipe: plugins from the entry-point group first, then the built-in ones."""
     load_plugins()
-    for name in BUILTIN_RECIPES:
+    for name in BUILTIN_MODULES:
         importlib.import_module(f"tasks_lib.{name}")
     return TASKS

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeAlias
 
@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from tasks_lib.registry import load_recipes
 from trainer.envs import ENVS, parse_env_kwargs
 from trainer.flows import FLOWS
-from trainer.rewards import REWARDS
+from trainer.rewards import REWARDS, route
 from trainer.tools import TOOLS
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model", "extra_info")
@@ -38,18 +38,61 @@ Source: TypeAlias = "str | Path | IO[bytes] | pa.Table"
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with a dataset. ``row`` is 0-based; both are None for a file-level problem."""
+    """One thing wrong with a dataset. ``row`` is 0-based; both are None for a file-level problem.
+
+    A grouped problem covers several rows: ``spans`` are its (first, last) row ranges and ``count``
+    how many rows; ``row`` is its first. ``data_source`` is set when the cause is a data_source that
+    no reward scores, the one kind of problem a mapping on the dataset's page fixes."""
 
     message: str
     row: int | None = None
     column: str | None = None
+    spans: tuple[tuple[int, int], ...] = ()
+    count: int = 0
+    data_source: str | None = None
+
+    @property
+    def where(self) -> str:
+        """``rows 0-29 (30 rows)`` (with an en dash), ``row 3`` or ``file``."""
+        if self.spans and self.count > 1:
+            shown = ", ".join(f"{a}\u2013{b}" if a != b else str(a) for a, b in self.spans[:_SPANS_SHOWN])
+            more = ", …" if len(self.spans) > _SPANS_SHOWN else ""
+            return f"rows {shown}{more} ({self.count} rows)"
+        return "file" if self.row is None else f"row {self.row}"
 
     def __str__(self) -> str:
         if self.row is None and self.column is None:
             return f"file: {self.message}"
         if self.row is None:
             return f"column {self.column}: {self.message}"
-        return f"row {self.row}, column {self.column}: {self.message}"
+        return f"{self.where}, column {self.column}: {self.message}"
+
+
+_SPANS_SHOWN = 5
+
+
+@dataclass
+class _Group:
+    """The rows that share one (column, message) cause, as contiguous ranges."""
+
+    column: str
+    message: str
+    data_source: str | None
+    spans: list[list[int]] = field(default_factory=list)
+    count: int = 0
+
+    def add(self, row: int) -> None:
+        if self.spans and self.spans[-1][1] == row - 1:
+            self.spans[-1][1] = row
+        else:
+            self.spans.append([row, row])
+        self.count += 1
+
+    def problem(self) -> Problem:
+        return Problem(
+            self.message, row=self.spans[0][0], column=self.column,
+            spans=tuple((a, b) for a, b in self.spans), count=self.count, data_source=self.data_source,
+        )  # fmt: skip
 
 
 class _Bad:
@@ -59,12 +102,26 @@ class _Bad:
 _BAD = _Bad()
 
 
-def validate(source: Source, *, max_problems: int = 100, batch_size: int = 1024) -> list[Problem]:
-    """Every problem in ``source`` (a parquet path, a binary file object or an Arrow table), up to
-    ``max_problems``. An empty list means the rows can be trained on."""
+@dataclass(frozen=True)
+class Context:
+    """What a dataset is checked against besides the registries: its own data_source → reward
+    mapping, and the names of the team's own rewards and tools (the web app's)."""
+
+    reward_map: Mapping[str, str] = field(default_factory=dict)
+    team_rewards: Collection[str] = ()
+    team_tools: Collection[str] = ()
+
+
+def validate(
+    source: Source, *, max_problems: int = 50, batch_size: int = 1024, context: Context | None = None
+) -> list[Problem]:
+    """Every problem in ``source`` (a parquet path, a binary file object or an Arrow table): at most
+    ``max_problems`` of them, then one that counts the rest. An empty list means the rows can be
+    trained on."""
     load_recipes()  # agent_name, tools and data_source are checked against the registries
+    context = context or Context()
     if isinstance(source, pa.Table):
-        return _check(source.schema, iter(source.to_batches(max_chunksize=batch_size)), max_problems)
+        return _check(source.schema, iter(source.to_batches(max_chunksize=batch_size)), max_problems, context)
     footer = _footer_problem(source)
     if footer is not None:
         return [footer]
@@ -73,7 +130,9 @@ def validate(source: Source, *, max_problems: int = 100, batch_size: int = 1024)
     except (pa.ArrowException, OSError, ValueError) as exc:
         return [Problem(f"cannot read the parquet file (truncated or not parquet): {exc}")]
     try:
-        return _check(parquet.schema_arrow, parquet.iter_batches(batch_size=batch_size), max_problems)
+        return _check(
+            parquet.schema_arrow, parquet.iter_batches(batch_size=batch_size), max_problems, context
+        )
     finally:
         parquet.close()
 
@@ -117,29 +176,54 @@ def _footer_size_problem(handle: IO[bytes]) -> Problem | None:
     return None
 
 
-def _check(schema: pa.Schema, batches: Iterator[pa.RecordBatch], max_problems: int) -> list[Problem]:
-    problems = [
+def unrouted_data_sources(problems: list[Problem]) -> list[str]:
+    """The data_source values that need a mapping, when they are the only problems (else [])."""
+    if not problems or any(problem.data_source is None for problem in problems):
+        return []
+    return sorted({problem.data_source for problem in problems if problem.data_source is not None})
+
+
+def _check(
+    schema: pa.Schema, batches: Iterator[pa.RecordBatch], max_problems: int, context: Context
+) -> list[Problem]:
+    missing = [
         Problem("missing required column", column=c) for c in REQUIRED_COLUMNS if c not in schema.names
     ]
-    if problems:
-        return problems
-    checker = _RowChecker()
+    if missing:
+        return missing
+    checker = _RowChecker(context)
+    groups: dict[tuple[str, str], _Group] = {}
+    file_problems: list[Problem] = []
     offset = 0
     try:
         for batch in batches:
-            rows = _decode_batch(batch, offset, problems)
+            rows = _decode_batch(batch, offset, file_problems)
             for number, row in enumerate(rows, start=offset):
-                problems.extend(checker.check(row, number))
-                if len(problems) >= max_problems:
-                    return problems[:max_problems]
+                for column, message, data_source in checker.check(row, number):
+                    group = groups.get((column, message))
+                    if group is None:
+                        group = groups[(column, message)] = _Group(column, message, data_source)
+                    group.add(number)
             offset += batch.num_rows
     except (pa.ArrowException, OSError) as exc:
-        problems.append(
+        file_problems.append(
             Problem(f"cannot read the rows from here on (truncated or corrupt file): {exc}", row=offset)
         )
-    if offset == 0 and not problems:
-        problems.append(Problem("the dataset has no rows"))
-    return problems[:max_problems]
+    if offset == 0 and not file_problems:
+        file_problems.append(Problem("the dataset has no rows"))
+    return _listed([group.problem() for group in groups.values()] + file_problems, max_problems)
+
+
+def _listed(problems: list[Problem], max_problems: int) -> list[Problem]:
+    """Shared causes first (widest first), then single-row problems in row order, capped."""
+    ordered = sorted(problems, key=lambda p: (p.count <= 1, -p.count, p.row if p.row is not None else -1))
+    if len(ordered) <= max_problems:
+        return ordered
+    rest = len(ordered) - max_problems
+    return [
+        *ordered[:max_problems],
+        Problem(f"… and {rest} more problems not listed; fix the ones above first"),
+    ]
 
 
 def _decode_batch(batch: pa.RecordBatch, offset: int, problems: list[Problem]) -> list[dict[str, Any]]:
@@ -168,33 +252,36 @@ def _decode_each(array: pa.Array, name: str, offset: int, problems: list[Problem
 class _RowChecker:
     """Per-row checks; remembers the ``extra_info.index`` values seen so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, context: Context) -> None:
+        self.context = context
         self.seen_index: dict[int, int] = {}
+        self.rewards = {*REWARDS.names(), *context.team_rewards}
+        self.tools = {*TOOLS.names(), *context.team_tools}
 
-    def check(self, row: Mapping[str, Any], number: int) -> list[Problem]:
-        problems: list[Problem] = []
-        for check in (
-            self._data_source,
-            self._prompt,
-            self._ground_truth,
-            self._index,
-            self._agent,
-            self._env,
-        ):
-            problems.extend(
-                Problem(message, row=number, column=column) for column, message in check(row, number)
-            )
-        return problems
+    def check(self, row: Mapping[str, Any], number: int) -> Iterator[tuple[str, str, str | None]]:
+        """(column, message, the unrouted data_source or None) for each problem of the row."""
+        yield from self._data_source(row)
+        for check in (self._prompt, self._ground_truth, self._index, self._agent, self._env):
+            for column, message in check(row, number):
+                yield column, message, None
 
-    def _data_source(self, row: Mapping[str, Any], number: int) -> Iterator[tuple[str, str]]:
+    def _data_source(self, row: Mapping[str, Any]) -> Iterator[tuple[str, str, str | None]]:
         value = row.get("data_source")
         if value is _BAD:
             return
         if not isinstance(value, str) or not value.strip():
-            yield "data_source", "missing: every row needs the task id that routes its reward function"
-        elif value not in REWARDS:
-            choices = ", ".join(REWARDS.names())
-            yield "data_source", f"no reward function is registered for {value!r}; registered: {choices}"
+            yield "data_source", "missing: every row needs the task id that routes its reward function", None
+            return
+        routing = route(value, self.context.reward_map)
+        if routing.reward is None:
+            yield "data_source", routing.message, value
+        elif routing.reward not in self.rewards:
+            yield (
+                "data_source",
+                f"{value!r} is mapped to the reward {routing.reward!r}, which does not exist (any more); "
+                "map it to another reward on the dataset's page",
+                value,
+            )
 
     def _prompt(self, row: Mapping[str, Any], number: int) -> Iterator[tuple[str, str]]:
         prompt = row.get("prompt")
@@ -239,11 +326,17 @@ class _RowChecker:
             yield "extra_info.index", f"duplicate index {index} (first used by row {self.seen_index[index]})"
         else:
             self.seen_index[index] = number
-        tools_kwargs = extra_info.get("tools_kwargs") if isinstance(extra_info, Mapping) else None
+        yield from self._tools_kwargs(extra_info if isinstance(extra_info, Mapping) else {})
+
+    def _tools_kwargs(self, extra_info: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+        tools_kwargs = extra_info.get("tools_kwargs")
+        # verl's rows say need_tools_kwargs when their tools cannot work without per-row settings.
+        if extra_info.get("need_tools_kwargs") and not tools_kwargs:
+            yield "extra_info.tools_kwargs", "need_tools_kwargs is true but the row gives no tools_kwargs"
         if not isinstance(tools_kwargs, Mapping):
             return
         for name, kwargs in tools_kwargs.items():
-            if kwargs is not None and name not in TOOLS:
+            if kwargs is not None and name not in self.tools:
                 yield f"extra_info.tools_kwargs.{name}", f"tool {name!r} is not registered"
 
     def _agent(self, row: Mapping[str, Any], number: int) -> Iterator[tuple[str, str]]:
@@ -251,7 +344,8 @@ class _RowChecker:
         if name is None or name is _BAD or name == "":
             return
         if name not in FLOWS:
-            yield "agent_name", f"flow {name!r} is not registered; choose one of {', '.join(FLOWS.names())}"
+            choices = ", ".join([*FLOWS.names(), *FLOWS.aliases()])
+            yield "agent_name", f"flow {name!r} is not registered; choose one of {choices}"
 
     def _env(self, row: Mapping[str, Any], number: int) -> Iterator[tuple[str, str]]:
         value = row.get("env_kwargs")
@@ -273,7 +367,7 @@ class _RowChecker:
             yield "env_kwargs.tools", "expected a list of tool names"
             return
         for tool in tools:
-            if tool not in TOOLS:
+            if tool not in self.tools:
                 yield (
                     "env_kwargs.tools",
                     f"tool {tool!r} is not registered; choose from {', '.join(TOOLS.names())}",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -36,13 +37,14 @@ from pydantic import ValidationError
 
 from trainer.backends import BACKENDS
 from trainer.config import RunConfig, validation_errors
-from trainer.contract import API_ENV, CLAIMANT_ENV, TOKEN_ENV, new_claimant_id
+from trainer.contract import API_ENV, CLAIMANT_ENV, TOKEN_ENV, RunSpecs, new_claimant_id
 from trainer.plugins import load_plugins
 from trainer.registry import RegistryError
 from trainer.report.client import RunApiClient
 from trainer.report.http import HttpReporter
 from trainer.report.reporters import ConsoleReporter, JsonlReporter, MultiReporter, Reporter
 from trainer.report.retry import PermanentHttpError, RetryableHttpError
+from trainer.team import check_run_tools, needs_specs, run_scope
 
 logger = logging.getLogger("trainer")
 
@@ -189,15 +191,16 @@ def _run_remote(args: argparse.Namespace) -> int:
 
 
 def _fetch_and_train(args: argparse.Namespace, token: str, http: HttpReporter, work_dir: Path) -> int:
-    config = _fetch_run(args, token, http, work_dir)
-    if config is None:
+    fetched = _fetch_run(args, token, http, work_dir)
+    if fetched is None:
         return EXIT_FAILED
+    config, specs = fetched
     reporters: list[Reporter] = [http]
     if config.report.console:
         reporters.append(ConsoleReporter(progress=False))
     if config.report.jsonl_path:
         reporters.append(JsonlReporter(config.report.jsonl_path))
-    return run_training(config, _combine(reporters))
+    return run_training(config, _combine(reporters), specs=specs)
 
 
 def _claim(args: argparse.Namespace, token: str, claimant: str) -> bool:
@@ -226,16 +229,26 @@ def _work_dir(given: Path | None, run_id: str) -> Iterator[Path]:
         yield Path(temporary)
 
 
-def _fetch_run(args: argparse.Namespace, token: str, http: HttpReporter, work_dir: Path) -> RunConfig | None:
-    """The run's config with its dataset downloaded and data paths pointing at the local files."""
+def _fetch_run(
+    args: argparse.Namespace, token: str, http: HttpReporter, work_dir: Path
+) -> tuple[RunConfig, RunSpecs] | None:
+    """The run's config with its dataset downloaded and data paths pointing at the local files, and
+    its team tools and rewards (never logged: they hold secrets)."""
     with RunApiClient(args.api, args.run_id, token) as api:
         try:
             config = api.fetch_config()
+            specs = (
+                api.fetch_specs() if needs_specs(config.rollout.tools, config.data.rewards) else RunSpecs()
+            )
             train = api.download_dataset("train", work_dir)
             val = api.download_dataset("val", work_dir) if config.data.val_path else None
         except ValidationError as error:
             raise UsageError(validation_errors(error)) from None
-        except (httpx.HTTPError, PermanentHttpError, RetryableHttpError) as error:
+        except PermanentHttpError as error:
+            logger.error("could not fetch run %s from %s: %s", args.run_id, args.api, error)
+            http.set_status("failed", _refusal(error))
+            return None
+        except (httpx.HTTPError, RetryableHttpError) as error:
             logger.error("could not fetch run %s from %s: %s", args.run_id, args.api, error)
             http.set_status("failed", f"could not fetch the run's config or dataset: {error}")
             return None
@@ -243,38 +256,59 @@ def _fetch_run(args: argparse.Namespace, token: str, http: HttpReporter, work_di
         http.set_status("failed", "the run has no train split")
         return None
     logger.info("run %s: dataset downloaded into %s", args.run_id, work_dir)
-    return config.with_overrides(
+    config = config.with_overrides(
         **{"data.train_path": str(train), "data.val_path": str(val) if val else None}
+    )
+    return config, specs
+
+
+def _refusal(error: PermanentHttpError) -> str:
+    """The web app's own words for a refused fetch (``{"error": ...}``), else the HTTP error."""
+    try:
+        message = json.loads(error.body).get("error")
+    except (ValueError, AttributeError):
+        message = None
+    return (
+        f"the run cannot start: {message}"
+        if message
+        else f"could not fetch the run's config or dataset: {error}"
     )
 
 
 # -- training -------------------------------------------------------------------------------------
 
 
-def run_training(config: RunConfig, reporter: Reporter, train: TrainFn | None = None) -> int:
+def run_training(
+    config: RunConfig, reporter: Reporter, train: TrainFn | None = None, *, specs: RunSpecs | None = None
+) -> int:
     """Train under signal handlers that ask for a clean stop, report the outcome, close the reporter.
 
-    Returns the exit code. ``train`` defaults to the config's backend.
+    Returns the exit code. ``train`` defaults to the config's backend; ``specs`` are the run's team
+    tools and rewards, registered for this run only (trainer.team.run_scope).
     """
     stop = threading.Event()
     received: list[int] = []
     try:
-        return _train_and_report(config, reporter, train, stop, received)
+        return _train_and_report(config, reporter, train, stop, received, specs)
     finally:
         reporter.close()
 
 
 def _train_and_report(
-    config: RunConfig, reporter: Reporter, train: TrainFn | None, stop: threading.Event, received: list[int]
-) -> int:
+    config: RunConfig, reporter: Reporter, train: TrainFn | None, stop: threading.Event, received: list[int],
+    specs: RunSpecs | None,
+) -> int:  # fmt: skip
     try:
         with _stop_on_signals(stop, received):
             # Recipes (tasks_lib or a user's package) register their rewards, tools and envs here.
             load_plugins()
             # The backend imports its libraries (torch, verl) only now, inside train.
             train = train or BACKENDS.get(config.backend).train
-            reporter.set_status("running")
-            result = train(config, reporter, stop_event=stop)
+            with run_scope(specs, config.data.rewards):
+                # A tool that is gone fails the run here, before any model is loaded.
+                check_run_tools(config.rollout.tools)
+                reporter.set_status("running")
+                result = train(config, reporter, stop_event=stop)
     except KeyboardInterrupt:
         reporter.set_status("cancelled", "interrupted")
         return EXIT_SIGINT

@@ -106,6 +106,11 @@ class DataConfig(_Section):
     val_max_samples: int | None = Field(
         default=None, ge=1, description="Validate on at most this many rows; none uses the whole split."
     )
+    rewards: dict[str, str] = Field(
+        default_factory=dict,
+        description="data_source → reward function for this run (built in or the team's), ahead of the "
+        "routing table: the datasets' mappings, frozen when the experiment is made.",
+    )
 
 
 class RolloutConfig(_Section):

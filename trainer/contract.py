@@ -57,6 +57,8 @@ TOOLS_CALLS_PER_TRAJ = "tools/calls_per_traj"
 TOOLS_ERROR_RATE = "tools/error_rate"
 TOOLS_MALFORMED_RATE = "tools/malformed_rate"
 ROLLOUT_EMPTY_TRAJECTORIES = "rollout/empty_trajectories"
+# Steps whose reward could not be computed (a remote reward that timed out or failed); they score 0.
+REWARD_ERRORS = "reward/errors"
 ACTOR_PG_LOSS = "actor/pg_loss"
 ACTOR_KL = "actor/kl"  # KL to the reference policy, as the loss term computes it
 ACTOR_ENTROPY = "actor/entropy"
@@ -126,13 +128,16 @@ CONFIG_PATH = _RUN + "/config"
 DATASET_PATH = _RUN + "/dataset/{split}"
 STATUS_PATH = _RUN + "/status"
 HEARTBEAT_PATH = _RUN + "/heartbeat"
+# The team tools and team rewards the run's config names, secrets included (RunSpecs): only for a
+# claimed run, over its own token; never stored in the frozen config, a log or a trajectory.
+SPECS_PATH = _RUN + "/specs"
 # What the run produces.
 METRICS_PATH = _INGEST + "/metrics"
 TRAJECTORIES_PATH = _INGEST + "/trajectories"
 LOGS_PATH = _INGEST + "/logs"
 CHECKPOINTS_PATH = _INGEST + "/checkpoints"
 TRAINER_PATHS: tuple[str, ...] = (
-    CLAIM_PATH, CONFIG_PATH, DATASET_PATH, STATUS_PATH, HEARTBEAT_PATH,
+    CLAIM_PATH, CONFIG_PATH, DATASET_PATH, STATUS_PATH, HEARTBEAT_PATH, SPECS_PATH,
     METRICS_PATH, TRAJECTORIES_PATH, LOGS_PATH, CHECKPOINTS_PATH,
 )  # fmt: skip
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -317,6 +322,68 @@ class CheckpointRecord(_Wire):
     step: int = Field(ge=0)
     path: str
     metrics: dict[str, float] = Field(default_factory=dict)
+
+
+class TeamToolSpec(_Wire):
+    """A team tool as the run receives it (docs/tools.md#team-tools-in-runs): an HTTP endpoint, or a
+    staff-registered ``module:Class`` the trainer imports."""
+
+    name: str = Field(min_length=1, max_length=64)
+    description: str = ""
+    parameters: dict[str, JsonValue] = Field(description="JSON Schema (type object) of the arguments.")
+    kind: Literal["http", "python"]
+    url: str = ""
+    method: Literal["GET", "POST"] = "POST"
+    timeout_s: float = Field(default=10.0, gt=0)
+    secret: str | None = Field(
+        default=None, description="Sent as the secret header; never stored by the run."
+    )
+    secret_header: str = "X-Tool-Secret"
+    entry_point: str = Field(default="", description="python kind: package.module:Class.")
+
+    def __repr__(self) -> str:  # the secret must never reach a log line
+        return f"TeamToolSpec(name={self.name!r}, kind={self.kind!r}, url={self.url!r})"
+
+    __str__ = __repr__
+
+
+class TeamRewardSpec(_Wire):
+    """A team reward (docs/rewards.md#team-rewards): a rule kind with an optional format bonus, or a
+    remote endpoint that answers a POST of (data_source, response, ground_truth, extra_info)."""
+
+    name: str = Field(min_length=1, max_length=64)
+    data_source: str = Field(default="", description="The data_source it scores by default; blank: none.")
+    kind: Literal["rule", "remote"]
+    rule: Literal["exact", "numeric", "contains", "regex", "f1"] = "exact"
+    tolerance: float = Field(default=0.0, ge=0)
+    pattern: str = Field(default="", description="regex rule: what to extract (group 1, else the match).")
+    format_pattern: str = Field(default="", description="A response matching this regex earns the bonus.")
+    format_bonus: float = 0.0
+    url: str = ""
+    timeout_s: float = Field(default=10.0, gt=0)
+    retries: int = Field(default=1, ge=0, le=5)
+    secret: str | None = None
+    secret_header: str = "X-Reward-Secret"
+
+    def __repr__(self) -> str:
+        return f"TeamRewardSpec(name={self.name!r}, kind={self.kind!r})"
+
+    __str__ = __repr__
+
+
+class RunSpecs(_Wire):
+    """What GET SPECS_PATH answers: the run's team tools and rewards, and the hosts they may call."""
+
+    tools: list[TeamToolSpec] = Field(default_factory=list)
+    rewards: list[TeamRewardSpec] = Field(default_factory=list)
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description="The web app's tool host allowlist, checked again at every call."
+    )
+
+    def __repr__(self) -> str:
+        return f"RunSpecs(tools={[t.name for t in self.tools]}, rewards={[r.name for r in self.rewards]})"
+
+    __str__ = __repr__
 
 
 def to_floats(values: Mapping[str, Any]) -> dict[str, float]:

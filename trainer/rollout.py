@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from trainer.contract import (
     NUM_TURNS_MEAN,
     RESPONSE_LENGTH_MEAN,
+    REWARD_ERRORS,
     REWARD_MAX,
     REWARD_MEAN,
     REWARD_MIN,
@@ -29,7 +30,7 @@ from trainer.contract import (
 from trainer.flows import FLOWS, AgentFlowBase, flow_for_row
 from trainer.llm import LLMClient
 from trainer.mdp import Trajectory
-from trainer.rewards import score_step
+from trainer.rewards import RewardError, score_step
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -90,14 +91,21 @@ def stop_token_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
 
 
 def score_trajectory(trajectory: Trajectory, row: Mapping[str, Any]) -> None:
-    """Fill every unscored step's reward from the reward function; keep its other fields in step.info."""
+    """Fill every unscored step's reward from the reward function; keep its other fields in step.info.
+
+    A reward that cannot be computed (RewardError: a remote endpoint that timed out) scores 0 and is
+    recorded in ``step.info["reward_error"]``, counted in :data:`REWARD_ERRORS`; the run goes on."""
     extra_info = dict(row.get("extra_info") or {})
     data_source = str(row.get("data_source") or "")
     for step in trajectory.steps:
         if step.reward is None:
-            step.reward, details = score_step(
-                data_source, step.response_text, trajectory.ground_truth, extra_info
-            )
+            try:
+                step.reward, details = score_step(
+                    data_source, step.response_text, trajectory.ground_truth, extra_info
+                )
+            except RewardError as error:
+                step.reward, details = 0.0, {}
+                step.info["reward_error"] = str(error)
             if details:
                 step.info["reward_details"] = details
 
@@ -132,6 +140,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         RESPONSE_LENGTH_MEAN: _mean([sum(len(s.response_ids) for s in t.steps) for t in trajectories]),
         NUM_TURNS_MEAN: _mean([float(len(t.steps)) for t in trajectories]),
         ROLLOUT_EMPTY_TRAJECTORIES: float(sum(not t.steps for t in trajectories)),
+        REWARD_ERRORS: float(sum("reward_error" in s.info for t in trajectories for s in t.steps)),
     }
 
 

@@ -152,3 +152,53 @@ class CalculatorTool(BaseTool):
             return ToolResult(text=text)
         self.rewarded = True
         return ToolResult(text=text, reward=float(reward))
+
+
+@TOOLS.register("calc_gsm8k_reward")
+class Gsm8kRewardTool(BaseTool):
+    """verl's GSM8K tool (``verl/tools/gsm8k_tool.py`` and its ``gsm8k_tool_config.yaml``): the model
+    submits its answer and reads back its score (docs/datasets.md#calc_gsm8k_reward).
+
+    Same name, parameters, response text and reward semantics: the answer is scored as ``#### <answer>``
+    by the GSM8K rule (1.0 right, 0.0 otherwise); the text the model sees is ``Current parsed
+    answer='...' reward=...``; the call's own reward is 0.0 when the score beats the previous
+    submission's (0.0 before the first) and -0.05 otherwise. The ground truth comes from the row's
+    ``extra_info.tools_kwargs.calc_gsm8k_reward.create_kwargs.ground_truth``, as verl's data has it
+    (or ``ground_truth`` directly).
+    """
+
+    name = "calc_gsm8k_reward"
+    description = (
+        "A tool for calculating the reward of gsm8k. (1.0 if parsed answer is correct, 0.0 if parsed "
+        "answer is incorrect or not correctly parsed)"
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "answer": {
+                "type": "string",
+                "description": "The model's answer to the GSM8K math problem, must be a digits",
+            }
+        },
+        "required": ["answer"],
+    }
+
+    def __init__(self, **tool_kwargs: Any) -> None:
+        super().__init__(**tool_kwargs)
+        self.last = 0.0  # tools are made per episode: the score of the episode's previous submission
+
+    async def execute(
+        self, args: dict[str, Any], *, create_kwargs: dict[str, Any] | None = None, **ctx: Any
+    ) -> ToolResult:
+        from tasks_lib.gsm8k.reward import compute_score
+
+        answer = args.get("answer", "")
+        answer = answer if isinstance(answer, str) else str(answer)
+        truth = (create_kwargs or {}).get("ground_truth", ctx.get("ground_truth"))
+        if truth is None:
+            raise ValueError("no ground truth: the row's tools_kwargs give calc_gsm8k_reward none")
+        response = answer if answer.startswith("#### ") else "#### " + answer
+        reward = compute_score(response, truth, {})["score"]
+        tool_reward = 0.0 if reward > self.last else -0.05
+        self.last = reward
+        return ToolResult(text=f"Current parsed {answer=} {reward=}", reward=tool_reward)

@@ -8,6 +8,8 @@ import string
 from collections import Counter
 from typing import Any
 
+from trainer.rewards import answers as shared_answers
+
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -35,10 +37,9 @@ def f1_score(prediction: str, truth: str) -> float:
 
 
 def answers(ground_truth: Any) -> list[str]:
-    """The accepted answers: a string, or a list (the answer first, then its aliases)."""
-    if isinstance(ground_truth, str):
-        return [ground_truth]
-    return [str(answer) for answer in ground_truth]
+    """The accepted answers: a string, a list (the answer first, then its aliases), or a struct with
+    them under ``target`` (Search-R1's and Agent-R1's files)."""
+    return [str(answer) for answer in shared_answers(ground_truth)]
 
 
 def compute_score(solution_str: str, ground_truth: Any, extra_info: dict[str, Any]) -> dict[str, Any]:

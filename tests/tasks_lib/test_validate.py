@@ -61,9 +61,9 @@ def test_it_rejects_a_missing_column(tmp_path: Path) -> None:
 
 def test_it_rejects_a_prompt_that_is_a_string(tmp_path: Path) -> None:
     rows = [good_row(0, prompt="What is 2 + 3?"), good_row(1, prompt="What is 4 + 4?")]
-    problems = validate(write(tmp_path, rows))
-    assert [(p.row, p.column) for p in problems] == [(0, "prompt"), (1, "prompt")]
-    assert str(problems[1]).startswith("row 1, column prompt: is a string")
+    problem = only(validate(write(tmp_path, rows)))  # the same cause in both rows: reported once
+    assert (problem.row, problem.column, problem.count) == (0, "prompt", 2)
+    assert str(problem).startswith("rows 0\u20131 (2 rows), column prompt: is a string")
 
 
 def test_it_rejects_an_unknown_role(tmp_path: Path) -> None:
@@ -165,10 +165,51 @@ def test_it_rejects_a_file_that_is_not_parquet(tmp_path: Path) -> None:
     assert str(only(validate(path))).startswith("file: cannot read the parquet file")
 
 
-def test_it_reports_every_bad_row_up_to_the_limit(tmp_path: Path) -> None:
-    rows = [good_row(i, prompt="plain text") for i in range(30)]
+def test_a_cause_shared_by_every_row_is_reported_once_with_the_rows_it_covers(tmp_path: Path) -> None:
+    rows = [good_row(i, data_source="openai/gsm8k_v2") for i in range(30)]
+    problem = only(validate(write(tmp_path, rows)))
+    assert (problem.where, problem.column, problem.data_source) == (
+        "rows 0\u201329 (30 rows)",
+        "data_source",
+        "openai/gsm8k_v2",
+    )
+    assert "map it to a reward function" in problem.message
+    assert str(problem).startswith(
+        "rows 0\u201329 (30 rows), column data_source: no reward function is registered"
+    )
+
+
+def test_a_real_row_error_is_never_buried_and_the_list_is_capped_with_a_count(tmp_path: Path) -> None:
+    no_truth = {"style": "rule", "ground_truth": ""}
+    rows = [good_row(i, data_source="mystery", reward_model=no_truth) for i in range(40)]
+    rows += [good_row(40 + i, extra_info={"index": i}) for i in range(8)]  # 8 duplicate indexes, each its own
     problems = validate(write(tmp_path, rows), max_problems=5)
-    assert [p.row for p in problems] == [0, 1, 2, 3, 4]
+    assert [p.where for p in problems[:2]] == ["rows 0\u201339 (40 rows)", "rows 0\u201339 (40 rows)"]
+    assert [p.row for p in problems[2:5]] == [40, 41, 42] and "duplicate index 0" in problems[2].message
+    assert str(problems[5]) == "file: … and 5 more problems not listed; fix the ones above first"
+
+
+def test_a_mapping_routes_an_unknown_data_source_and_other_projects_names_need_none(tmp_path: Path) -> None:
+    from tasks_lib.validate import Context, unrouted_data_sources
+
+    path = write(tmp_path, [good_row(0, data_source="mystery"), good_row(1, data_source="mystery")])
+    assert unrouted_data_sources(validate(path)) == ["mystery"]
+    assert (
+        validate(path, context=Context(reward_map={"mystery": "team_reward"}, team_rewards=["team_reward"]))
+        == []
+    )
+    [gone] = validate(path, context=Context(reward_map={"mystery": "deleted_reward"}))
+    assert "'deleted_reward', which does not exist" in gone.message
+    native = [good_row(0, data_source="openai/gsm8k", agent_name="tool_agent"),
+              good_row(1, data_source="alfworld_valid_seen", agent_name="alfworld_agent", env_kwargs=None),
+              good_row(2, data_source="searchR1_nq", agent_name="single_turn_agent", env_kwargs=None)]  # fmt: skip
+    assert validate(write(tmp_path, native, name="native.parquet")) == []
+
+
+def test_need_tools_kwargs_without_tools_kwargs_is_refused(tmp_path: Path) -> None:
+    row = good_row(0, extra_info={"index": 0, "need_tools_kwargs": True})
+    problem = only(validate(write(tmp_path, [row])))
+    assert (problem.row, problem.column) == (0, "extra_info.tools_kwargs")
 
 
 def test_it_refuses_a_footer_claiming_200_mb_before_reading_it(tmp_path: Path) -> None:

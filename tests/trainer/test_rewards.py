@@ -31,7 +31,7 @@ def test_it_passes_the_extra_info_to_the_reward_function(temp_register: Any) -> 
 def test_it_names_the_registered_data_sources_for_an_unknown_one() -> None:
     with pytest.raises(
         RegistryError,
-        match=r"unknown reward function for data_source 'gsm9k'; choose one of: .*contains, exact",
+        match=r"no reward function is registered for 'gsm9k' \(registered: .*contains, exact.*\); map it",
     ):
         score_step("gsm9k", "42", "42", {})
 

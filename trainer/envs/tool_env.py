@@ -73,6 +73,11 @@ class ToolEnv(AgentEnv):
         # Per-row tools_kwargs (extra_info.tools_kwargs, keyed by tool name) refine the env's own.
         row_kwargs = (row.get("extra_info") or {}).get("tools_kwargs") or {}
         self.tools_kwargs = {**self.base_tools_kwargs, **dict(row_kwargs)}
+        # verl's data names its tools only there (its tool list is the trainer's config): a tool a
+        # row gives kwargs to is offered to that row too (docs/datasets.md#tools-kwargs).
+        for name, kwargs in row_kwargs.items():
+            if kwargs is not None and name not in self.tools and name in TOOLS:
+                self.tools.update(_instantiate([name]))
         return self.observation()
 
     async def step(self, action: Action) -> tuple[Observation, float | None, bool, dict[str, Any]]:

@@ -220,7 +220,8 @@ FLOWS: Registry[type[AgentFlowBase]] = Registry("flow (agent_name)")
 
 
 def flow_for_row(row: Mapping[str, Any], default: str = "agent_env_loop") -> str:
-    """The flow name for a row: its ``agent_name``, else ``default``. Unknown names raise, listing the choices."""
-    name = row.get("agent_name") or default
+    """The flow name for a row: its ``agent_name``, else ``default`` (another project's name for one of
+    ours becomes ours). Unknown names raise, listing the choices."""
+    name = str(row.get("agent_name") or default)
     FLOWS.get(name)
-    return str(name)
+    return FLOWS.canonical(name)

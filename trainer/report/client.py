@@ -1,5 +1,6 @@
-"""The trainer's calls to its own run on the webapp: claim it, read its RunConfig, download its
-dataset (bearer token; paths: :mod:`trainer.contract`; retries: :data:`trainer.report.retry.POLICY`)."""
+"""The trainer's calls to its own run on the webapp: claim it, read its RunConfig and its team tools
+and rewards, download its dataset (bearer token; paths: :mod:`trainer.contract`; retries:
+:data:`trainer.report.retry.POLICY`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from trainer.contract import CLAIM_PATH, CONFIG_PATH, DATASET_PATH, ClaimRequest
+from trainer.contract import CLAIM_PATH, CONFIG_PATH, DATASET_PATH, SPECS_PATH, ClaimRequest, RunSpecs
 from trainer.report.retry import POLICY, PermanentHttpError, RetryPolicy, raise_for_status, run_api_client
 
 if TYPE_CHECKING:
@@ -57,6 +58,18 @@ class RunApiClient:
             return True
 
         return bool(self._retrying(post))
+
+    def fetch_specs(self) -> RunSpecs:
+        """The team tools and rewards the run's config names, secrets included (a claimed run only).
+
+        PermanentHttpError (409) carries the web app's message naming a tool that became unavailable."""
+
+        def get() -> RunSpecs:
+            response = self._client.get(SPECS_PATH.format(run_id=self.run_id))
+            raise_for_status(response)
+            return RunSpecs.model_validate_json(response.content)
+
+        return self._retrying(get)
 
     def fetch_config(self) -> RunConfig:
         from trainer.config import RunConfig

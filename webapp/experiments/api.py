@@ -20,6 +20,7 @@ from webapp.accounts.access import get_team_for_user
 from webapp.api import Page, PageParams, UserTokenAuth, paginate
 from webapp.experiments import services
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
+from webapp.experiments.checks import format_refusals, refusals, with_dataset_rewards
 from webapp.experiments.models import Experiment, Run
 from webapp.experiments.tasks import cancel_run
 
@@ -107,6 +108,11 @@ def create_experiment(request: HttpRequest, team_slug: str, body: ExperimentCrea
         ) from None
     if problems:
         raise HttpError(400, "config: " + "; ".join(f"{path}: {message}" for path, message in problems))
+    # Valid as a config, but naming what this team cannot use: it could never run (422, the field path).
+    config = with_dataset_rewards(team, config)
+    found = refusals(team, config)
+    if found:
+        raise HttpError(422, format_refusals(found))
     try:
         experiment = services.create_experiment(
             team, request.user, config, body.seeds, description=body.description

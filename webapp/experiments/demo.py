@@ -4,7 +4,6 @@ in the user's own team with one click."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from trainer.config import RunConfig
@@ -13,7 +12,6 @@ from webapp.datasets.models import Dataset, RecipeImport
 from webapp.experiments import services
 from webapp.experiments.models import Experiment, Run
 
-logger = logging.getLogger(__name__)
 DEMO_RECIPE = "arithmetic"
 DEMO_NAME = "Arithmetic demo (GRPO, SmolLM2-135M)"
 

@@ -16,6 +16,7 @@ from pydantic.fields import FieldInfo
 
 from trainer.backends import BACKENDS
 from trainer.config import RunConfig, _section_model, config_errors, flatten_paths, nest_paths
+from webapp.experiments.checks import refusals, with_dataset_rewards
 from webapp.experiments.models import MAX_LABEL_LENGTH
 
 # Shown in the main form; everything else of RunConfig keeps the preset's value.
@@ -109,8 +110,11 @@ class ExperimentForm(forms.Form):
     )
     launch = forms.BooleanField(initial=True, required=False, label="Launch the runs now")
 
-    def __init__(self, *args: Any, choices: Mapping[str, list[tuple[str, str]]], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, choices: Mapping[str, list[tuple[str, str]]], team: Any = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
+        self.team = team  # the team whose datasets, tools and rewards the config may name
         for name in ("task", "preset", "train_dataset", "tools"):
             self.fields[name].choices = choices[name]  # type: ignore[attr-defined]
         self.fields["val_dataset"].choices = [("", "— none —"), *choices["train_dataset"]]  # type: ignore[attr-defined]
@@ -187,7 +191,25 @@ class ExperimentForm(forms.Form):
             full.update(overrides)
             self._place_errors(config_errors(nest_paths(full)))
             return None
+        if self.team is not None:
+            # The datasets' mappings first, so a mapping to a since-deleted reward is refused too.
+            config = with_dataset_rewards(self.team, config)
+            if not self._team_accepts(config):
+                return None
         return config if self._backend_accepts(config) else None
+
+    def _team_accepts(self, config: RunConfig) -> bool:
+        """The create-time checks the REST API makes too (webapp.experiments.checks), and the task fit."""
+        from webapp.datasets.models import Dataset
+
+        found = refusals(self.team, config)
+        for path in ("data.train_path", "data.val_path"):
+            dataset = Dataset.resolve(self.team, getattr(config.data, path.split(".")[1]))
+            mismatch = dataset.task_mismatch(config.task) if dataset is not None else None
+            if mismatch:
+                found.setdefault(path, []).append(mismatch)
+        self._place_errors(found)
+        return not found
 
     def _backend_accepts(self, config: RunConfig) -> bool:
         """The backend's own deeper check (verl: verl's validate_config), its objections on our fields."""

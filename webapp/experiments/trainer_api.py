@@ -19,9 +19,11 @@ from trainer.contract import (
     CLAIM_PATH,
     CONFIG_PATH,
     HEARTBEAT_PATH,
+    SPECS_PATH,
     STATUS_PATH,
     ClaimRequest,
     Heartbeat,
+    RunSpecs,
     StatusUpdate,
 )
 from webapp.api import RunTokenAuth, api, get_run_for_claimant, get_run_for_token, route
@@ -72,3 +74,26 @@ def post_heartbeat(request: HttpRequest, run_id: int, beat: Heartbeat) -> Any:
     if not run.heartbeat(beat.step, beat.total_steps):
         return Status(409, {"error": f"the run is {run.status}", "status": run.status})
     return {"status": run.status, "cancel_requested": run.cancel_requested}
+
+
+@router.get(
+    route(SPECS_PATH),
+    summary="The run's team tools and rewards, secrets included",
+    response={200: RunSpecs, 409: dict},
+)
+def get_specs(request: HttpRequest, run_id: int) -> Any:
+    """What the run's config names of its team's tools and rewards, for its claimed trainer only (the
+    trainer process, and verl's workers, call this with the run's token). 409 names a tool or reward
+    that can no longer be used, so the run fails before training (docs/tools.md#team-tools-in-runs)."""
+    from webapp.tools.models import ToolUnavailable, specs_for_run
+
+    run = get_run_for_token(request, run_id)
+    if run.status not in CLAIMED:
+        return Status(409, {"error": f"the run is {run.status}: only a claimed run receives its tools"})
+    config = run.config
+    tools = list((config.get("rollout") or {}).get("tools") or [])
+    rewards = sorted(set(((config.get("data") or {}).get("rewards") or {}).values()))
+    try:
+        return specs_for_run(run.team, tools, rewards)
+    except ToolUnavailable as exc:
+        return Status(409, {"error": str(exc)})

@@ -53,17 +53,21 @@ def stored_config(config: dict[str, Any]) -> tuple[RunConfig | None, str, str]:
     return None, raw, problems
 
 
-def form_choices(team: Team) -> dict[str, list[tuple[str, str]]]:
-    """The form's choices. Loads the task recipes, whose defaults RunConfig.from_preset layers."""
+def form_choices(team: Team, task: str | None = None) -> dict[str, list[tuple[str, str]]]:
+    """The form's choices. Loads the task recipes, whose defaults RunConfig.from_preset layers.
+
+    With a ``task`` (the page's, before anything is sent), only the datasets that fit it are listed;
+    a sent form is checked against every dataset, so a mismatch gets a message, not "invalid choice"."""
     from tasks_lib.registry import load_recipes
     from trainer.algos.presets import PRESETS
     from webapp.datasets.models import Dataset
     from webapp.tools.models import tool_choices
 
+    datasets = [d for d in Dataset.offered_to(team) if task is None or d.task_mismatch(task) is None]
     return {
         "task": [(name, name) for name in load_recipes().names()],
         "preset": [(name, f"{name} — {PRESETS.get(name).description}") for name in PRESETS.names()],
-        "train_dataset": [(str(d.pk), str(d)) for d in Dataset.usable_for(team)],
+        "train_dataset": [(str(d.pk), str(d)) for d in datasets],
         "tools": tool_choices(team),
     }
 
@@ -84,8 +88,9 @@ def index(request: HttpRequest, team_slug: str) -> HttpResponse:
 def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
     source = _clone_source(request, team_slug)
-    choices = form_choices(team)
-    form = ExperimentForm(request.POST or None, initial=_initial(request, source), choices=choices)
+    initial = _initial(request, source)
+    choices = form_choices(team, None if request.method == "POST" else initial.get("task"))
+    form = ExperimentForm(request.POST or None, initial=initial, choices=choices, team=team)
     preview = None
     if request.method == "POST" and form.is_valid():
         config = form.build_config()

@@ -8,7 +8,7 @@ from django.shortcuts import get_object_or_404
 from trainer.tools import BaseTool
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
-from webapp.tools.models import TeamTool, ToolTrial, builtin_tools
+from webapp.tools.models import TeamReward, TeamTool, ToolTrial, builtin_tools
 
 
 def get_tool_for_user(request: HttpRequest, team_slug: str, pk: int, *, write: bool = False) -> TeamTool:
@@ -29,4 +29,11 @@ def get_builtin_for_user(
 
 def get_trial_for_user(request: HttpRequest, team_slug: str, pk: int) -> ToolTrial:
     team = get_team_for_user(request, team_slug)
-    return get_object_or_404(ToolTrial.objects.select_related("team", "tool"), pk=pk, team=team)
+    return get_object_or_404(
+        ToolTrial.objects.select_related("team", "tool", "team_reward"), pk=pk, team=team
+    )
+
+
+def get_reward_for_user(request: HttpRequest, team_slug: str, pk: int, *, write: bool = False) -> TeamReward:
+    team = get_team_for_user(request, team_slug, role=Role.MEMBER if write else Role.VIEWER)
+    return get_object_or_404(TeamReward.objects.select_related("team"), pk=pk, team=team)

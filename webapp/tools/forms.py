@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -9,9 +10,19 @@ from django import forms
 from django.conf import settings
 
 from trainer.tools import TOOLS, check_tool_definition
-from trainer.tools.base import argument_error
+from trainer.tools.base import ENTRY_POINT, argument_error
 from webapp.accounts.models import Team
-from webapp.tools.models import ENTRY_POINT, MAX_TIMEOUT_S, TeamTool, ToolKind, builtin_tools, host_allowed
+from webapp.tools.models import (
+    MAX_TIMEOUT_S,
+    RULE_CHOICES,
+    RewardKind,
+    TeamReward,
+    TeamTool,
+    ToolKind,
+    builtin_rewards,
+    builtin_tools,
+    host_allowed,
+)  # fmt: skip
 
 EXAMPLE_SCHEMA = {
     "type": "object",
@@ -166,3 +177,138 @@ def example_arguments(parameters: dict[str, Any]) -> dict[str, Any]:
         name: empty.get(str(spec.get("type")), "") if isinstance(spec, dict) else ""
         for name, spec in properties.items()
     }
+
+
+class RewardForm(forms.Form):
+    """A team reward: a rule kind (with an optional format bonus) or a remote endpoint (docs/rewards.md)."""
+
+    name = forms.CharField(
+        max_length=64, help_text="Letters, digits, '_' or '-': how datasets and runs name it."
+    )
+    description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+    data_source = forms.CharField(
+        max_length=200, required=False,
+        help_text="Datasets whose rows have this data_source are scored by it (unless mapped otherwise).",
+    )  # fmt: skip
+    kind = forms.ChoiceField(choices=RewardKind.choices, initial=RewardKind.RULE, widget=forms.RadioSelect)
+    rule = forms.ChoiceField(
+        choices=RULE_CHOICES,
+        initial="exact",
+        help_text="Rule kinds: how a response is compared with the ground truth.",
+    )
+    tolerance = forms.FloatField(
+        initial=0.0,
+        min_value=0.0,
+        required=False,
+        help_text="numeric: the largest difference still counted right.",
+    )
+    pattern = forms.CharField(max_length=500, required=False, label="Extract (regex)",
+                              help_text="regex: the first group (or the whole match) of the last match is compared.")  # fmt: skip
+    format_pattern = forms.CharField(max_length=500, required=False, label="Format bonus regex",
+                                     help_text="A response matching it earns the bonus below on top of the rule's score.")  # fmt: skip
+    format_bonus = forms.FloatField(initial=0.0, required=False)
+    url = forms.URLField(max_length=500, required=False, label="URL", assume_scheme="http",
+                         help_text='Receives a POST of {"data_source", "response", "ground_truth", "extra_info"}; answers {"score": x}.')  # fmt: skip
+    timeout_s = forms.FloatField(
+        label="Timeout (seconds)", initial=10.0, min_value=0.1, max_value=MAX_TIMEOUT_S
+    )
+    retries = forms.IntegerField(
+        initial=1, min_value=0, max_value=5, help_text="Tries again after a timeout or a 5xx."
+    )
+    secret_header = forms.CharField(max_length=100, initial="X-Reward-Secret", label="Secret header name")
+    secret = forms.CharField(
+        required=False, widget=forms.PasswordInput(render_value=False), label="Secret header value",
+        help_text="Sent with every call; stored encrypted and never shown again.",
+    )  # fmt: skip
+
+    def __init__(self, *args: Any, team: Team, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.team = team
+
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"].strip()
+        try:
+            check_tool_definition(name, {"type": "object"})
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc).replace("tool name", "name")) from None
+        if name in builtin_rewards():
+            raise forms.ValidationError(f"{name!r} is a built-in reward; choose another name.")
+        if TeamReward.objects.filter(team=self.team, name=name).exists():
+            raise forms.ValidationError(f"This team already has a reward named {name!r}.")
+        return name
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        for key in ("tolerance", "format_bonus"):
+            cleaned[key] = cleaned.get(key) or 0.0
+        for key in ("pattern", "format_pattern"):
+            try:
+                re.compile(cleaned.get(key) or "")
+            except re.error as exc:
+                self.add_error(key, f"Not a valid regular expression: {exc}")
+        if (
+            cleaned.get("kind") == RewardKind.RULE
+            and cleaned.get("rule") == "regex"
+            and not cleaned.get("pattern")
+        ):
+            self.add_error("pattern", "The regex rule needs the pattern that extracts the answer.")
+        if cleaned.get("kind") == RewardKind.REMOTE:
+            url = cleaned.get("url") or ""
+            if not url:
+                self.add_error("url", "A remote reward needs the URL of its endpoint.")
+            elif not host_allowed(url):
+                allowed = ", ".join(settings.TOOL_HOST_ALLOWLIST) or "(none)"
+                self.add_error(
+                    "url",
+                    f"{urlsplit(url).hostname} is not an allowed host; STUDIO_TOOL_HOST_ALLOWLIST allows: {allowed}.",
+                )
+        return cleaned
+
+    def registration(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        keys = ["name", "description", "data_source", "kind"]
+        keys += (
+            ["url", "timeout_s", "retries", "secret_header", "secret"]
+            if data["kind"] == RewardKind.REMOTE
+            else []
+        )
+        keys += (
+            ["rule", "tolerance", "pattern", "format_pattern", "format_bonus"]
+            if data["kind"] == RewardKind.RULE
+            else []
+        )
+        return {key: data[key] for key in keys}
+
+
+class RewardTryForm(forms.Form):
+    response = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}), help_text="A model response to score."
+    )
+    ground_truth = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2, "class": "code"}),
+        help_text="The row's reward_model.ground_truth as JSON (a plain word is read as text).",
+    )
+    extra_info = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2, "class": "code"}), required=False, initial="{}",
+        help_text="The row's extra_info as a JSON object.",
+    )  # fmt: skip
+
+    def clean_ground_truth(self) -> Any:
+        raw = self.cleaned_data["ground_truth"]
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            return raw
+
+    def clean_extra_info(self) -> dict[str, Any]:
+        raw = self.cleaned_data.get("extra_info") or "{}"
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError("Expected a JSON object.")
+        return value
+
+    def arguments(self) -> dict[str, Any]:
+        return {key: self.cleaned_data[key] for key in ("response", "ground_truth", "extra_info")}

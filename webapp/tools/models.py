@@ -1,33 +1,39 @@
-"""The tool registry: the trainer's built-in tools plus each team's own tools.
+"""The tool registry: the trainer's built-in tools plus each team's own tools, and the team's rewards.
 
 A team tool is either ``http`` (an endpoint on an allow-listed host, called through the trainer's
 HttpTool, with an optional secret header stored encrypted) or ``python`` (a ``module:Class``
 BaseTool subclass already installed on the workers; staff only). No code is ever accepted from the
 browser: a python tool names code that an administrator installed.
+
+A team reward (:class:`TeamReward`) is a rule kind with an optional format bonus, or a remote HTTP
+endpoint on an allow-listed host (docs/rewards.md). A run receives the specs of the tools and rewards
+its config names, secrets decrypted, over its own token (:func:`specs_for_run`); they never enter
+the frozen config.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
-import re
 import socket
+import time
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from trainer.contract import RunSpecs, TeamRewardSpec, TeamToolSpec
 from trainer.mdp import ToolCallRecord
+from trainer.rewards import REWARDS, build_reward
 from trainer.tools import TOOLS, BaseTool, HttpTool, HttpToolSpec, run_tool_call
+from trainer.tools.base import load_tool_class
+from trainer.tools.http import host_allowed as allowed_by
 from webapp.accounts.models import Team
 from webapp.guarded import guarded_update
 from webapp.tools import crypto
 
-ENTRY_POINT = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 MAX_TIMEOUT_S = 120.0
 BUILTIN_TRY_TIMEOUT_S = 30.0
 
@@ -41,19 +47,19 @@ def builtin_tools() -> list[type[BaseTool]]:
 
 
 def host_allowed(url: str) -> bool:
-    host = (urlsplit(url).hostname or "").lower()
-    return host in {allowed.lower() for allowed in settings.TOOL_HOST_ALLOWLIST}
+    """The trainer's one allowlist rule (trainer.tools.http), applied to this server's allowlist."""
+    return allowed_by(url, settings.TOOL_HOST_ALLOWLIST)
 
 
-def load_entry_point(entry_point: str) -> type[BaseTool]:
-    """Import ``module:Class``; it must be a BaseTool subclass."""
-    if not ENTRY_POINT.match(entry_point):
-        raise ValueError(f"{entry_point!r} is not of the form package.module:Class")
-    module_name, _, attribute = entry_point.partition(":")
-    tool_class = getattr(importlib.import_module(module_name), attribute)
-    if not (isinstance(tool_class, type) and issubclass(tool_class, BaseTool)):
-        raise TypeError(f"{entry_point} is not a subclass of trainer.tools.BaseTool")
-    return tool_class
+def builtin_rewards() -> list[str]:
+    """Reward functions every run has: the trainer's and the recipes'."""
+    from tasks_lib.registry import load_recipes
+
+    load_recipes()
+    return REWARDS.names()
+
+
+load_entry_point = load_tool_class  # the trainer imports a python tool the same way at run start
 
 
 class ToolKind(models.TextChoices):
@@ -113,6 +119,27 @@ class TeamTool(models.Model):
     def target(self) -> str:
         return f"{self.method} {self.url}" if self.kind == ToolKind.HTTP else self.entry_point
 
+    def run_spec(self) -> TeamToolSpec:
+        """What a run receives (secret decrypted); ToolUnavailable when it cannot be used any more."""
+        if not self.is_ready:
+            raise ToolUnavailable(f"tool {self.name!r} is not ready ({self.get_status_display()})")
+        if self.kind == ToolKind.PYTHON:
+            return TeamToolSpec(
+                name=self.name, description=self.description, parameters=self.parameters,
+                kind="python", entry_point=self.entry_point,
+            )  # fmt: skip
+        if not host_allowed(self.url):
+            raise ToolUnavailable(f"tool {self.name!r}: the host of {self.url} is no longer an allowed host")
+        try:
+            secret = crypto.decrypt(self.secret_encrypted) if self.secret_encrypted else None
+        except crypto.SecretUnreadable as exc:
+            raise ToolUnavailable(f"tool {self.name!r}: {exc}") from None
+        return TeamToolSpec(
+            name=self.name, description=self.description, parameters=self.parameters, kind="http",
+            url=self.url, method=self.method,  # type: ignore[arg-type]
+            timeout_s=self.timeout_s, secret=secret, secret_header=self.secret_header,
+        )  # fmt: skip
+
     def to_spec(self) -> HttpToolSpec:
         """The trainer's description of this HTTP tool, secret decrypted; refuses hosts no longer allowed."""
         if self.kind != ToolKind.HTTP:
@@ -157,6 +184,134 @@ def tool_choices(team: Team) -> list[tuple[str, str]]:
     return choices + [(tool.name, f"{tool.name} ({tool.kind})") for tool in ready]
 
 
+class ToolUnavailable(ValueError):
+    """A tool or reward a run names cannot be used: the message names it and says why."""
+
+
+class RewardKind(models.TextChoices):
+    RULE = "rule", "Rule (computed by the trainer)"
+    REMOTE = "remote", "Remote HTTP endpoint"
+
+
+RULE_CHOICES = [
+    ("exact", "exact match after normalisation"),
+    ("numeric", "numeric, within a tolerance"),
+    ("contains", "the answer appears in the response"),
+    ("regex", "extract with a regex, then compare"),
+    ("f1", "token F1"),
+]
+
+
+class TeamReward(models.Model):
+    """A team's reward function for a data_source, defined through a form (docs/rewards.md)."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="rewards")
+    name = models.CharField(max_length=64, help_text="How datasets and runs name it.")
+    description = models.TextField(blank=True)
+    data_source = models.CharField(
+        max_length=200, blank=True, help_text="Datasets with this data_source use it unless mapped otherwise."
+    )
+    kind = models.CharField(max_length=10, choices=RewardKind.choices, default=RewardKind.RULE)
+    rule = models.CharField(max_length=10, choices=RULE_CHOICES, default="exact")
+    tolerance = models.FloatField(default=0.0)
+    pattern = models.CharField(max_length=500, blank=True)
+    format_pattern = models.CharField(max_length=500, blank=True)
+    format_bonus = models.FloatField(default=0.0)
+    url = models.CharField(max_length=500, blank=True)
+    timeout_s = models.FloatField(default=10.0)
+    retries = models.PositiveSmallIntegerField(default=1)
+    secret_header = models.CharField(max_length=100, default="X-Reward-Secret")
+    secret_encrypted = models.TextField(blank=True)  # crypto.encrypt; the plain secret is never stored
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="reward_name_unique_per_team")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @classmethod
+    def register(cls, team: Team, user: Any, *, secret: str = "", **fields: Any) -> TeamReward:
+        reward = cls(team=team, created_by=user, **fields)
+        reward.secret_encrypted = crypto.encrypt(secret) if secret else ""
+        reward.save()
+        return reward
+
+    @property
+    def summary(self) -> str:
+        if self.kind == RewardKind.REMOTE:
+            return f"POST {self.url}"
+        text = dict(RULE_CHOICES)[self.rule]
+        if self.rule == "numeric":
+            text += f" (± {self.tolerance:g})"
+        if self.rule == "regex":
+            text += f" ({self.pattern})"
+        if self.format_pattern:
+            text += f", +{self.format_bonus:g} for the format {self.format_pattern}"
+        return text
+
+    def run_spec(self) -> TeamRewardSpec:
+        if self.kind == RewardKind.REMOTE and not host_allowed(self.url):
+            raise ToolUnavailable(
+                f"reward {self.name!r}: the host of {self.url} is no longer an allowed host"
+            )
+        try:
+            secret = crypto.decrypt(self.secret_encrypted) if self.secret_encrypted else None
+        except crypto.SecretUnreadable as exc:
+            raise ToolUnavailable(f"reward {self.name!r}: {exc}") from None
+        return TeamRewardSpec(
+            name=self.name, data_source=self.data_source, kind=self.kind, rule=self.rule,  # type: ignore[arg-type]
+            tolerance=self.tolerance, pattern=self.pattern, format_pattern=self.format_pattern,
+            format_bonus=self.format_bonus, url=self.url, timeout_s=self.timeout_s, retries=self.retries,
+            secret=secret, secret_header=self.secret_header,
+        )  # fmt: skip
+
+    def score(
+        self, response: str, ground_truth: Any, extra_info: dict[str, Any]
+    ) -> tuple[float, dict[str, Any]]:
+        """One scoring, as a run would do it (the try-it page): (score, the other numbers)."""
+        result = build_reward(self.run_spec(), settings.TOOL_HOST_ALLOWLIST)(
+            response,
+            ground_truth,
+            extra_info,
+            **({"data_source": self.data_source} if self.kind == RewardKind.REMOTE else {}),
+        )
+        if isinstance(result, dict):
+            return float(result["score"]), {k: v for k, v in result.items() if k != "score"}
+        return float(result), {}
+
+
+def reward_choices(team: Team) -> list[tuple[str, str]]:
+    """Rewards a data_source can be mapped to: the built-in ones and the team's."""
+    team_rewards = TeamReward.objects.filter(team=team)
+    return [(name, f"{name} (built-in)") for name in builtin_rewards()] + [
+        (reward.name, f"{reward.name} (team: {reward.summary})") for reward in team_rewards
+    ]
+
+
+def specs_for_run(team: Team, tool_names: list[str], reward_names: list[str]) -> RunSpecs:
+    """The team tools and rewards a run's config names, for that run's trainer; ToolUnavailable names
+    the first that cannot be used (deleted, not ready, host no longer allowed)."""
+    builtin_tools()  # the registries are complete only once every recipe is loaded
+    wanted_tools = [name for name in tool_names if name not in TOOLS]
+    found_tools = {tool.name: tool for tool in TeamTool.objects.filter(team=team, name__in=wanted_tools)}
+    missing = [name for name in wanted_tools if name not in found_tools]
+    if missing:
+        raise ToolUnavailable(f"tool {missing[0]!r} no longer exists in the team")
+    wanted_rewards = [name for name in reward_names if name not in REWARDS]
+    found_rewards = {r.name: r for r in TeamReward.objects.filter(team=team, name__in=wanted_rewards)}
+    missing = [name for name in wanted_rewards if name not in found_rewards]
+    if missing:
+        raise ToolUnavailable(f"reward {missing[0]!r} no longer exists in the team")
+    return RunSpecs(
+        tools=[found_tools[name].run_spec() for name in wanted_tools],
+        rewards=[found_rewards[name].run_spec() for name in wanted_rewards],
+        allowed_hosts=list(settings.TOOL_HOST_ALLOWLIST),
+    )
+
+
 class TrialStatus(models.TextChoices):
     PENDING = "pending", "running"
     DONE = "done"
@@ -167,6 +322,10 @@ class ToolTrial(models.Model):
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="tool_trials")
     tool = models.ForeignKey(TeamTool, null=True, blank=True, on_delete=models.CASCADE, related_name="trials")
+    # A team reward's try: arguments hold {response, ground_truth, extra_info}; reward holds the score.
+    team_reward = models.ForeignKey(
+        TeamReward, null=True, blank=True, on_delete=models.CASCADE, related_name="trials"
+    )
     builtin = models.CharField(max_length=64, blank=True, help_text="Name of the built-in tool tried.")
     arguments = models.JSONField(default=dict)
     status = models.CharField(max_length=10, choices=TrialStatus.choices, default=TrialStatus.PENDING)
@@ -186,6 +345,8 @@ class ToolTrial(models.Model):
 
     @property
     def tool_name(self) -> str:
+        if self.team_reward is not None:
+            return self.team_reward.name
         return self.tool.name if self.tool is not None else self.builtin
 
     @property
@@ -197,11 +358,17 @@ class ToolTrial(models.Model):
         return json.dumps(self.arguments, ensure_ascii=False)
 
     @classmethod
-    def start(cls, team: Team, user: Any, arguments: dict[str, Any], *, tool: TeamTool | None = None, builtin: str = "") -> ToolTrial:  # fmt: skip
+    def start(cls, team: Team, user: Any, arguments: dict[str, Any], *, tool: TeamTool | None = None, builtin: str = "",
+              team_reward: TeamReward | None = None) -> ToolTrial:  # fmt: skip
         from webapp.tools.tasks import run_trial
 
         trial = cls.objects.create(
-            team=team, tool=tool, builtin=builtin, arguments=arguments, created_by=user
+            team=team,
+            tool=tool,
+            builtin=builtin,
+            arguments=arguments,
+            created_by=user,
+            team_reward=team_reward,
         )
         run_trial.delay_on_commit(trial.pk)
         return trial
@@ -217,6 +384,8 @@ class ToolTrial(models.Model):
         if self.is_done:
             return False
         record = ToolCallRecord(name=self.tool_name, arguments=self.arguments)
+        if self.team_reward is not None:
+            return self.finish(self._score(record))
         try:
             tool, timeout_s = self._build()
         except Exception as exc:
@@ -225,6 +394,24 @@ class ToolTrial(models.Model):
         else:
             asyncio.run(run_tool_call(record, {record.name: tool}, timeout_s=timeout_s))
         return self.finish(record)
+
+    def _score(self, record: ToolCallRecord) -> ToolCallRecord:
+        from trainer.rewards import RewardError
+
+        arguments = self.arguments
+        started = time.perf_counter()
+        try:
+            score, details = self.team_reward.score(  # type: ignore[union-attr]
+                str(arguments.get("response", "")),
+                arguments.get("ground_truth"),
+                dict(arguments.get("extra_info") or {}),
+            )
+        except (RewardError, ToolUnavailable, ValueError) as exc:
+            record.error, record.result = "reward_error", f"Error: {exc}"
+        else:
+            record.reward, record.result = score, json.dumps({"score": score, **details}, default=str)
+        record.latency_s = time.perf_counter() - started
+        return record
 
     def finish(self, record: ToolCallRecord) -> bool:
         # Race: a redelivered trial task; the first result stays.

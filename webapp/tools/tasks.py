@@ -20,7 +20,7 @@ def check_entry_point(tool_id: int) -> None:
 # (prefork pools only), and the trial still ends with an answer.
 @shared_task(soft_time_limit=MAX_TIMEOUT_S + 15, time_limit=MAX_TIMEOUT_S + 30)
 def run_trial(trial_id: int) -> None:
-    trial = ToolTrial.objects.filter(pk=trial_id).select_related("tool").first()
+    trial = ToolTrial.objects.filter(pk=trial_id).select_related("tool", "team_reward").first()
     if trial is None:
         return
     try:

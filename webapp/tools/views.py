@@ -15,15 +15,21 @@ from trainer.tools import BaseTool
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
-from webapp.tools.access import get_builtin_for_user, get_tool_for_user, get_trial_for_user
-from webapp.tools.forms import ToolForm, TryForm
-from webapp.tools.models import TeamTool, ToolStatus, ToolTrial, builtin_tools
+from webapp.tools.access import (
+    get_builtin_for_user,
+    get_reward_for_user,
+    get_tool_for_user,
+    get_trial_for_user,
+)
+from webapp.tools.forms import RewardForm, RewardTryForm, ToolForm, TryForm
+from webapp.tools.models import TeamReward, TeamTool, ToolStatus, ToolTrial, builtin_rewards, builtin_tools
 
 
 @login_required
 def index(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug)
-    context = {"team": team, "builtins": builtin_tools(), "tools": TeamTool.objects.filter(team=team)}
+    context = {"team": team, "builtins": builtin_tools(), "tools": TeamTool.objects.filter(team=team),
+               "rewards": TeamReward.objects.filter(team=team), "builtin_rewards": builtin_rewards()}  # fmt: skip
     return render(request, "tools/index.html", context)
 
 
@@ -114,7 +120,9 @@ def _try_rejected(request: HtmxHttpRequest, team: Team, described: TeamTool | ty
 
 
 def _trial_page(trial: ToolTrial) -> str:
-    if trial.tool is not None:
+    if trial.team_reward is not None:
+        page = reverse("reward", args=[trial.team.slug, trial.team_reward.pk])
+    elif trial.tool is not None:
         page = reverse("tool", args=[trial.team.slug, trial.tool.pk])
     else:
         page = reverse("builtin_tool", args=[trial.team.slug, trial.builtin])
@@ -136,4 +144,58 @@ def delete(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     tool = get_tool_for_user(request, team_slug, pk, write=True)
     tool.delete()
     messages.success(request, f"Deleted {tool.name}.")
+    return redirect("tools", team_slug=team_slug)
+
+
+# -- team rewards ---------------------------------------------------------------------------------
+
+
+@login_required
+def reward_new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
+    team = get_team_for_user(request, team_slug, role=Role.MEMBER)
+    form = RewardForm(request.POST or None, team=team)
+    if request.method == "POST" and form.is_valid():
+        reward = TeamReward.register(team, request.user, **form.registration())
+        messages.success(request, f"Registered the reward {reward.name}.")
+        return redirect("reward", team_slug=team.slug, pk=reward.pk)
+    context = {"team": team, "form": form, "allowlist": settings.TOOL_HOST_ALLOWLIST}
+    return render(request, "tools/reward_new.html", context, status=400 if form.is_bound else 200)
+
+
+def _reward_context(
+    reward: TeamReward, trial: ToolTrial | None, form: RewardTryForm | None
+) -> dict[str, Any]:
+    trials = ToolTrial.objects.filter(team=reward.team, team_reward=reward)[:5]
+    return {"team": reward.team, "reward": reward, "trial": trial, "trials": trials,
+            "form": form or RewardTryForm(), "try_url": reverse("reward_try", args=[reward.team.slug, reward.pk])}  # fmt: skip
+
+
+@login_required
+def reward_detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    reward = get_reward_for_user(request, team_slug, pk)
+    return render(
+        request, "tools/reward_detail.html", _reward_context(reward, _shown_trial(request, reward.team), None)
+    )
+
+
+@login_required
+@require_POST
+def reward_try(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    reward = get_reward_for_user(request, team_slug, pk, write=True)
+    form = RewardTryForm(request.POST)
+    if not form.is_valid():
+        template = "tools/reward_detail.html#try" if request.htmx else "tools/reward_detail.html"
+        return render(request, template, _reward_context(reward, None, form), status=400)
+    trial = ToolTrial.start(reward.team, request.user, form.arguments(), team_reward=reward)
+    if request.htmx:
+        return render(request, "tools/reward_detail.html#try", _reward_context(reward, trial, form))
+    return redirect(_trial_page(trial))
+
+
+@login_required
+@require_POST
+def reward_delete(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    reward = get_reward_for_user(request, team_slug, pk, write=True)
+    reward.delete()
+    messages.success(request, f"Deleted the reward {reward.name}.")
     return redirect("tools", team_slug=team_slug)

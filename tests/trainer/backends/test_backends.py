@@ -44,7 +44,8 @@ PATHS = VerlPaths(
 # agent loop (agent_loop.py), the driver (stage, loggers) and the launcher (Job).
 VERL_READ_BY_US = COMMON_FIELDS | {
     "rollout.max_new_tokens", "rollout.window", "rollout.env_type", "rollout.tools", "rollout.tool_format",
-    "rollout.env_kwargs", "data.train_path", "data.val_path", "trainer.checkpoint_dir", "report.console",
+    "rollout.env_kwargs", "data.train_path", "data.val_path", "data.rewards", "trainer.checkpoint_dir",
+    "report.console",
 }  # fmt: skip
 
 

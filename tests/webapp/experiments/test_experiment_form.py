@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from django.test import Client
 
 from tests.conftest import PASSWORD
+from tests.webapp.experiments.conftest import dataset_from_recipe
 from trainer.config import RunConfig
 from webapp.experiments.models import Experiment, Run, RunStatus
 
@@ -125,13 +127,14 @@ def test_the_preset_and_task_switches_refill_the_advanced_fields(personas: Any, 
     assert re.search(r'name="algorithm.gamma" value="0.99"', hotpot.content.decode())
 
 
-def test_a_form_value_beats_the_task_recipe_which_beats_the_preset(personas: Any, arithmetic: Any) -> None:
+def test_a_form_value_beats_the_task_recipe_which_beats_the_preset(personas: Any, tmp_path: Path) -> None:
     acme = personas["acme"]
+    hotpotqa = dataset_from_recipe(acme, "hotpotqa", tmp_path)  # the form refuses another task's rows
     client = client_for("alice")
     opened = client.get(f"/t/{acme.slug}/experiments/new/?task=hotpotqa&preset=grpo").context["form"]
     assert opened["algorithm.gamma"].value() == 0.99  # HotpotQA's recipe over grpo's 1.0
-    client.post(f"/t/{acme.slug}/experiments/new/", form_data(arithmetic, "hotpotqa", name="recipe"))
-    client.post(f"/t/{acme.slug}/experiments/new/", form_data(arithmetic, "hotpotqa", name="mine",
+    client.post(f"/t/{acme.slug}/experiments/new/", form_data(hotpotqa, "hotpotqa", name="recipe"))
+    client.post(f"/t/{acme.slug}/experiments/new/", form_data(hotpotqa, "hotpotqa", name="mine",
                                                               **{"algorithm.gamma": "0.9"}))  # fmt: skip
     recipe, mine = (
         RunConfig.model_validate(Experiment.objects.get(team=acme, name=n).config) for n in ("recipe", "mine")

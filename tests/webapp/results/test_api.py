@@ -60,8 +60,19 @@ def test_runs_and_experiments_are_listed_a_page_at_a_time(
     assert api(client, "get", "/api/t/acme/experiments", alice_token).json()["items"][0]["task"] == "gsm8k"
 
 
-def test_an_experiment_is_created_launched_and_its_run_cancelled(client: Client, alice_token: str) -> None:
-    config = json.loads(RunConfig.from_preset("grpo", name="api made", task="gsm8k").to_json())
+@pytest.fixture
+def runnable(personas: Any, tmp_path: Any) -> dict[str, Any]:
+    """What every config the API accepts names: a valid dataset of the team and a model."""
+    from tests.webapp.experiments.conftest import dataset_from_recipe
+
+    train = dataset_from_recipe(personas["acme"], "arithmetic", tmp_path)["train"]
+    return {"data.train_path": train.reference, "model.path": "tiny-test"}
+
+
+def test_an_experiment_is_created_launched_and_its_run_cancelled(
+    client: Client, alice_token: str, runnable: dict[str, Any]
+) -> None:
+    config = json.loads(RunConfig.from_preset("grpo", name="api made", task="gsm8k", **runnable).to_json())
     created = api(client, "post", "/api/t/acme/experiments", alice_token, {"config": config, "seeds": [1, 2]})
     assert created.status_code == 201, created.content
     again = api(client, "post", "/api/t/acme/experiments", alice_token, {"config": config})
@@ -84,9 +95,9 @@ def test_an_experiment_is_created_launched_and_its_run_cancelled(client: Client,
 
 
 def test_a_partial_config_gets_the_presets_then_the_recipes_defaults_under_its_own(
-    client: Client, alice_token: str
+    client: Client, alice_token: str, runnable: dict[str, Any]
 ) -> None:
-    body = {"name": "hotpot ppo", "task": "hotpotqa", "preset": "ppo", "optim.lr": 2e-6}
+    body = {"name": "hotpot ppo", "task": "hotpotqa", "preset": "ppo", "optim.lr": 2e-6, **runnable}
     created = api(client, "post", "/api/t/acme/experiments", alice_token, {"config": body})
     assert created.status_code == 201, created.content
     config = RunConfig.model_validate(Experiment.objects.get(pk=created.json()["id"]).config)

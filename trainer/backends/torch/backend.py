@@ -20,7 +20,7 @@ class TorchBackend:
     honoured = COMMON_FIELDS | {
         "model.path", "model.dtype", "model.trust_remote_code", "model.gradient_checkpointing",
         "data.train_path", "data.val_path", "data.max_prompt_length", "data.max_response_length",
-        "data.shuffle", "data.val_max_samples",
+        "data.shuffle", "data.val_max_samples", "data.rewards",
         "rollout.n", "rollout.temperature", "rollout.top_p", "rollout.max_new_tokens", "rollout.max_steps",
         "rollout.agent_name", "rollout.context_policy", "rollout.window", "rollout.env_type",
         "rollout.tools", "rollout.tool_format", "rollout.env_kwargs",

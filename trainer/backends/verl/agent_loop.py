@@ -14,7 +14,9 @@ Step rewards travel as follows: each step's reward sits on its last model token 
 lists them. Each step's anchor id (``Step.anchor_id``: GiGPO's observation groups, the id the torch
 backend groups by too) sits on the step's model tokens of ``agent_r1_anchor_ids``. Each finished
 trajectory (steps, tool calls, rewards) goes to the webapp through our reporter, built from the
-job's environment (:data:`RUN_ID_ENV`, ``STUDIO_API_URL``, ``STUDIO_RUN_TOKEN``).
+job's environment (:data:`RUN_ID_ENV`, ``STUDIO_API_URL``, ``STUDIO_RUN_TOKEN``). The run's team
+tools and rewards reach this Ray worker the same way: fetched once per process over the run's token
+and registered around each sample only (:func:`run_specs`, docs/tools.md#team-tools-in-runs).
 """
 
 from __future__ import annotations
@@ -38,14 +40,16 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 from trainer.backends.verl.estimators import ANCHOR_FIELD
 from trainer.config import RunConfig
-from trainer.contract import API_ENV, CLAIMANT_ENV, RUN_ID_ENV, TOKEN_ENV
+from trainer.contract import API_ENV, CLAIMANT_ENV, RUN_ID_ENV, TOKEN_ENV, RunSpecs
 from trainer.flows import FLOWS
 from trainer.llm import Generation, SamplingParams
 from trainer.mdp import Trajectory
 from trainer.models import load_generation_config
+from trainer.report.client import RunApiClient
 from trainer.report.http import HttpReporter
 from trainer.report.reporters import Reporter
 from trainer.rollout import make_flow, score_trajectory, stop_token_ids
+from trainer.team import needs_specs, run_scope
 
 logger = logging.getLogger(__name__)
 
@@ -259,15 +263,16 @@ class StudioAgentLoop(AgentLoopBase):
             response_length=int(self.rollout_config.response_length),
             stop_token_ids=turn_end_tokens(self.tokenizer),
         )
-        flow = make_flow(row, llm, self.tokenizer, self.run_config)
-        output = await flow.run(self.sampling(sampling_params), **row)
-        trajectory = output.to_trajectory(
-            row,
-            traj_id=f"{row.get('uid', uuid.uuid4().hex)}-s{row.get('session_id', 0)}",
-            group_id=str(row.get("uid", "")),
-            rollout_index=int(row.get("session_id", 0)),
-        )
-        score_trajectory(trajectory, row)
+        with run_scope(run_specs(self.run_config), self.run_config.data.rewards):
+            flow = make_flow(row, llm, self.tokenizer, self.run_config)
+            output = await flow.run(self.sampling(sampling_params), **row)
+            trajectory = output.to_trajectory(
+                row,
+                traj_id=f"{row.get('uid', uuid.uuid4().hex)}-s{row.get('session_id', 0)}",
+                group_id=str(row.get("uid", "")),
+                rollout_index=int(row.get("session_id", 0)),
+            )
+            score_trajectory(trajectory, row)
         report_trajectory(int(row.get("global_steps", 0) or 0), trajectory)
         tokenizer: Any = self.tokenizer
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -316,15 +321,50 @@ def load_run_config(path: str) -> RunConfig:
 
 
 def write_agent_loop_config(path: str | Path, run_config_path: str | Path) -> Path:
-    """The YAML verl reads at ``agent.agent_loop_config_path``: every flow name → :class:`StudioAgentLoop`."""
+    """The YAML verl reads at ``agent.agent_loop_config_path``: every flow name, and every other project's
+    name for one (FLOW_ALIASES: verl's tool_agent, Agent-R1's hotpotqa_agent, ...), → :class:`StudioAgentLoop`."""
+    names = [*FLOWS.names(), *FLOWS.aliases()]
     entries = [
-        {"name": name, "_target_": AGENT_LOOP_CLASS, "flow": name, "run_config_path": str(run_config_path)}
-        for name in FLOWS.names()
-    ]
+        {"name": name, "_target_": AGENT_LOOP_CLASS, "flow": FLOWS.canonical(name),
+         "run_config_path": str(run_config_path)}
+        for name in names
+    ]  # fmt: skip
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(yaml.safe_dump(entries, sort_keys=False), encoding="utf-8")
     return target
+
+
+# -- the run's team tools and rewards --------------------------------------------------------------
+
+_specs_lock = threading.Lock()
+_specs: RunSpecs | None = None
+
+
+def set_run_specs(specs: RunSpecs | None) -> None:
+    """Use ``specs`` in this process (tests); None fetches them from the job's environment again."""
+    global _specs
+    with _specs_lock:
+        _specs = specs
+
+
+def run_specs(config: RunConfig) -> RunSpecs:
+    """This worker's copy of the run's team tools and rewards, fetched once over the run's token when
+    the config names any. A worker outside a webapp run (no run in the environment) has none."""
+    global _specs
+    with _specs_lock:
+        if _specs is None:
+            needed = needs_specs(config.rollout.tools, config.data.rewards)
+            _specs = _specs_from_env() if needed else RunSpecs()
+        return _specs
+
+
+def _specs_from_env() -> RunSpecs:
+    api, run_id, token = os.environ.get(API_ENV), os.environ.get(RUN_ID_ENV), os.environ.get(TOKEN_ENV)
+    if not (api and run_id and token):
+        return RunSpecs()
+    with RunApiClient(api, run_id, token) as client:
+        return client.fetch_specs()
 
 
 # -- where trajectories go -------------------------------------------------------------------------

@@ -45,7 +45,7 @@ class VerlBackend:
     honoured = COMMON_FIELDS | {
         "model.path", "model.dtype", "model.trust_remote_code", "model.gradient_checkpointing",
         "data.train_path", "data.val_path", "data.max_prompt_length", "data.max_response_length",
-        "data.shuffle", "data.val_max_samples",
+        "data.shuffle", "data.val_max_samples", "data.rewards",
         # Our flows run inside verl's agent loop and read the rollout settings from the RunConfig;
         # rollout.window only matters to the sliding_window policy, which problems() refuses.
         "rollout.n", "rollout.temperature", "rollout.top_p", "rollout.max_new_tokens", "rollout.max_steps",

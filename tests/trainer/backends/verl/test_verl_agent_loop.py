@@ -143,9 +143,11 @@ def test_a_real_tiny_model_samples_through_the_server_manager(
 def test_the_agent_loop_yaml_lists_every_flow(tmp_path: Path) -> None:
     path = write_agent_loop_config(tmp_path / "loops.yaml", tmp_path / "run_config.json")
     entries = yaml.safe_load(path.read_text())
-    assert [entry["name"] for entry in entries] == FLOWS.names()
+    assert [entry["name"] for entry in entries] == [*FLOWS.names(), *FLOWS.aliases()]
     assert {entry["_target_"] for entry in entries} == {"trainer.backends.verl.agent_loop.StudioAgentLoop"}
-    assert all(entry["flow"] == entry["name"] for entry in entries)
+    # verl's and Agent-R1's agent names run our flows (tool_agent is our env loop).
+    assert {entry["name"]: entry["flow"] for entry in entries}["tool_agent"] == "agent_env_loop"
+    assert all(entry["flow"] == FLOWS.canonical(entry["name"]) for entry in entries)
 
 
 def test_both_backends_end_a_turn_on_the_same_tokens(
