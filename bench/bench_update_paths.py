@@ -69,7 +69,9 @@ def rollout_batch(run: Any) -> Any:
     from trainer.rollout import score_rewards
 
     config = run.config
-    prompts = batch_for_step(run.train_rows, 1, config.trainer.batch_size, seed=config.trainer.seed)
+    prompts = batch_for_step(
+        run.train_rows, 1, config.trainer.batch_size, seed=config.trainer.seed, shuffle=config.data.shuffle
+    )
     trajectories = rollout(
         prompts,
         n=config.rollout.n,
