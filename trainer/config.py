@@ -80,6 +80,17 @@ class ModelConfig(_Section):
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute activations in the backward pass to save memory."
     )
+    lora_rank: int = Field(
+        default=0,
+        ge=0,
+        description="Train low-rank adapters of this rank on every linear layer instead of all the weights "
+        "(0 trains every weight). Adapters learn with a larger optim.lr, about ten times full fine-tuning's.",
+    )
+    lora_alpha: int = Field(
+        default=16,
+        ge=1,
+        description="LoRA scaling: the adapters' update is multiplied by lora_alpha / lora_rank.",
+    )
 
 
 class DataConfig(_Section):
@@ -213,7 +224,18 @@ class TrainerConfig(_Section):
     checkpoint_dir: str | None = Field(
         default=None, description="Folder for Hugging Face format checkpoints; none saves nothing."
     )
-    resume: bool = Field(default=False, description="Continue from the latest checkpoint in checkpoint_dir.")
+    resume: bool = Field(
+        default=False,
+        description="Make the run resumable: checkpoints also hold the optimizer and RNG state, and the run "
+        "continues from the latest checkpoint in checkpoint_dir when there is one. Off, checkpoints hold "
+        "the weights only (about a third of the size).",
+    )
+    keep_checkpoints: int | None = Field(
+        default=None,
+        ge=1,
+        description="Keep only the newest k checkpoints: an older one is deleted once a newer one is "
+        "complete. None keeps every checkpoint.",
+    )
     device: Literal["cpu", "cuda", "auto"] = Field(
         default="auto", description="Where the torch backend runs; auto picks cuda when available."
     )
@@ -282,8 +304,8 @@ class RunConfig(_Section):
 
     @classmethod
     def from_preset(cls, preset_name: str = DEFAULT_PRESET, /, **overrides: Any) -> RunConfig:
-        """The one precedence rule: the preset's estimator, loss, KL mode and defaults, then the
-        recipe's defaults of the ``task`` the overrides name (:data:`RECIPE_DEFAULTS`), then the
+        """The one precedence rule: the preset's estimator, loss, KL mode and defaults (those for the
+        size of the model ``model.path`` names, see Preset.defaults_for), then the recipe's defaults of the ``task`` the overrides name (:data:`RECIPE_DEFAULTS`), then the
         overrides, the caller's explicit values.
 
         Overrides are keyed by dotted path (``**{"rollout.n": 8}``) or by section
@@ -291,6 +313,7 @@ class RunConfig(_Section):
         registered (its plugin not loaded, or free text) adds nothing.
         """
         from trainer.algos.presets import PRESETS
+        from trainer.models import parameter_count
 
         preset = PRESETS.get(preset_name)
         flat_overrides = flatten_paths(overrides)
@@ -300,7 +323,12 @@ class RunConfig(_Section):
             "algorithm.policy_loss": preset.policy_loss,
             "algorithm.kl_mode": preset.kl_mode,
         }
-        values.update(flatten_paths(preset.defaults))
+        model_path, backend = flat_overrides.get("model.path"), flat_overrides.get("backend", "torch")
+        if backend in BACKENDS:
+            parameters = parameter_count(model_path) if isinstance(model_path, str) else None
+            values.update(preset.defaults_for(parameters, BACKENDS.get(backend).honoured))
+        else:  # validation names the unknown backend
+            values.update(preset.defaults)
         task = flat_overrides.get("task")
         if isinstance(task, str) and task in RECIPE_DEFAULTS:
             values.update(flatten_paths(RECIPE_DEFAULTS.get(task)))

@@ -322,6 +322,12 @@ class CheckpointRecord(_Wire):
     step: int = Field(ge=0)
     path: str
     metrics: dict[str, float] = Field(default_factory=dict)
+    size_bytes: int | None = Field(default=None, ge=0, description="Bytes of every file in the checkpoint.")
+    deleted: bool = Field(
+        default=False,
+        description="The trainer deleted this checkpoint (trainer.keep_checkpoints): the record of its step "
+        "is kept, its files are gone.",
+    )
 
 
 class TeamToolSpec(_Wire):

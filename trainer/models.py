@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -217,6 +218,39 @@ class ValueHeadModel(nn.Module):
 MODEL_ALIASES = frozenset({"smollm2", "smollm2-135m-instruct", "SmolLM2-135M-Instruct"})
 # A tiny random model with SmolLM2's real tokenizer: smoke runs of the whole product in seconds.
 TINY_TEST_ALIAS = "tiny-test"
+SMOLLM2_PARAMETERS = 134_515_008
+TINY_TEST_PARAMETERS = 3_227_968
+
+
+def parameter_count(path: str) -> int | None:
+    """About how many parameters the model at ``model.path`` has, from its ``config.json`` alone (no
+    weights are read, nothing is converted); None when the path is neither an alias nor a readable
+    folder with the usual decoder fields. Presets pick their defaults by it (docs/presets.md)."""
+    if path in MODEL_ALIASES:
+        return SMOLLM2_PARAMETERS
+    if path == TINY_TEST_ALIAS:
+        return TINY_TEST_PARAMETERS
+    if not path:
+        return None
+    try:
+        config = json.loads((Path(path).expanduser() / "config.json").read_text(encoding="utf-8"))
+        return decoder_parameters(config)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def decoder_parameters(config: dict[str, Any]) -> int:
+    """Parameters of a Llama-style decoder described by a Hugging Face ``config.json`` (embeddings,
+    attention with grouped KV heads, a gated MLP; norms and biases are too small to matter here)."""
+    config = config.get("text_config", config)  # multimodal configs nest the language model's
+    hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
+    vocab, intermediate = int(config["vocab_size"]), int(config["intermediate_size"])
+    heads = int(config["num_attention_heads"])
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or hidden // heads)
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings", True) else 2)
+    return embeddings + layers * (attention + 3 * hidden * intermediate)
 
 
 def tiny_test_path() -> Path:
@@ -249,14 +283,49 @@ def resolve_model_path(path: str) -> Path:
     return folder
 
 
+ADAPTER_CONFIG = "adapter_config.json"  # what PEFT writes beside a LoRA adapter's weights
+
+
+def is_adapter(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` holds a LoRA adapter (a checkpoint of a model.lora_rank run) rather than a model."""
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
 def load_policy(
-    path: str | os.PathLike[str], *, dtype: torch.dtype = torch.float32, trust_remote_code: bool = False
+    path: str | os.PathLike[str],
+    *,
+    dtype: torch.dtype = torch.float32,
+    trust_remote_code: bool = False,
+    trainable_adapter: bool = False,
 ) -> Any:
     """Load a causal LM with its weights in ``dtype`` (model.dtype; the optimizer keeps fp32 masters
-    of bf16 weights, see trainer/backends/torch/optim.py)."""
+    of bf16 weights, see trainer/backends/torch/optim.py).
+
+    A LoRA adapter folder loads onto the base model its ``adapter_config.json`` names: merged into
+    the weights (a plain model, for generation and evaluation), or kept as a trainable PEFT model
+    when ``trainable_adapter`` (resuming a LoRA run).
+    """
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+    if not is_adapter(path):
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+    from peft import PeftConfig, PeftModel
+
+    base_path = PeftConfig.from_pretrained(str(path)).base_model_name_or_path
+    if not base_path:
+        raise ValueError(f"{Path(path) / ADAPTER_CONFIG} names no base model (base_model_name_or_path)")
+    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype, trust_remote_code=trust_remote_code)
+    adapted = PeftModel.from_pretrained(base, str(path), is_trainable=trainable_adapter)
+    return adapted if trainable_adapter else adapted.merge_and_unload()
+
+
+def with_lora(policy: Any, *, rank: int, alpha: int) -> Any:
+    """``policy`` with LoRA adapters on every linear layer of its decoder (the LM head stays frozen),
+    as a PEFT model whose only trainable weights are the adapters'."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear", bias="none")
+    return get_peft_model(policy, config)
 
 
 def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = False) -> Any:

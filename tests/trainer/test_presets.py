@@ -109,3 +109,23 @@ def test_a_preset_whose_critic_does_not_fit_its_estimator_is_rejected() -> None:
         Preset("x", "gae", "vanilla", False, "loss", {}, "")
     with pytest.raises(ValueError, match="kl_mode"):
         Preset("x", "grpo", "vanilla", False, "both", {}, "")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_a_small_model_gets_the_small_model_settings_and_a_large_one_agent_r1s(name: str) -> None:
+    from trainer.config import RunConfig
+
+    small = RunConfig.from_preset(name, **{"model.path": "smollm2-135m-instruct"})
+    large = RunConfig.from_preset(name, **{"model.path": "Qwen/Qwen3-4B-Instruct-2507"})
+    group = PRESETS.get(name).group_size
+    assert (small.optim.lr, small.rollout.n) == (1e-5, 4 if group > 1 else 1)
+    assert small.algorithm.skip_zero_advantage_groups
+    assert small.optim.mini_batch_size == small.trainer.batch_size * small.rollout.n  # one on-policy pass
+    assert (large.optim.lr, large.rollout.n) == (1e-6, group)
+
+
+def test_the_users_values_win_over_the_small_model_settings() -> None:
+    from trainer.config import RunConfig
+
+    config = RunConfig.from_preset("grpo", **{"model.path": "smollm2-135m-instruct", "optim.lr": 3e-6})
+    assert config.optim.lr == 3e-6 and config.rollout.n == 4

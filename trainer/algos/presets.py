@@ -1,13 +1,16 @@
-"""Algorithm presets: estimator + policy loss + defaults, as in Agent-R1 (docs/algorithms.md#presets).
+"""Algorithm presets: estimator + policy loss + defaults, as in Agent-R1 (docs/algorithms.md#presets;
+defaults per model size: docs/presets.md).
 
 ``Preset.defaults`` is keyed by RunConfig's dotted field paths (``"rollout.n"``, ``"algorithm.gamma"``),
-so ``RunConfig.from_preset`` can apply them as plain overrides. Per-task settings (max steps,
+so ``RunConfig.from_preset`` can apply them as plain overrides. They are Agent-R1's settings for a
+4B model; :meth:`Preset.defaults_for` puts the settings for a small model on top of them when the
+run's model is one (docs/presets.md#defaults-by-model-size). Per-task settings (max steps,
 HotpotQA's discount) are the task recipes' own (``trainer.config.RECIPE_DEFAULTS``); they win over these.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal, get_args
@@ -49,8 +52,42 @@ class Preset:
             )
         object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))
 
+    @property
+    def group_size(self) -> int:
+        return int(self.defaults.get("rollout.n", 1))
+
+    def defaults_for(self, parameters: int | None, honoured: Collection[str]) -> dict[str, Any]:
+        """The preset's defaults for a model of ``parameters`` parameters (None: unknown, the plain
+        defaults), keeping only what the run's backend honours of the small-model settings."""
+        defaults = dict(self.defaults)
+        if parameters is not None and parameters <= SMALL_MODEL_MAX_PARAMETERS:
+            small = small_model_defaults(self)
+            defaults.update({path: value for path, value in small.items() if path in honoured})
+        return defaults
+
 
 PRESETS: Registry[Preset] = Registry("preset")
+
+# Up to here a model counts as small (SmolLM2-135M and -360M, the tiny test models): it trains on a
+# laptop's CPU, in small batches and for tens of steps, where Agent-R1's 4B settings barely move it.
+SMALL_MODEL_MAX_PARAMETERS = 500_000_000
+SMALL_MODEL_GROUP = 4  # samples per prompt for the group estimators (a preset's n of 1 stays 1)
+
+
+def small_model_defaults(preset: Preset) -> dict[str, Any]:
+    """What a small model trains with (docs/presets.md#defaults-by-model-size): ten times the 4B
+    learning rates, groups of 4, the whole batch as one on-policy mini-batch (no separate π_old
+    pass), 8 rows per forward pass, and no update for groups whose rewards are all equal."""
+    n = SMALL_MODEL_GROUP if preset.group_size > 1 else 1
+    return {
+        "optim.lr": 1e-5,
+        "optim.critic_lr": 1e-4,
+        "rollout.n": n,
+        "optim.mini_batch_size": 4 * n,  # trainer.batch_size's default (4 prompts) times n
+        "optim.micro_batch_size": 8,
+        "algorithm.skip_zero_advantage_groups": True,
+    }
+
 
 # Agent-R1's recipe (Qwen3-4B-Instruct): actor lr 1e-6, critic lr 1e-5, no entropy bonus, gamma 1, and
 # KL coefficient 0.001 whether it is a loss or a reward penalty.

@@ -184,8 +184,22 @@ class HttpReporter(Reporter):
         if full:
             self._wake.set()
 
-    def log_checkpoint(self, step: int, path: str, metrics: Mapping[str, float] | None = None) -> None:
-        record = CheckpointRecord(step=step, path=str(path), metrics=to_floats(metrics or {}))
+    def log_checkpoint(
+        self,
+        step: int,
+        path: str,
+        metrics: Mapping[str, float] | None = None,
+        *,
+        size_bytes: int | None = None,
+        deleted: bool = False,
+    ) -> None:
+        record = CheckpointRecord(
+            step=step,
+            path=str(path),
+            metrics=to_floats(metrics or {}),
+            size_bytes=size_bytes,
+            deleted=deleted,
+        )
         with self._lock:
             self._cut_all_locked()
             self._spool_locked("checkpoints", record)

@@ -65,7 +65,16 @@ class Reporter(ABC):
     def log_text(self, text: str) -> None: ...
 
     @abstractmethod
-    def log_checkpoint(self, step: int, path: str, metrics: Mapping[str, float] | None = None) -> None: ...
+    def log_checkpoint(
+        self,
+        step: int,
+        path: str,
+        metrics: Mapping[str, float] | None = None,
+        *,
+        size_bytes: int | None = None,
+        deleted: bool = False,
+    ) -> None:
+        """A checkpoint saved at ``step`` (its size in bytes), or one the trainer ``deleted`` since."""
 
     def close(self) -> None:  # noqa: B027 - most reporters hold nothing to release
         """Flush and release; safe to call twice."""
@@ -116,8 +125,16 @@ class ConsoleReporter(Reporter):
     def log_text(self, text: str) -> None:
         console_logger.info("%s", text.rstrip("\n"))
 
-    def log_checkpoint(self, step: int, path: str, metrics: Mapping[str, float] | None = None) -> None:
-        console_logger.info("checkpoint at step %d: %s", step, path)
+    def log_checkpoint(
+        self,
+        step: int,
+        path: str,
+        metrics: Mapping[str, float] | None = None,
+        *,
+        size_bytes: int | None = None,
+        deleted: bool = False,
+    ) -> None:
+        console_logger.info("checkpoint %s at step %d: %s", "deleted" if deleted else "saved", step, path)
 
     def close(self) -> None:
         if self._bar is not None:
@@ -166,8 +183,19 @@ class JsonlReporter(Reporter):
     def log_text(self, text: str) -> None:
         self._write("log", {"text": text})
 
-    def log_checkpoint(self, step: int, path: str, metrics: Mapping[str, float] | None = None) -> None:
-        self._write("checkpoint", CheckpointRecord(step=step, path=path, metrics=to_floats(metrics or {})))
+    def log_checkpoint(
+        self,
+        step: int,
+        path: str,
+        metrics: Mapping[str, float] | None = None,
+        *,
+        size_bytes: int | None = None,
+        deleted: bool = False,
+    ) -> None:
+        record = CheckpointRecord(
+            step=step, path=path, metrics=to_floats(metrics or {}), size_bytes=size_bytes, deleted=deleted
+        )
+        self._write("checkpoint", record)
 
     def close(self) -> None:
         if self._file is not None:
@@ -196,7 +224,8 @@ class MemoryReporter(Reporter):
     statuses: list[tuple[str, str, float | None]] = field(default_factory=list)
     heartbeats: list[tuple[int, int]] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
-    checkpoints: list[tuple[int, str, dict[str, float]]] = field(default_factory=list)
+    checkpoints: list[tuple[int, str, dict[str, float]]] = field(default_factory=list)  # saved ones
+    checkpoint_records: list[CheckpointRecord] = field(default_factory=list)  # saved and deleted
     closed: bool = False
 
     def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
@@ -214,8 +243,21 @@ class MemoryReporter(Reporter):
     def log_text(self, text: str) -> None:
         self.texts.append(text)
 
-    def log_checkpoint(self, step: int, path: str, metrics: Mapping[str, float] | None = None) -> None:
-        self.checkpoints.append((step, path, to_floats(metrics or {})))
+    def log_checkpoint(
+        self,
+        step: int,
+        path: str,
+        metrics: Mapping[str, float] | None = None,
+        *,
+        size_bytes: int | None = None,
+        deleted: bool = False,
+    ) -> None:
+        record = CheckpointRecord(
+            step=step, path=path, metrics=to_floats(metrics or {}), size_bytes=size_bytes, deleted=deleted
+        )
+        self.checkpoint_records.append(record)
+        if not deleted:
+            self.checkpoints.append((step, path, record.metrics))
 
     def close(self) -> None:
         self.closed = True
@@ -251,9 +293,17 @@ class MultiReporter(Reporter):
         for reporter in self.reporters:
             reporter.log_text(text)
 
-    def log_checkpoint(self, step: int, path: str, metrics: Mapping[str, float] | None = None) -> None:
+    def log_checkpoint(
+        self,
+        step: int,
+        path: str,
+        metrics: Mapping[str, float] | None = None,
+        *,
+        size_bytes: int | None = None,
+        deleted: bool = False,
+    ) -> None:
         for reporter in self.reporters:
-            reporter.log_checkpoint(step, path, metrics)
+            reporter.log_checkpoint(step, path, metrics, size_bytes=size_bytes, deleted=deleted)
 
     def close(self) -> None:
         # Close every reporter even when one fails, so the HTTP reporter still flushes.

@@ -1,8 +1,16 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.db.models.signals import post_delete
 
 
 class ExperimentsConfig(AppConfig):
     name = "webapp.experiments"
     label = "experiments"
+
+    def ready(self) -> None:
+        # A signal, not Run.delete(): queryset and cascade deletes never call a model's delete().
+        from webapp.experiments.models import Run
+        from webapp.experiments.services import delete_run_files
+
+        post_delete.connect(delete_run_files, sender=Run, dispatch_uid="delete_run_files")

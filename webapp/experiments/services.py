@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shutil
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -233,10 +234,23 @@ def create_experiment(team: Any, user: Any, config: RunConfig, seeds: list[int],
         raise NameTaken(f"the team already has an experiment named {config.name!r}") from None
 
 
-def checkpoint_dir(run: Run) -> str:
-    """Local runs keep checkpoints under STUDIO_VAR_DIR; Ray runs on storage every node shares."""
+def run_files_dir(run: Run) -> Path:
+    """The folder of a run's files: under STUDIO_VAR_DIR for local runs, on storage every node shares
+    for Ray runs."""
     base = Path(settings.SHARED_DIR) if run.executor == "ray" else Path(settings.VAR_DIR)
-    return str(base / "runs" / str(run.pk) / "checkpoints")
+    return base / "runs" / str(run.pk)
+
+
+def checkpoint_dir(run: Run) -> str:
+    return str(run_files_dir(run) / "checkpoints")
+
+
+def delete_run_files(sender: type[Run], instance: Run, **kwargs: Any) -> None:
+    """post_delete of a Run (also a cascade from its experiment or team): its folder goes once the
+    deletion commits, so a rolled-back delete keeps the files (docs/checkpoints.md#deleting-a-run).
+    Only the folder the studio made is removed, never a path a config names."""
+    folder = run_files_dir(instance)
+    transaction.on_commit(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 # A launch request's key (the form's hidden field, a REST Idempotency-Key): what fits Run.launch_key.

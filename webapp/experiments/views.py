@@ -169,12 +169,17 @@ def _initial(request: HttpRequest, source: Experiment | None) -> dict[str, Any]:
         return initial
     preset = request.GET.get("preset") or "grpo"
     task = request.GET.get("task") or "arithmetic"
+    # The preset's defaults depend on the model's size (docs/presets.md): a folder's is read once chosen.
+    model = request.GET.get("model_choice") or "smollm2-135m-instruct"
+    model_path = request.GET.get("model_path", "") if model == "path" else model
     try:
-        config = RunConfig.from_preset(preset, task=task)
+        config = RunConfig.from_preset(preset, task=task, **{"model.path": model_path})
     except (KeyError, ValueError):
-        config = RunConfig.from_preset("grpo", task=task)
+        config = RunConfig.from_preset("grpo", task=task, **{"model.path": model_path})
     initial = initial_from_config(config)
-    initial.update(name="", task=task, model_choice="smollm2-135m-instruct", train_dataset="", val_dataset="")
+    initial.update(name="", task=task, model_choice=model, train_dataset="", val_dataset="")
+    if model == "path":
+        initial["model_path"] = model_path
     return initial
 
 

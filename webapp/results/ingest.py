@@ -86,5 +86,5 @@ def post_logs(request: HttpRequest, run_id: int, chunk: LogChunk) -> dict[str, A
 @router.post(route(CHECKPOINTS_PATH), summary="Record a saved checkpoint")
 def post_checkpoint(request: HttpRequest, run_id: int, record: CheckpointRecord) -> dict[str, Any]:
     run = get_run_for_claimant(request, run_id)
-    stored = Checkpoint.record(run, record.batch_id, record.step, record.path, record.metrics)
+    stored = Checkpoint.record(run, record.batch_id, record)
     return {"stored": int(stored), "duplicate": not stored}

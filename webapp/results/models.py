@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from django.conf import settings
 from django.db import connection, models, transaction
 
+from trainer.contract import CheckpointRecord
 from webapp.accounts.models import Team
 from webapp.experiments.models import Experiment, Run
 
@@ -254,18 +255,34 @@ class Checkpoint(models.Model):
     step = models.IntegerField()
     path = models.TextField()
     metrics = models.JSONField(default=dict)
+    size_bytes = models.BigIntegerField(null=True, blank=True)  # None: reported by an older trainer
+    # The trainer deleted its files (trainer.keep_checkpoints, docs/checkpoints.md); the row stays so the
+    # run page can say which steps were saved.
+    deleted = models.BooleanField(default=False)
     received = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["run_id", "step"]
 
     @classmethod
-    def record(cls, run: Run, batch_id: str, step: int, path: str, metrics: dict[str, float]) -> bool:
-        """Record a saved checkpoint once per batch id; False for a replay."""
+    def record(cls, run: Run, batch_id: str, record: CheckpointRecord) -> bool:
+        """Record a saved checkpoint, or mark the one of that step deleted, once per batch id; False
+        for a replay."""
         with transaction.atomic():
             if not IngestBatch.claim(run.pk, batch_id, "checkpoints"):
                 return False
-            cls.objects.create(run=run, step=step, path=path, metrics=metrics)
+            if record.deleted:
+                # Race: none; the trainer reports a step's deletion only after its save was posted, and
+                # one trainer's batches arrive in order.
+                cls.objects.filter(run=run, step=record.step).update(deleted=True)
+            else:
+                cls.objects.create(
+                    run=run,
+                    step=record.step,
+                    path=record.path,
+                    metrics=record.metrics,
+                    size_bytes=record.size_bytes,
+                )
         return True
 
 

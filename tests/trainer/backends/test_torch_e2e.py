@@ -66,7 +66,7 @@ def test_a_two_step_grpo_run_of_smollm2_checkpoints_and_resumes_through_the_cli(
         "optim": {"lr": 1e-6, "mini_batch_size": 4, "micro_batch_size": 4},
         "trainer": {
             "total_steps": 2, "batch_size": 2, "seed": 1, "device": "cpu", "num_threads": 2,
-            "checkpoint_dir": str(tmp_path / "checkpoints"),
+            "checkpoint_dir": str(tmp_path / "checkpoints"), "resume": True,
         },
         "report": {"jsonl_path": str(jsonl), "console": True},
     }  # fmt: skip
@@ -83,7 +83,8 @@ def test_a_two_step_grpo_run_of_smollm2_checkpoints_and_resumes_through_the_cli(
     trajectories = events(jsonl, "trajectories")[0]["trajectories"]
     assert len(trajectories) == 4 and trajectories[0]["steps"][0]["response_text"]
 
-    second = run_cli(config_path, "trainer.total_steps=3", "trainer.resume=true")
+    assert (checkpoint / "optimizer.pt").is_file()  # a resumable run keeps what resuming needs
+    second = run_cli(config_path, "trainer.total_steps=3")
     assert second.returncode == 0, second.stderr[-3000:]
     assert [e["step"] for e in events(jsonl, "metrics")] == [1, 2, 3]  # the step counter continues
     assert (tmp_path / "checkpoints" / "step_00000003" / "policy" / "model.safetensors").is_file()

@@ -102,9 +102,12 @@ def test_a_resumed_run_continues_exactly_where_it_stopped(
     train(make_config(**{"trainer.total_steps": 3, "trainer.checkpoint_dir": str(tmp_path / "a")}), straight)
 
     first, second = MemoryReporter(), MemoryReporter()
-    interrupted = make_config(**{"trainer.total_steps": 2, "trainer.checkpoint_dir": str(tmp_path / "b")})
+    # trainer.resume from the start: only a resumable run's checkpoints hold optimizer and RNG state.
+    interrupted = make_config(
+        **{"trainer.total_steps": 2, "trainer.checkpoint_dir": str(tmp_path / "b"), "trainer.resume": True}
+    )
     train(interrupted, first)
-    result = train(interrupted.with_overrides(**{"trainer.total_steps": 3, "trainer.resume": True}), second)
+    result = train(interrupted.with_overrides(**{"trainer.total_steps": 3}), second)
 
     assert [step for step, _ in second.metrics] == [3]
     assert result.last_step == 3 and result.steps_run == 1
@@ -119,6 +122,35 @@ def test_a_resumed_run_continues_exactly_where_it_stopped(
     assert [Path(path).name for _, path, _ in first.checkpoints + second.checkpoints] == [
         "step_00000002",
         "step_00000003",
+    ]
+
+
+def test_checkpoints_hold_the_weights_only_and_only_the_newest_k_are_kept(
+    make_config: Callable[..., RunConfig], tmp_path: Path
+) -> None:
+    root = tmp_path / "ck"
+    config = make_config(
+        **{
+            "trainer.total_steps": 3,
+            "trainer.save_every": 1,
+            "trainer.checkpoint_dir": str(root),
+            "trainer.keep_checkpoints": 2,
+        }
+    )
+    reporter = MemoryReporter()
+
+    train(config, reporter)
+
+    assert sorted(path.name for path in root.iterdir()) == ["step_00000002", "step_00000003"]
+    for folder in root.iterdir():
+        assert (folder / "policy" / "model.safetensors").is_file()
+        assert not (folder / "optimizer.pt").exists() and not (folder / "rng.pt").exists()
+    saved = [(r.step, r.size_bytes) for r in reporter.checkpoint_records if not r.deleted]
+    assert [step for step, _ in saved] == [1, 2, 3]
+    weights_bytes = (root / "step_00000003" / "policy" / "model.safetensors").stat().st_size
+    assert all(size is not None and size > weights_bytes for _, size in saved)
+    assert [(r.step, Path(r.path).name) for r in reporter.checkpoint_records if r.deleted] == [
+        (1, "step_00000001")
     ]
 
 

@@ -215,3 +215,38 @@ def test_the_migration_copies_verl_points_stored_before_under_our_keys(run: Any)
     assert list(ours.values_list("step", "value")) == [(0, 0.0), (1, 0.1), (2, 0.2)]
     assert MetricLatest.objects.get(run=run, key__name="reward/mean").value == 0.2
     assert MetricPoint.objects.filter(run=run, key_id=verl).count() == 3
+
+
+def test_a_checkpoint_is_stored_with_its_size_and_one_the_trainer_deleted_stays_listed_as_deleted(
+    trainer: Trainer, run: Any
+) -> None:
+    for step in (1, 2):
+        body = {"batch_id": f"c{step}", "step": step, "path": f"/ck/{step}", "size_bytes": 1000 + step}
+        assert trainer.post(CHECKPOINTS_PATH, body).status_code == 200
+    gone = {"batch_id": "d1", "step": 1, "path": "/ck/1", "deleted": True}
+    assert trainer.post(CHECKPOINTS_PATH, gone).status_code == 200
+
+    rows = Checkpoint.objects.filter(run=run).values_list("step", "size_bytes", "deleted")
+    assert list(rows) == [(1, 1001, True), (2, 1002, False)]
+
+
+def test_deleting_a_run_removes_its_files_once_the_deletion_commits(
+    run: Any, settings: Any, tmp_path: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from webapp.experiments.services import checkpoint_dir
+
+    settings.VAR_DIR = tmp_path
+    folder = tmp_path / "runs" / str(run.pk)
+    (folder / "checkpoints" / "step_00000001").mkdir(parents=True)
+    (folder / "checkpoints" / "step_00000001" / "trainer_state.json").write_text("{}")
+    assert checkpoint_dir(run).startswith(str(folder))
+    other = tmp_path / "runs" / str(run.pk + 1)
+    other.mkdir()
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        run.experiment.delete()  # the cascade reaches the run
+        assert folder.is_dir()  # nothing goes before the commit
+    for callback in callbacks:
+        callback()
+
+    assert not folder.exists() and other.is_dir()

@@ -19,6 +19,7 @@ class TorchBackend:
     description = "One process, Hugging Face transformers, CPU or one GPU (the embedded default)."
     honoured = COMMON_FIELDS | {
         "model.path", "model.dtype", "model.trust_remote_code", "model.gradient_checkpointing",
+        "model.lora_rank", "model.lora_alpha",
         "data.train_path", "data.val_path", "data.max_prompt_length", "data.max_response_length",
         "data.shuffle", "data.val_max_samples", "data.rewards",
         "rollout.n", "rollout.temperature", "rollout.top_p", "rollout.max_new_tokens", "rollout.max_steps",
@@ -31,8 +32,8 @@ class TorchBackend:
         "optim.lr", "optim.critic_lr", "optim.weight_decay", "optim.grad_clip", "optim.ppo_epochs",
         "optim.mini_batch_size", "optim.micro_batch_size", "optim.warmup_steps",
         "trainer.total_steps", "trainer.batch_size", "trainer.seed", "trainer.val_every",
-        "trainer.save_every", "trainer.checkpoint_dir", "trainer.resume", "trainer.device",
-        "trainer.num_threads",
+        "trainer.save_every", "trainer.checkpoint_dir", "trainer.resume", "trainer.keep_checkpoints",
+        "trainer.device", "trainer.num_threads",
         "resources.gpus_per_node",  # one GPU at most (see problems), held by the job's entrypoint
         "report.jsonl_path", "report.console",
     }  # fmt: skip

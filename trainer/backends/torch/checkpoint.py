@@ -1,11 +1,12 @@
-"""Checkpoints in Hugging Face format, and resuming from the latest one.
+"""Checkpoints in Hugging Face format, resuming from the latest one, and keeping the newest k.
 
-Layout of ``<checkpoint_dir>/step_00000012/``::
+Layout of ``<checkpoint_dir>/step_00000012/`` (docs/checkpoints.md)::
 
-    policy/              save_pretrained model + tokenizer (loadable by any HF tool)
+    policy/              save_pretrained model + tokenizer (loadable by any HF tool); with LoRA,
+                         the PEFT adapter (adapter_config.json names the base model)
     critic/              the value model (backbone + value_head.pt), when the preset has one
-    optimizer.pt         AdamW states of the actor and the critic
-    rng.pt               torch, Python and sampler RNG states
+    optimizer.pt         AdamW states of the actor and the critic    } resumable runs only
+    rng.pt               torch, Python and sampler RNG states        } (trainer.resume)
     trainer_state.json   step, metrics, the run config
 
 A checkpoint is written to a temporary folder and renamed into place, so a folder named
@@ -31,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 PREFIX = "step_"
 STATE_FILE = "trainer_state.json"
+OPTIMIZER_FILE = "optimizer.pt"
+RNG_FILE = "rng.pt"
 
 
 @dataclass
@@ -44,10 +47,10 @@ def checkpoint_path(root: str | Path, step: int) -> Path:
     return Path(root) / f"{PREFIX}{step:08d}"
 
 
-def latest_checkpoint(root: str | Path | None) -> Path | None:
-    """The complete checkpoint with the highest step in ``root``, or None."""
+def complete_checkpoints(root: str | Path | None) -> list[Path]:
+    """The complete checkpoints in ``root``, oldest step first."""
     if root is None or not Path(root).is_dir():
-        return None
+        return []
     found = [
         path
         for path in Path(root).iterdir()
@@ -56,7 +59,35 @@ def latest_checkpoint(root: str | Path | None) -> Path | None:
         and path.name[len(PREFIX) :].isdigit()
         and (path / STATE_FILE).is_file()
     ]
-    return max(found, key=lambda path: int(path.name[len(PREFIX) :]), default=None)
+    return sorted(found, key=checkpoint_step)
+
+
+def checkpoint_step(path: Path) -> int:
+    return int(path.name[len(PREFIX) :])
+
+
+def latest_checkpoint(root: str | Path | None) -> Path | None:
+    """The complete checkpoint with the highest step in ``root``, or None."""
+    found = complete_checkpoints(root)
+    return found[-1] if found else None
+
+
+def folder_size(path: Path) -> int:
+    """Bytes of every file under ``path``."""
+    return sum(file.stat().st_size for file in path.rglob("*") if file.is_file())
+
+
+def prune_checkpoints(root: str | Path, keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` complete checkpoints; the deleted folders, oldest first.
+
+    Only called after a save completed, so the newest one is never a half-written folder.
+    """
+    found = complete_checkpoints(root)
+    doomed = found[: max(len(found) - keep, 0)]
+    for path in doomed:
+        shutil.rmtree(path)
+        logger.info("checkpoint deleted (trainer.keep_checkpoints = %d): %s", keep, path)
+    return doomed
 
 
 def rng_state(generators: dict[str, torch.Generator]) -> dict[str, Any]:
@@ -89,8 +120,10 @@ def save_checkpoint(
     generators: dict[str, torch.Generator],
     metrics: dict[str, float],
     config_json: str,
+    resumable: bool,
 ) -> Path:
-    """Write the checkpoint of ``step`` and return its folder."""
+    """Write the checkpoint of ``step`` and return its folder: the weights, and the optimizer and RNG
+    states only when ``resumable`` (AdamW's two moments are twice the weights' size)."""
     final = checkpoint_path(root, step)
     staging = final.with_name(final.name + ".tmp")
     if staging.exists():
@@ -98,13 +131,15 @@ def save_checkpoint(
     staging.mkdir(parents=True)
     models.policy.save_pretrained(staging / "policy")
     tokenizer.save_pretrained(staging / "policy")
-    optimizers = {"actor": models.actor_optimizer.state_dict()}
-    if models.critic is not None and models.critic_optimizer is not None:
+    if models.critic is not None:
         models.critic.save_pretrained(staging / "critic")
-        optimizers["critic"] = models.critic_optimizer.state_dict()
-    torch.save(optimizers, staging / "optimizer.pt")
-    torch.save(rng_state(generators), staging / "rng.pt")
-    state = {"step": step, "metrics": metrics, "config": json.loads(config_json)}
+    if resumable:
+        optimizers = {"actor": models.actor_optimizer.state_dict()}
+        if models.critic_optimizer is not None:
+            optimizers["critic"] = models.critic_optimizer.state_dict()
+        torch.save(optimizers, staging / OPTIMIZER_FILE)
+        torch.save(rng_state(generators), staging / RNG_FILE)
+    state = {"step": step, "metrics": metrics, "config": json.loads(config_json), "resumable": resumable}
     (staging / STATE_FILE).write_text(json.dumps(state, indent=2, default=float))
     if final.exists():  # a rerun of the same step after a crash: the new one wins
         shutil.rmtree(final)
@@ -115,12 +150,17 @@ def save_checkpoint(
 
 def load_training_state(path: Path, models: Models, *, generators: dict[str, torch.Generator]) -> Resumed:
     """Restore optimizer and RNG states (weights are loaded from ``path/policy`` by the caller)."""
-    optimizers = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False)
+    if not (path / OPTIMIZER_FILE).is_file():
+        raise ValueError(
+            f"checkpoint {path} holds the weights only (its run did not set trainer.resume), so training "
+            f"cannot continue exactly from it: start a new run with model.path set to {path / 'policy'}"
+        )
+    optimizers = torch.load(path / OPTIMIZER_FILE, map_location="cpu", weights_only=False)
     models.actor_optimizer.load_state_dict(optimizers["actor"])
     if models.critic_optimizer is not None:
         if "critic" not in optimizers:
             raise ValueError(f"checkpoint {path} has no critic, but this run trains one")
         models.critic_optimizer.load_state_dict(optimizers["critic"])
-    restore_rng(torch.load(path / "rng.pt", map_location="cpu", weights_only=False), generators)
+    restore_rng(torch.load(path / RNG_FILE, map_location="cpu", weights_only=False), generators)
     state = json.loads((path / STATE_FILE).read_text())
     return Resumed(step=int(state["step"]), path=path, state=state)

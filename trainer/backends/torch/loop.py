@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from trainer.backends.torch.batch import flatten
-from trainer.backends.torch.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
+from trainer.backends.torch.checkpoint import (
+    checkpoint_step,
+    folder_size,
+    latest_checkpoint,
+    load_training_state,
+    prune_checkpoints,
+    save_checkpoint,
+)
 from trainer.backends.torch.data import Row, batch_for_step, load_rows
 from trainer.backends.torch.engine import TorchGenerationEngine
 from trainer.backends.torch.optim import adamw
@@ -39,7 +46,14 @@ from trainer.contract import (
     TIMING_VAL_S,
 )
 from trainer.llm import SamplingParams
-from trainer.models import ValueHeadModel, load_policy, load_tokenizer, resolve_model_path
+from trainer.models import (
+    ValueHeadModel,
+    is_adapter,
+    load_policy,
+    load_tokenizer,
+    resolve_model_path,
+    with_lora,
+)
 from trainer.rollout import rollout_metrics, score_rewards, stop_token_ids, validation_metrics
 
 if TYPE_CHECKING:
@@ -99,10 +113,16 @@ def build_models(config: RunConfig, device: torch.device, tokenizer: Any, checkp
     base = resolve_model_path(config.model.path)
     dtype, remote = DTYPES[config.model.dtype], config.model.trust_remote_code
     policy_path = checkpoint / "policy" if checkpoint else base
-    policy = load_policy(policy_path, dtype=dtype, trust_remote_code=remote).to(device)
+    lora = config.model.lora_rank > 0
+    policy = load_policy(policy_path, dtype=dtype, trust_remote_code=remote, trainable_adapter=lora)
+    if lora and not is_adapter(policy_path):
+        policy = with_lora(policy, rank=config.model.lora_rank, alpha=config.model.lora_alpha)
+    policy = policy.to(device)
     reference = None
-    if config.algorithm.kl_mode != "none" and config.algorithm.kl_coef > 0:
+    wants_reference = config.algorithm.kl_mode != "none" and config.algorithm.kl_coef > 0
+    if wants_reference and not lora:
         # Always the original model, also on resume: the KL anchors to where training started.
+        # (With LoRA the original model is the policy with its adapters off: Models.reference_model.)
         reference = (
             load_policy(base, dtype=dtype, trust_remote_code=remote).to(device).eval().requires_grad_(False)
         )
@@ -122,6 +142,8 @@ def build_models(config: RunConfig, device: torch.device, tokenizer: Any, checkp
                     or model.gradient_checkpointing_enable
                 )
                 enable()
+        if lora:  # frozen embeddings: checkpointed layers need an input that asks for a gradient
+            policy.enable_input_require_grads()
     actor_optimizer = adamw(policy.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
     return Models(
         policy=policy,
@@ -132,6 +154,7 @@ def build_models(config: RunConfig, device: torch.device, tokenizer: Any, checkp
         critic=critic,
         critic_optimizer=critic_optimizer,
         share_prefixes=not config.model.gradient_checkpointing,
+        reference_is_base=wants_reference and lora,
     )
 
 
@@ -264,18 +287,25 @@ def validate(run: Run, step: int) -> dict[str, float]:
 
 
 def _save(run: Run, step: int, reporter: Reporter) -> Path | None:
-    if not run.config.trainer.checkpoint_dir:
+    """Checkpoint ``step`` (weights, plus optimizer and RNG states when the run is resumable), then
+    delete the oldest beyond trainer.keep_checkpoints (docs/checkpoints.md)."""
+    trainer = run.config.trainer
+    if not trainer.checkpoint_dir:
         return None
     path = save_checkpoint(
-        run.config.trainer.checkpoint_dir,
+        trainer.checkpoint_dir,
         step,
         run.models,
         run.tokenizer,
         generators=run.generators,
         metrics=run.last_metrics,
         config_json=run.config.to_json(),
+        resumable=trainer.resume,
     )
-    reporter.log_checkpoint(step, str(path), run.last_metrics)
+    reporter.log_checkpoint(step, str(path), run.last_metrics, size_bytes=folder_size(path))
+    if trainer.keep_checkpoints is not None:
+        for old in prune_checkpoints(trainer.checkpoint_dir, trainer.keep_checkpoints):
+            reporter.log_checkpoint(checkpoint_step(old), str(old), deleted=True)
     return path
 
 
@@ -292,9 +322,15 @@ def _describe(run: Run) -> str:
     return (
         f"torch backend on {run.models.device}: preset {config.preset}, estimator {config.algorithm.estimator}, "
         f"loss {config.algorithm.policy_loss}, π_old {old}, reference model "
-        f"{'loaded' if run.models.reference is not None else 'not needed'}, critic "
+        f"{_reference_description(run.models)}, critic "
         f"{'trained' if run.models.critic is not None else 'none'}"
     )
+
+
+def _reference_description(models: Models) -> str:
+    if models.reference is not None:
+        return "loaded"
+    return "the policy with its LoRA adapters off" if models.reference_is_base else "not needed"
 
 
 def train(config: RunConfig, reporter: Reporter, *, stop_event: threading.Event | None = None) -> TrainResult:

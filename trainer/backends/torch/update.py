@@ -6,6 +6,7 @@ longest response Tm ≤ T, and slices the [S, T] tensors to [b, Tm].
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ VALUE_CLIP = 0.5
 class Models:
     """Everything the update touches: the policy, its frozen reference, the critic and the optimizers."""
 
-    policy: Any  # a transformers causal LM
+    policy: Any  # a transformers causal LM (a PEFT model when training LoRA adapters)
     actor_optimizer: torch.optim.Optimizer
     pad_token_id: int
     device: torch.device
@@ -41,6 +42,23 @@ class Models:
     critic_optimizer: torch.optim.Optimizer | None = None
     # Run each distinct prompt once per micro-batch (off with gradient checkpointing, which drops caches).
     share_prefixes: bool = True
+    # LoRA: π_ref is the policy with its adapters switched off, so no second copy of the model is held.
+    reference_is_base: bool = False
+
+    @property
+    def has_reference(self) -> bool:
+        return self.reference is not None or self.reference_is_base
+
+    @contextlib.contextmanager
+    def reference_model(self) -> Iterator[Any]:
+        """The frozen reference to run no-grad passes on."""
+        if self.reference is not None:
+            yield self.reference
+            return
+        if not self.reference_is_base:
+            raise RuntimeError("this run has no reference model (no KL term)")
+        with self.policy.disable_adapter():
+            yield self.policy
 
 
 @dataclass
@@ -228,13 +246,14 @@ def prepare_update(rows: StepRows, models: Models, config: RunConfig) -> Prepare
         values = batch_values(models.critic, rows, models, micro_batch_size=micro)
     token_rewards = rows.token_rewards()
     old = ref = None
-    if kl_enabled(config, "reward") and models.reference is not None:
+    if kl_enabled(config, "reward") and models.has_reference:
         old = batch_log_probs(
             models.policy, rows, all_rows, models, micro_batch_size=micro, temperature=temperature
         )
-        ref = batch_log_probs(
-            models.reference, rows, all_rows, models, micro_batch_size=micro, temperature=temperature
-        )
+        with models.reference_model() as reference:
+            ref = batch_log_probs(
+                reference, rows, all_rows, models, micro_batch_size=micro, temperature=temperature
+            )
         kl = kl_penalty(old, ref, kind=config.algorithm.kl_kind) * rows.response_mask
         token_rewards = token_rewards - config.algorithm.kl_coef * kl
         metrics["actor/reward_kl"] = float(kl.sum() / rows.response_mask.sum().clamp(min=1))
@@ -252,10 +271,11 @@ def prepare_update(rows: StepRows, models: Models, config: RunConfig) -> Prepare
         old = batch_log_probs(
             models.policy, rows, live_rows, models, micro_batch_size=micro, temperature=temperature
         )
-    if ref is None and live and kl_enabled(config, "loss") and models.reference is not None:
-        ref = batch_log_probs(
-            models.reference, rows, live_rows, models, micro_batch_size=micro, temperature=temperature
-        )
+    if ref is None and live and kl_enabled(config, "loss") and models.has_reference:
+        with models.reference_model() as reference:
+            ref = batch_log_probs(
+                reference, rows, live_rows, models, micro_batch_size=micro, temperature=temperature
+            )
     prepared = Prepared(advantages, returns, token_rewards, old, ref, values, live, metrics)
     write_back(rows, prepared)
     return prepared

@@ -44,6 +44,7 @@ class VerlBackend:
     description = "verl 0.9.1 on a Ray GPU cluster: vLLM rollouts, FSDP updates."
     honoured = COMMON_FIELDS | {
         "model.path", "model.dtype", "model.trust_remote_code", "model.gradient_checkpointing",
+        "model.lora_rank", "model.lora_alpha",
         "data.train_path", "data.val_path", "data.max_prompt_length", "data.max_response_length",
         "data.shuffle", "data.val_max_samples", "data.rewards",
         # Our flows run inside verl's agent loop and read the rollout settings from the RunConfig;
@@ -58,7 +59,7 @@ class VerlBackend:
         "optim.lr", "optim.critic_lr", "optim.weight_decay", "optim.grad_clip", "optim.ppo_epochs",
         "optim.mini_batch_size", "optim.micro_batch_size", "optim.warmup_steps",
         "trainer.total_steps", "trainer.batch_size", "trainer.seed", "trainer.val_every",
-        "trainer.save_every", "trainer.checkpoint_dir", "trainer.resume",
+        "trainer.save_every", "trainer.checkpoint_dir", "trainer.resume", "trainer.keep_checkpoints",
         "resources.gpus_per_node", "resources.nodes",
         "report.console",
     }  # fmt: skip

@@ -164,6 +164,9 @@ def _model_and_rollout(config: RunConfig, paths: VerlPaths) -> dict[str, Any]:
         "actor_rollout_ref.model.path": config.model.path,
         "actor_rollout_ref.model.trust_remote_code": config.model.trust_remote_code,
         "actor_rollout_ref.model.enable_gradient_checkpointing": config.model.gradient_checkpointing,
+        # verl's FSDP LoRA: adapters on every linear layer, as ours (target_modules all-linear).
+        "actor_rollout_ref.model.lora_rank": config.model.lora_rank,
+        "actor_rollout_ref.model.lora_alpha": config.model.lora_alpha,
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro,
         "actor_rollout_ref.rollout.name": "vllm",
         "actor_rollout_ref.rollout.mode": "async",
@@ -217,6 +220,12 @@ def _trainer(
         else -1,
         "trainer.val_before_train": False,
         "trainer.resume_mode": "auto" if trainer.resume else "disable",
+        # Weights only unless the run is resumable, as on the torch backend (docs/checkpoints.md).
+        "actor_rollout_ref.actor.checkpoint.save_contents": "[model,optimizer,extra]"
+        if trainer.resume
+        else "[model]",
+        "trainer.max_actor_ckpt_to_keep": trainer.keep_checkpoints,
+        "trainer.max_critic_ckpt_to_keep": trainer.keep_checkpoints,
         "trainer.n_gpus_per_node": config.resources.gpus_per_node,
         "trainer.nnodes": config.resources.nodes,
         "trainer.logger": "[" + ",".join(loggers) + "]",

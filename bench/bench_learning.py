@@ -1,0 +1,265 @@
+"""Does the demo learn? Reward over wall-clock time: the demo experiment against TRL's GRPOTrainer.
+
+Ours runs the demo experiment exactly as the New-experiment form starts it (arithmetic recipe,
+SmolLM2-135M-Instruct, GRPO with the preset's small-model defaults, docs/presets.md) for a fixed
+wall-clock budget. TRL's GRPOTrainer gets the same model, prompts, reward function, group size,
+batch, learning rate, temperature and reply length, and the same budget. TRL has no tool loop, so
+its replies are single-turn (the prompt allows answering directly, which the reward accepts).
+
+    .venv/bin/python bench/bench_learning.py [--budget-s 600] [--threads 2] [--only ours|trl]
+
+Prints reward over wall-clock time for both, the mean reward of the first and last ``--window``
+steps, and validation accuracy (greedy) before and after on ``--val-rows`` held-out rows. Goal: ours
+rises by ≥ +0.25 within the budget and reaches TRL's final reward in at most half TRL's time.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import argparse
+import gc
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+VAL_ROWS = 50
+SEED = 1
+
+
+def demo_config(workdir: Path, val_rows: int) -> Any:
+    """The demo's config: the recipe's data (enough problems for ``val_rows`` held out) and defaults."""
+    from tasks_lib.registry import PrepareOptions, load_recipes
+    from trainer.config import RunConfig
+
+    size = max(400, val_rows * 10)  # the recipe holds out a tenth
+    paths = load_recipes().get("arithmetic").prepare(None, workdir, PrepareOptions(size=size))
+    return RunConfig.from_preset(
+        "grpo",
+        **{
+            "task": "arithmetic",
+            "model.path": "smollm2-135m-instruct",
+            "data.train_path": str(paths["train"]),
+            "data.val_path": str(paths["val"]),
+            "data.val_max_samples": val_rows,
+            "trainer.total_steps": 10_000,  # the budget stops it
+            "trainer.device": "cpu",
+            "trainer.seed": SEED,
+        },
+    )
+
+
+def val_accuracy(metrics: dict[str, float]) -> float:
+    return next(value for key, value in metrics.items() if key.startswith("val/") and key.endswith("/acc"))
+
+
+def run_ours(workdir: Path, *, budget_s: float, val_rows: int) -> dict[str, Any]:
+    from trainer.backends.torch.loop import setup_run, train_step, validate
+    from trainer.report.reporters import MemoryReporter
+
+    config = demo_config(workdir, val_rows)
+    print(
+        f"ours: lr {config.optim.lr}, n {config.rollout.n}, batch {config.trainer.batch_size} prompts, "
+        f"mini-batch {config.optim.mini_batch_size}, {config.rollout.max_new_tokens} new tokens, "
+        f"temperature {config.rollout.temperature}",
+        flush=True,
+    )
+    run = setup_run(config)
+    before = val_accuracy(validate(run, 0))
+    reporter = MemoryReporter()
+    started = time.perf_counter()
+    points: list[tuple[float, float]] = []
+    step = 0
+    while time.perf_counter() - started < budget_s:
+        step += 1
+        metrics = train_step(run, step, reporter)
+        points.append((time.perf_counter() - started, metrics["reward/mean"]))
+        print(f"  ours step {step}: {points[-1][0]:.0f} s, reward {points[-1][1]:.2f}", flush=True)
+    after = val_accuracy(validate(run, step))
+    return {"points": points, "val_before": before, "val_after": after, "samples_per_step": _samples(config)}
+
+
+def _samples(config: Any) -> int:
+    return int(config.trainer.batch_size * config.rollout.n)
+
+
+# -- TRL --------------------------------------------------------------------------------------
+
+
+def run_trl(workdir: Path, *, budget_s: float, val_rows: int) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tasks_lib.arithmetic.reward import compute_score
+    from trainer.models import smollm2_path
+
+    config = demo_config(workdir, val_rows)
+    rows = pq.read_table(config.data.train_path).to_pylist()
+    val = pq.read_table(config.data.val_path).to_pylist()[:val_rows]
+
+    def to_trl(row: dict[str, Any]) -> dict[str, Any]:
+        return {"prompt": list(row["prompt"]), "ground_truth": row["reward_model"]["ground_truth"]}
+
+    def reward(completions: Sequence[Any], ground_truth: Sequence[str], **kwargs: Any) -> list[float]:
+        texts = [c[-1]["content"] if isinstance(c, list) else str(c) for c in completions]
+        return [_score(compute_score, text, truth) for text, truth in zip(texts, ground_truth, strict=True)]
+
+    points: list[tuple[float, float]] = []
+    started = time.perf_counter()
+
+    class Budget(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if logs and "reward" in logs:
+                points.append((time.perf_counter() - started, float(logs["reward"])))
+                print(
+                    f"  trl step {len(points)}: {points[-1][0]:.0f} s, reward {points[-1][1]:.2f}", flush=True
+                )
+            if time.perf_counter() - started >= budget_s:
+                control.should_training_stop = True
+
+    samples = _samples(config)
+    args = GRPOConfig(
+        output_dir=str(workdir / "trl"),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=samples,
+        gradient_accumulation_steps=1,
+        num_generations=config.rollout.n,
+        max_completion_length=config.rollout.max_new_tokens,
+        temperature=config.rollout.temperature,
+        learning_rate=config.optim.lr,
+        lr_scheduler_type="constant",
+        beta=0.0,
+        max_steps=10_000,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=SEED,
+        dataloader_num_workers=0,
+    )
+    model_dir = smollm2_path()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    before = greedy_accuracy(model, tokenizer, val, config.rollout.max_new_tokens, compute_score)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=args,
+        train_dataset=Dataset.from_list([to_trl(r) for r in rows]),
+        processing_class=tokenizer,
+        callbacks=[Budget()],
+    )
+    started = time.perf_counter()
+    trainer.train()
+    after = greedy_accuracy(trainer.model, tokenizer, val, config.rollout.max_new_tokens, compute_score)
+    del trainer, model
+    gc.collect()
+    return {"points": points, "val_before": before, "val_after": after, "samples_per_step": samples}
+
+
+def _score(compute_score: Any, text: str, truth: str) -> float:
+    result = compute_score(text, truth, {})
+    return float(result["score"] if isinstance(result, dict) else result)
+
+
+@torch.no_grad()
+def greedy_accuracy(
+    model: Any, tokenizer: Any, rows: list[dict[str, Any]], new_tokens: int, score: Any
+) -> float:
+    """Single-turn greedy answers to ``rows``, scored by the task's reward (TRL's side has no tool loop)."""
+    tokenizer.padding_side = "left"
+    prompts = [
+        tokenizer.apply_chat_template(list(r["prompt"]), tokenize=False, add_generation_prompt=True)
+        for r in rows
+    ]
+    right = 0.0
+    for start in range(0, len(prompts), 16):
+        batch = tokenizer(prompts[start : start + 16], return_tensors="pt", padding=True)
+        out = model.generate(**batch, max_new_tokens=new_tokens, do_sample=False)
+        texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+        chunk = rows[start : start + 16]
+        right += sum(
+            _score(score, t, r["reward_model"]["ground_truth"]) for t, r in zip(texts, chunk, strict=True)
+        )
+    return right / len(rows)
+
+
+# -- report -----------------------------------------------------------------------------------
+
+
+def summarise(name: str, result: dict[str, Any], window: int) -> dict[str, float]:
+    rewards = [reward for _, reward in result["points"]]
+    first, last = statistics.fmean(rewards[:window]), statistics.fmean(rewards[-window:])
+    print(f"\n{name}: reward over wall-clock time (s, reward):")
+    print("  " + ", ".join(f"({t:.0f}, {r:.2f})" for t, r in result["points"]))
+    print(
+        f"{name}: {len(rewards)} steps; mean reward first {window} steps {first:.3f}, last {window} {last:.3f} "
+        f"(change {last - first:+.3f}); val acc {result['val_before']:.3f} -> {result['val_after']:.3f}"
+    )
+    return {"first": first, "last": last, "gain": last - first}
+
+
+def time_to_reach(points: list[tuple[float, float]], target: float, window: int) -> float | None:
+    """Seconds until the moving mean over ``window`` steps first reaches ``target``."""
+    for end in range(window, len(points) + 1):
+        if statistics.fmean(r for _, r in points[end - window : end]) >= target:
+            return points[end - 1][0]
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--budget-s", type=float, default=600.0, help="training wall-clock per framework")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--window", type=int, default=5, help="steps in the first/last reward window")
+    parser.add_argument("--val-rows", type=int, default=VAL_ROWS)
+    parser.add_argument("--only", choices=["ours", "trl"])
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    torch.set_num_threads(args.threads)
+    from trainer.plugins import load_plugins
+
+    load_plugins()
+    print(f"demo task on SmolLM2-135M-Instruct, CPU, {args.threads} threads, {args.budget_s:.0f} s each")
+    results: dict[str, Any] = {}
+    summaries: dict[str, dict[str, float]] = {}
+    for name, runner in (("ours", run_ours), ("trl", run_trl)):
+        if args.only in (None, name):
+            with tempfile.TemporaryDirectory() as tmp:
+                results[name] = runner(Path(tmp), budget_s=args.budget_s, val_rows=args.val_rows)
+            gc.collect()
+            summaries[name] = summarise(name, results[name], args.window)
+    if len(summaries) == 2:
+        trl_final = summaries["trl"]["last"]
+        ours_at = time_to_reach(results["ours"]["points"], trl_final, args.window)
+        trl_time = results["trl"]["points"][-1][0]
+        shown = (
+            "never"
+            if ours_at is None
+            else f"{ours_at:.0f} s ({ours_at / trl_time:.2f}x TRL's {trl_time:.0f} s)"
+        )
+        print(f"ours reaches TRL's final reward {trl_final:.3f} at: {shown}")
+    if args.json:
+        args.json.write_text(json.dumps({"results": results, "summaries": summaries}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
