@@ -67,8 +67,13 @@ format: install-test
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# Two xdist workers: most tests wait on subprocesses and services, so two overlap well on 2 cores.
+# Tests that share the Ray head run in one worker (xdist_group, tests/webapp/conftest.py).
+# TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
+
 test: install-test browser lint
-	$(PY) -m webapp.launcher test $(PYTEST_ARGS)
+	$(PY) -m webapp.launcher test -- -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 bench: install-test
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m bench $(BENCH_ARGS)
