@@ -19,6 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 VALKEY_DATABASES = 16  # Valkey's default `databases`
+# REDIS_URL as the launcher gave it, before this worker's database was put in.
+given_redis_url = os.environ.get("REDIS_URL")
 
 
 def worker_index(worker_id: str) -> int:
@@ -45,8 +47,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     if not worker_id:
         return
     index = worker_index(worker_id)
-    redis_url = os.environ.get("REDIS_URL")
-    if redis_url:
-        os.environ["REDIS_URL"] = redis_url_for_worker(redis_url, index)
+    if given_redis_url:
+        os.environ["REDIS_URL"] = redis_url_for_worker(given_redis_url, index)
     var_dir = Path(os.environ.get("STUDIO_VAR_DIR") or ROOT / "var")
     os.environ["STUDIO_VAR_DIR"] = str(var_dir / worker_id)
