@@ -67,8 +67,13 @@ format: install-test
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# Two xdist workers: most tests wait on subprocesses and services, so two overlap well on 2 cores.
+# --dist loadscope keeps each module on one worker, so a module's fixtures are built once.
+# TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
+
 test: install-test browser lint
-	$(PY) -m webapp.supervisor test $(PYTEST_ARGS)
+	$(PY) -m webapp.supervisor test -- -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 bench: install-test
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m bench $(BENCH_ARGS)

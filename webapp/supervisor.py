@@ -163,8 +163,14 @@ def test(args: argparse.Namespace) -> int:
             "OMP_WAIT_POLICY": "PASSIVE",
         }
         return subprocess.run(
-            [PYTHON, "-m", "pytest", *args.pytest_args], env=env, cwd=ROOT, check=False
+            [PYTHON, "-m", "pytest", *pytest_args(args.pytest_args)], env=env, cwd=ROOT, check=False
         ).returncode
+
+
+def pytest_args(given: list[str]) -> list[str]:
+    """argparse cannot take a remainder that starts with an option (`test -n 2 ...`) unless it
+    follows `--`, which it keeps; pytest must not see it."""
+    return given[1:] if given[:1] == ["--"] else given
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     run_parser.add_argument(
         "--web-workers", type=int, help="web server processes (default: STUDIO_WEB_WORKERS)"
     )
-    test_parser = commands.add_parser("test", help="run pytest against embedded services")
+    test_parser = commands.add_parser(
+        "test", help="run pytest against embedded services (`test -- -n 2 tests` passes options on)"
+    )
     test_parser.add_argument("pytest_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _raise_on_sigterm)

@@ -223,14 +223,27 @@ def _free() -> int:
     return free_port()
 
 
+# Ray 2.60 turns token auth on by itself when it finds ~/.ray/auth_token; the test head and every
+# client of it (this process, the Celery workers it starts) run without, whatever that file holds.
+RAY_AUTH_MODE_ENV = "RAY_AUTH_MODE"
+
+
 @pytest.fixture(scope="session")
 def ray_head() -> Iterator[RayHead]:
     import tempfile
 
+    previous_auth_mode = os.environ.get(RAY_AUTH_MODE_ENV)
+    os.environ[RAY_AUTH_MODE_ENV] = "disabled"
     # Ray puts unix sockets under its temp dir; keep the path short.
     temp_dir = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
     head = RayHead(temp_dir)
-    head.start()
-    yield head
-    head.stop()
-    shutil.rmtree(temp_dir, ignore_errors=True)
+    try:
+        head.start()
+        yield head
+    finally:
+        head.stop()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        if previous_auth_mode is None:
+            os.environ.pop(RAY_AUTH_MODE_ENV, None)
+        else:
+            os.environ[RAY_AUTH_MODE_ENV] = previous_auth_mode

@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from webapp.embedded import EmbeddedPostgres, free_port
+from webapp.supervisor import pytest_args
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -212,3 +213,9 @@ def test_a_stale_pid_file_is_replaced(tmp_path: Path) -> None:
     )
     assert "already in use" in result.stderr
     assert not (var_dir / "studio.pid").exists()
+
+
+def test_options_for_pytest_pass_through_after_a_double_dash() -> None:
+    assert pytest_args(["--", "-n", "2", "tests", "-q"]) == ["-n", "2", "tests", "-q"]
+    assert pytest_args(["tests", "-q"]) == ["tests", "-q"]
+    assert pytest_args([]) == []
