@@ -95,7 +95,7 @@ def test_a_run_token_finds_its_run_and_only_the_hash_is_kept(run: Run) -> None:
 
 def test_a_cancelled_run_ends_cancelled_by_the_user_who_asked(run: Run, personas: Any) -> None:
     run.enqueue()
-    run.claim("host:1")
+    run.claim("host:1", "host-1")
     assert run.request_cancel(by=personas["bob"])
     assert run.request_cancel(by=personas["alice"])  # the request stands; bob keeps his name on it
     # However the process ended (the trainer's SIGTERM report, a vanished process group), the user shows.
@@ -115,6 +115,6 @@ def test_a_queued_run_cancelled_by_a_user_says_so(run: Run, personas: Any) -> No
 
 def test_a_run_nobody_cancelled_keeps_the_executors_message(run: Run) -> None:
     run.enqueue()
-    run.claim("host:1")
+    run.claim("host:1", "host-1")
     assert run.finish(RunStatus.CANCELLED, "cancelled while the Ray job was still waiting for resources")
     assert run.message == "cancelled while the Ray job was still waiting for resources"

@@ -87,10 +87,11 @@ def test_the_trainers_own_client_downloads_the_runs_dataset(
     personas: dict[str, Any], good_parquet: Path, live_server: Any, tmp_path: Path
 ) -> None:
     from trainer.report.client import RunApiClient
+    from trainer.report.retry import RetryPolicy
 
     train = _dataset(personas["acme"], good_parquet)
     run, token = _run(personas["acme"], {"train_path": train.reference, "val_path": None})
-    with RunApiClient(live_server.url, run.pk, token, max_attempts=1) as client:
+    with RunApiClient(live_server.url, run.pk, token, retry=RetryPolicy(give_up_after_s=0)) as client:
         downloaded = client.download_dataset("train", tmp_path / "work")
         assert client.download_dataset("val", tmp_path / "work") is None
     assert downloaded is not None and downloaded.read_bytes() == good_parquet.read_bytes()

@@ -255,7 +255,7 @@ def test_the_verl_agent_loop_fetches_the_runs_team_tool_and_remote_reward_over_i
         "rollout.max_steps": 3, "rollout.max_new_tokens": 64,
     })  # fmt: skip
     run, token = claimed_run(personas, config)
-    run.claim("ray-worker:1")  # the driver claimed it; the Ray workers only read
+    run.claim("ray-worker:1", "driver-claimant")  # the driver claimed it; the Ray workers only read
     for name, value in {API_ENV: live_server.url, RUN_ID_ENV: str(run.pk), TOKEN_ENV: token}.items():
         monkeypatch.setenv(name, value)
     agent_loop.set_reporter(None)
