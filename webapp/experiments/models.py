@@ -414,9 +414,11 @@ class Run(models.Model):
     def fail_if_silent(self, message: str, silent_for_s: float) -> bool:
         """Fail a claimed run silent for ``silent_for_s`` (a hung trainer); True when this call did."""
         # Race: a heartbeat or progress landing between the reaper's read and this write; the
-        # same UPDATE re-checks the silence, and the first terminal state still wins.
+        # same UPDATE re-checks the silence, and the first terminal state still wins. A run stalled
+        # before any trainer claimed it (a Ray job pending for resources) has no trainer to be hung.
+        claimed = Q(status__in=CLAIMED) & ~Q(claimant="")
         return guarded_update(
-            self, Q(status__in=CLAIMED) & _silence(silent_for_s),
+            self, claimed & _silence(silent_for_s),
             status=RunStatus.FAILED, message=message, finished_at=timezone.now(),
         )  # fmt: skip
 

@@ -172,8 +172,10 @@ def _initial(request: HttpRequest, source: Experiment | None) -> dict[str, Any]:
     # The preset's defaults depend on the model's size (docs/presets.md): a folder's is read once chosen.
     model = request.GET.get("model_choice") or "smollm2-135m-instruct"
     model_path = request.GET.get("model_path", "") if model == "path" else model
+    # ... and on the backend: a default it does not honour is left out (trainer.algos.presets).
+    chosen = {"model.path": model_path, "backend": request.GET.get("backend") or "torch"}
     try:
-        config = RunConfig.from_preset(preset, task=task, **{"model.path": model_path})
+        config = RunConfig.from_preset(preset, task=task, **chosen)
     except (KeyError, ValueError):
         config = RunConfig.from_preset("grpo", task=task, **{"model.path": model_path})
     initial = initial_from_config(config)

@@ -22,7 +22,9 @@ def form_data(datasets: dict[str, Any], task: str = "arithmetic", **changes: Any
     """What the browser posts when the form is opened for ``task`` + grpo and saved."""
     client = client_for("alice")
     team = datasets["train"].team
-    response = client.get(f"/t/{team.slug}/experiments/new/?task={task}&preset=grpo")
+    # Choosing a backend refills the preset's defaults for it, as the form's htmx request does.
+    backend = f"&backend={changes['backend']}" if "backend" in changes else ""
+    response = client.get(f"/t/{team.slug}/experiments/new/?task={task}&preset=grpo{backend}")
     form = response.context["form"]
     data = {}
     for name in form.fields:

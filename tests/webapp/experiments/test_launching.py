@@ -231,4 +231,4 @@ def test_in_the_browser_a_grpo_experiment_is_created_launched_watched_and_cloned
     }
     assert set(rows) == {"name", "optim.lr"}, rows
     assert rows["name"] == ["browser grpo", "browser grpo clone"]
-    assert [float(v) for v in rows["optim.lr"]] == [1e-6, 2e-5]
+    assert [float(v) for v in rows["optim.lr"]] == [1e-5, 2e-5]  # a small model's default, then ours
