@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks_lib.registry import load_recipes
+from trainer.contract import DATA_SOURCE_MAX, INT4_MAX
 from trainer.envs import ENVS, parse_env_kwargs
 from trainer.flows import FLOWS
 from trainer.rewards import REWARDS
@@ -119,6 +120,14 @@ def _decode_each(array: pa.Array, name: str, offset: int, problems: list[Problem
     return values
 
 
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 class _RowChecker:
     """Per-row checks; remembers the ``extra_info.index`` values seen so far."""
 
@@ -146,6 +155,8 @@ class _RowChecker:
             return
         if not isinstance(value, str) or not value.strip():
             yield "data_source", "missing: every row needs the task id that routes its reward function"
+        elif len(value) > DATA_SOURCE_MAX:
+            yield "data_source", f"longer than {DATA_SOURCE_MAX} characters"
         elif value not in REWARDS:
             choices = ", ".join(REWARDS.names())
             yield "data_source", f"no reward function is registered for {value!r}; registered: {choices}"
@@ -153,6 +164,12 @@ class _RowChecker:
     def _prompt(self, row: Mapping[str, Any], number: int) -> Iterator[tuple[str, str]]:
         prompt = row.get("prompt")
         if prompt is _BAD:
+            return
+        if isinstance(prompt, bytes) and not _is_utf8(prompt):
+            yield (
+                "prompt",
+                "is bytes that are not valid UTF-8 text; expected a list of {role, content} chat messages",
+            )
             return
         if isinstance(prompt, str | bytes):
             yield "prompt", "is a string; expected a list of {role, content} chat messages"
@@ -189,6 +206,8 @@ class _RowChecker:
             yield "extra_info.index", "missing; every row needs a unique integer index"
         elif isinstance(index, bool) or not isinstance(index, int):
             yield "extra_info.index", f"expected an integer, got {type(index).__name__}"
+        elif not 0 <= index <= INT4_MAX:
+            yield "extra_info.index", f"{index} is outside 0 to {INT4_MAX}"
         elif index in self.seen_index:
             yield "extra_info.index", f"duplicate index {index} (first used by row {self.seen_index[index]})"
         else:

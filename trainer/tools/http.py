@@ -4,19 +4,36 @@ An :class:`HttpToolSpec` says where the tool lives; :class:`HttpTool` sends the 
 arguments there (POST: JSON body; GET: query string) and reads back either a JSON object
 ``{"text": ..., "reward": ..., "info": {...}}``, any other JSON value, or plain text.
 Per-row ``tools_kwargs`` are not sent: the endpoint sees only what the model wrote.
+
+A spec with an :class:`~trainer.tools.allowlist.OutboundPolicy` (every team tool the web app builds)
+is checked on every call: the URL against the rules, then the address its host resolves to at that
+moment, and the request goes to that address (docs/security.md#outbound). Redirects are not
+followed: a 3xx answer is an error. Answers larger than ``MAX_RESPONSE_BYTES`` are refused.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from trainer.tools.allowlist import (
+    OutboundPolicy,
+    Target,
+    check_url,
+    choose_address,
+    pinned,
+    resolved_services,
+)
 from trainer.tools.base import TOOLS, BaseTool, ToolResult, check_tool_definition
 
 _METHODS = ("GET", "POST")
+# An observation the model reads: a megabyte is already far more than any prompt holds.
+MAX_RESPONSE_BYTES = 1024 * 1024
 
 
 class HttpToolError(RuntimeError):
@@ -34,6 +51,8 @@ class HttpToolSpec:
     # Sent as ``secret_header: secret`` so the endpoint can tell our calls from anyone else's.
     secret: str | None = field(default=None, repr=False)
     secret_header: str = "X-Tool-Secret"
+    # None: the caller owns the machine (a config file's tool); the web app always sets one.
+    policy: OutboundPolicy | None = None
 
     def __post_init__(self) -> None:
         check_tool_definition(self.name, self.parameters)
@@ -52,20 +71,20 @@ def _query_params(args: dict[str, Any]) -> dict[str, str]:
     return {key: value if isinstance(value, str) else json.dumps(value) for key, value in args.items()}
 
 
-def _result_from_response(response: httpx.Response) -> ToolResult:
+def _result_from_response(response: httpx.Response, body: bytes, url: str) -> ToolResult:
     if "json" not in response.headers.get("content-type", ""):
-        return ToolResult(text=response.text)
+        return ToolResult(text=body.decode(response.encoding or "utf-8", errors="replace"))
     try:
-        data = response.json()
+        data = json.loads(body)
     except ValueError as exc:
-        raise HttpToolError(f"{response.url} sent invalid JSON: {exc}") from exc
+        raise HttpToolError(f"{url} sent invalid JSON: {exc}") from exc
     if isinstance(data, dict) and "text" in data:
         reward = data.get("reward")
         info = data.get("info") or {}
         if reward is not None and not isinstance(reward, int | float):
-            raise HttpToolError(f"{response.url} sent a non-numeric reward: {reward!r}")
+            raise HttpToolError(f"{url} sent a non-numeric reward: {reward!r}")
         if not isinstance(info, dict):
-            raise HttpToolError(f"{response.url} sent info that is not an object: {info!r}")
+            raise HttpToolError(f"{url} sent info that is not an object: {info!r}")
         return ToolResult(text=str(data["text"]), reward=None if reward is None else float(reward), info=info)
     return ToolResult(text=data if isinstance(data, str) else json.dumps(data, ensure_ascii=False))
 
@@ -87,22 +106,64 @@ class HttpTool(BaseTool):
         spec = self.spec
         if spec is None:  # set in __init__; narrowed here for the type checker
             raise ValueError("HttpTool needs an HttpToolSpec")
-        headers = {"Accept": "application/json"}
+        url, headers = spec.url, {"Accept": "application/json"}
+        extensions: dict[str, Any] = {}
+        if spec.policy is not None:
+            url, pinned_headers, extensions = await _checked_destination(spec.url, spec.policy)
+            headers.update(pinned_headers)
         if spec.secret:
             headers[spec.secret_header] = spec.secret
+        request: dict[str, Any] = {"json": args} if spec.method == "POST" else {"params": _query_params(args)}
         try:
             # A client per call: rollouts may run under different event loops, and a pooled
-            # client is bound to the loop it was created in.
-            async with httpx.AsyncClient(timeout=spec.timeout_s) as client:
-                if spec.method == "POST":
-                    response = await client.post(spec.url, json=args, headers=headers)
-                else:
-                    response = await client.get(spec.url, params=_query_params(args), headers=headers)
+            # client is bound to the loop it was created in. Redirects stay unfollowed (httpx's
+            # default): where one points was never checked.
+            async with (
+                httpx.AsyncClient(timeout=spec.timeout_s, follow_redirects=False, trust_env=False) as client,
+                client.stream(
+                    spec.method, url, headers=headers, extensions=extensions, **request
+                ) as response,
+            ):
+                body = await _read_capped(response, spec.url)
         except httpx.TimeoutException as exc:
             raise TimeoutError(f"timed out after {spec.timeout_s:g} s ({spec.method} {spec.url})") from exc
+        if response.is_redirect or 300 <= response.status_code < 400:
+            location = response.headers.get("location", "")
+            raise HttpToolError(
+                f"HTTP {response.status_code} from {spec.url}: the tool answered with a redirect"
+                f"{f' to {location}' if location else ''}, which is not followed; point the tool at the final URL"
+            )
         if response.status_code >= 400:
-            raise HttpToolError(f"HTTP {response.status_code} from {spec.url}: {response.text[:200]}")
-        return _result_from_response(response)
+            text = body[:200].decode("utf-8", errors="replace")
+            raise HttpToolError(f"HTTP {response.status_code} from {spec.url}: {text}")
+        return _result_from_response(response, body, spec.url)
+
+
+async def _checked_destination(
+    url: str, policy: OutboundPolicy
+) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """Check ``url`` and the address its host resolves to now; the request is sent to that address."""
+    target: Target = check_url(url, policy)
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+    def resolve(host: str) -> list[str]:
+        return [str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)]
+
+    services = await asyncio.to_thread(resolved_services, policy, resolve)
+    return pinned(target, choose_address(target, services, addresses))
+
+
+async def _read_capped(response: httpx.Response, url: str) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > MAX_RESPONSE_BYTES:
+            raise HttpToolError(f"{url} answered with more than {MAX_RESPONSE_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def register_http_tool(spec: HttpToolSpec) -> type[HttpTool]:

@@ -13,13 +13,15 @@ from pydantic import ValidationError
 
 from tasks_lib.registry import load_recipes
 from trainer.backends import BACKENDS
-from trainer.config import RunConfig
+from trainer.config import RunConfig, validation_errors
 from trainer.registry import RegistryError
 from webapp.accounts.access import get_team_for_user
-from webapp.api import PageParams, UserTokenAuth, paginate
+from webapp.api import FieldError, PageParams, StrictSchema, UserTokenAuth, paginate
 from webapp.experiments import services
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
+from webapp.experiments.confine import ConfigRefused, confined
 from webapp.experiments.models import Experiment, Run
+from webapp.experiments.services import MAX_DESCRIPTION_LENGTH, MAX_SEEDS, Seed, creation_problems
 from webapp.experiments.tasks import cancel_run
 
 router = Router(auth=UserTokenAuth(), tags=["experiments and runs"])
@@ -72,17 +74,21 @@ class RunDetailOut(RunOut):
 
 
 class RunFilters(Schema):
-    status: str = ""
-    experiment: int | None = None
+    status: str = Field("", max_length=20)
+    experiment: int | None = Field(None, ge=1, le=2**63 - 1)
 
 
-class ExperimentCreate(Schema):
+class ExperimentCreate(StrictSchema):
     config: dict[str, Any] = Field(
         description="RunConfig fields as JSON (trainer.config.RunConfig), nested or by dotted path: "
         "over the task recipe's defaults, over the preset's (grpo when it names none)."
     )
-    seeds: list[int] = Field(default_factory=list, description="One run per seed; empty: the config's seed.")
-    description: str = ""
+    seeds: list[Seed] = Field(
+        default_factory=list,
+        max_length=MAX_SEEDS,
+        description=f"One run per seed (at most {MAX_SEEDS}, each different); empty: the config's seed.",
+    )
+    description: str = Field("", max_length=MAX_DESCRIPTION_LENGTH)
 
 
 class ExperimentPage(Schema):
@@ -108,24 +114,34 @@ def experiments(request: HttpRequest, team_slug: str, paging: Query[PageParams])
 @router.post("/{team_slug}/experiments", response={201: ExperimentOut}, summary="Create an experiment")
 def create_experiment(request: HttpRequest, team_slug: str, body: ExperimentCreate) -> Any:
     team = get_team_for_user(request, team_slug, role="member")
-    load_recipes()  # their defaults sit under the body's values (RunConfig.from_preset's rule)
+    tasks = load_recipes()  # their defaults sit under the body's values (RunConfig.from_preset's rule)
+    if len(set(body.seeds)) != len(body.seeds):
+        raise FieldError([("seeds", "each seed may appear once")])
     try:
-        config = RunConfig.from_mapping(body.config)
-        problems = BACKENDS.get(config.backend).check(config)
-    except (ValidationError, ValueError, RegistryError) as error:
+        config = confined(RunConfig.from_mapping(body.config), team)
+        problems = creation_problems(config, tasks.names()) or BACKENDS.get(config.backend).check(config)
+    except ConfigRefused as refused:
+        raise FieldError(refused.problems, prefix="config.") from None
+    except ValidationError as error:
+        raise FieldError(_flat(validation_errors(error)), prefix="config.") from None
+    except (ValueError, RegistryError) as error:
         raise HttpError(400, f"config: {error}") from None
     except ImportError as error:
         raise HttpError(
             400, f"config: backend {config.backend} cannot be checked on this server ({error})"
         ) from None
     if problems:
-        raise HttpError(400, "config: " + "; ".join(f"{path}: {message}" for path, message in problems))
+        raise FieldError(problems, prefix="config.")
     if Experiment.objects.filter(team=team, name=config.name).exists():
         raise HttpError(409, f"the team already has an experiment named {config.name!r}")
     experiment = services.create_experiment(
         team, request.user, config, body.seeds, description=body.description
     )
     return Status(201, experiment)
+
+
+def _flat(errors: dict[str, list[str]]) -> list[tuple[str, str]]:
+    return [(path, message) for path, messages in errors.items() for message in messages]
 
 
 @router.get("/{team_slug}/experiments/{int:pk}", response=ExperimentOut, summary="One experiment")
@@ -137,7 +153,10 @@ def experiment(request: HttpRequest, team_slug: str, pk: int) -> Experiment:
 def launch(request: HttpRequest, team_slug: str, pk: int) -> Any:
     """One queued run per seed; the launcher (a Celery task) starts each."""
     found = get_experiment_for_user(request, team_slug, pk, write=True)
-    return Status(202, services.launch(found))
+    try:
+        return Status(202, services.launch(found))
+    except ConfigRefused as refused:
+        raise FieldError(refused.problems, prefix="config.", status=409) from None
 
 
 @router.get("/{team_slug}/runs", response=RunPage, summary="The team's runs")

@@ -16,6 +16,10 @@ from pydantic.fields import FieldInfo
 
 from trainer.backends import BACKENDS
 from trainer.config import RunConfig, _section_model, config_errors, flatten_paths, nest_paths
+from trainer.contract import INT4_MAX
+from webapp.accounts.models import Team
+from webapp.experiments.confine import ConfigRefused, confined
+from webapp.experiments.services import MAX_NAME_LENGTH, MAX_SEEDS
 
 # Shown in the main form; everything else of RunConfig keeps the preset's value.
 BASIC_PATHS = ["rollout.max_steps", "rollout.context_policy", "executor", "backend",
@@ -67,7 +71,7 @@ def form_field(path: str) -> forms.Field:
 
 
 class ExperimentForm(forms.Form):
-    name = forms.CharField(max_length=200)
+    name = forms.CharField(max_length=MAX_NAME_LENGTH)
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
     task = forms.ChoiceField(help_text="The recipe whose reward, tools and defaults the runs use.")
     preset = forms.ChoiceField(
@@ -77,7 +81,11 @@ class ExperimentForm(forms.Form):
     val_dataset = forms.ChoiceField(label="Validation dataset", required=False)
     model_choice = forms.ChoiceField(label="Model", choices=MODEL_CHOICES)
     model_path = forms.CharField(
-        label="Local model folder", required=False, help_text="Used when Model is a local folder."
+        label="Local model folder",
+        required=False,
+        max_length=1000,
+        help_text="Used when Model is a local folder: a Hugging Face folder under STUDIO_MODELS_DIR "
+        "(a relative path is taken inside it).",
     )
     tools = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
     seeds = forms.CharField(
@@ -85,8 +93,11 @@ class ExperimentForm(forms.Form):
     )
     launch = forms.BooleanField(initial=True, required=False, label="Launch the runs now")
 
-    def __init__(self, *args: Any, choices: Mapping[str, list[tuple[str, str]]], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, team: Team, choices: Mapping[str, list[tuple[str, str]]], **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
+        self.team = team
         for name in ("task", "preset", "train_dataset", "tools"):
             self.fields[name].choices = choices[name]  # type: ignore[attr-defined]
         self.fields["val_dataset"].choices = [("", "— none —"), *choices["train_dataset"]]  # type: ignore[attr-defined]
@@ -124,8 +135,10 @@ class ExperimentForm(forms.Form):
             raise forms.ValidationError(
                 "Seeds must be whole numbers separated by commas, e.g. 1,2,3."
             ) from None
-        if not seeds or len(seeds) != len(set(seeds)) or len(seeds) > 20:
-            raise forms.ValidationError("Give between 1 and 20 different seeds.")
+        if not seeds or len(seeds) != len(set(seeds)) or len(seeds) > MAX_SEEDS:
+            raise forms.ValidationError(f"Give between 1 and {MAX_SEEDS} different seeds.")
+        if not all(0 <= seed <= INT4_MAX for seed in seeds):
+            raise forms.ValidationError(f"Seeds lie between 0 and {INT4_MAX}.")
         return seeds
 
     def build_config(self) -> RunConfig | None:
@@ -157,6 +170,11 @@ class ExperimentForm(forms.Form):
             full = flatten_paths(RunConfig.from_preset(data["preset"], task=data["task"]).model_dump())
             full.update(overrides)
             self._place_errors(config_errors(nest_paths(full)))
+            return None
+        try:
+            config = confined(config, self.team)
+        except ConfigRefused as refused:
+            self._place_errors({path: [message] for path, message in refused.problems})
             return None
         return config if self._backend_accepts(config) else None
 

@@ -13,6 +13,7 @@ from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
 from webapp.experiments import services
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
+from webapp.experiments.confine import ConfigRefused
 from webapp.experiments.forms import ExperimentForm, initial_from_config
 from webapp.experiments.logs import log_tail
 from webapp.experiments.models import Experiment
@@ -49,7 +50,7 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
     source = _clone_source(request, team_slug)
     choices = form_choices(team)
-    form = ExperimentForm(request.POST or None, initial=_initial(request, source), choices=choices)
+    form = ExperimentForm(request.POST or None, initial=_initial(request, source), team=team, choices=choices)
     preview = None
     if request.method == "POST" and form.is_valid():
         config = form.build_config()
@@ -61,8 +62,7 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
                 description=form.cleaned_data["description"], cloned_from=source,
             )  # fmt: skip
             if form.cleaned_data["launch"]:
-                runs = services.launch(experiment)
-                messages.success(request, f"Launched {len(runs)} run(s).")
+                _launch(request, experiment)
             return redirect("experiment", team_slug=team.slug, pk=experiment.pk)
     context = {"team": team, "form": form, "source": source, "preview": preview}
     template = (
@@ -119,9 +119,17 @@ def detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
 @require_POST
 def launch(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
     experiment = get_experiment_for_user(request, team_slug, pk, write=True)
-    runs = services.launch(experiment)
-    messages.success(request, f"Launched {len(runs)} run(s).")
+    _launch(request, experiment)
     return redirect("experiment", team_slug=team_slug, pk=experiment.pk)
+
+
+def _launch(request: HttpRequest, experiment: Experiment) -> None:
+    try:
+        runs = services.launch(experiment)
+    except ConfigRefused as refused:
+        messages.error(request, f"Not launched: {refused}")
+        return
+    messages.success(request, f"Launched {len(runs)} run(s).")
 
 
 @login_required

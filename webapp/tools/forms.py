@@ -6,12 +6,11 @@ from urllib.parse import urlsplit
 
 import jsonschema
 from django import forms
-from django.conf import settings
 
 from trainer.tools import TOOLS, check_tool_definition
 from trainer.tools.base import argument_error
 from webapp.accounts.models import Team
-from webapp.tools.models import ENTRY_POINT, MAX_TIMEOUT_S, TeamTool, ToolKind, builtin_tools, host_allowed
+from webapp.tools.models import ENTRY_POINT, MAX_TIMEOUT_S, TeamTool, ToolKind, builtin_tools, url_refusal
 
 EXAMPLE_SCHEMA = {
     "type": "object",
@@ -103,12 +102,8 @@ class ToolForm(forms.Form):
             self.add_error("url", "An HTTP tool needs the URL it is served at.")
         elif urlsplit(url).scheme not in ("http", "https"):
             self.add_error("url", "The URL must start with http:// or https://.")
-        elif not host_allowed(url):
-            allowed = ", ".join(settings.TOOL_HOST_ALLOWLIST) or "(none)"
-            self.add_error(
-                "url",
-                f"{urlsplit(url).hostname} is not an allowed host; STUDIO_TOOL_HOST_ALLOWLIST allows: {allowed}.",
-            )
+        elif (refusal := url_refusal(url)) is not None:
+            self.add_error("url", f"{refusal}.")
 
     def registration(self) -> dict[str, Any]:
         """The fields TeamTool.register takes, only those the chosen kind uses."""

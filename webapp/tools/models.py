@@ -1,6 +1,6 @@
 """The tool registry: the trainer's built-in tools plus each team's own tools.
 
-A team tool is either ``http`` (an endpoint on an allow-listed host, called through the trainer's
+A team tool is either ``http`` (an endpoint STUDIO_TOOL_ALLOWLIST allows, called through the trainer's
 HttpTool, with an optional secret header stored encrypted) or ``python`` (a ``module:Class``
 BaseTool subclass already installed on the workers; staff only). No code is ever accepted from the
 browser: a python tool names code that an administrator installed.
@@ -15,7 +15,6 @@ import logging
 import re
 import socket
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import models
@@ -23,6 +22,7 @@ from django.utils import timezone
 
 from trainer.mdp import ToolCallRecord
 from trainer.tools import TOOLS, BaseTool, HttpTool, HttpToolSpec, run_tool_call
+from trainer.tools.allowlist import OutboundPolicy, OutboundRefused, check_url
 from webapp.accounts.models import Team
 from webapp.tools import crypto
 
@@ -41,9 +41,18 @@ def builtin_tools() -> list[type[BaseTool]]:
     return [TOOLS.get(name) for name in TOOLS.names()]
 
 
-def host_allowed(url: str) -> bool:
-    host = (urlsplit(url).hostname or "").lower()
-    return host in {allowed.lower() for allowed in settings.TOOL_HOST_ALLOWLIST}
+def outbound_policy() -> OutboundPolicy:
+    """STUDIO_TOOL_ALLOWLIST with the product's own service endpoints closed (docs/security.md#outbound)."""
+    return OutboundPolicy.from_texts(settings.TOOL_ALLOWLIST, settings.SERVICE_ENDPOINTS)
+
+
+def url_refusal(url: str) -> str | None:
+    """Why a team tool may not call ``url`` (None: the rules allow it; the address is checked per call)."""
+    try:
+        check_url(url, outbound_policy())
+    except OutboundRefused as refused:
+        return str(refused)
+    return None
 
 
 def load_entry_point(entry_point: str) -> type[BaseTool]:
@@ -118,12 +127,13 @@ class TeamTool(models.Model):
         """The trainer's description of this HTTP tool, secret decrypted; refuses hosts no longer allowed."""
         if self.kind != ToolKind.HTTP:
             raise ValueError(f"tool {self.name!r} is a {self.kind} tool, not an HTTP one")
-        if not host_allowed(self.url):
-            raise PermissionError(f"the host of {self.url} is not in STUDIO_TOOL_HOST_ALLOWLIST")
+        policy = outbound_policy()
+        check_url(self.url, policy)  # OutboundRefused (a PermissionError): the rules changed since
         secret = crypto.decrypt(self.secret_encrypted) if self.secret_encrypted else None
         return HttpToolSpec(
             name=self.name, description=self.description, parameters=self.parameters, url=self.url,
             method=self.method, timeout_s=self.timeout_s, secret=secret, secret_header=self.secret_header,
+            policy=policy,
         )  # fmt: skip
 
     def build(self) -> BaseTool:

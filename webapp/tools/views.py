@@ -3,7 +3,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
@@ -17,7 +16,7 @@ from webapp.accounts.models import Role, Team
 from webapp.htmx import HtmxHttpRequest
 from webapp.tools.access import get_builtin_for_user, get_tool_for_user, get_trial_for_user
 from webapp.tools.forms import ToolForm, TryForm
-from webapp.tools.models import TeamTool, ToolStatus, ToolTrial, builtin_tools
+from webapp.tools.models import TeamTool, ToolStatus, ToolTrial, builtin_tools, outbound_policy
 
 STOP_POLLING = 286  # htmx stops an `every 2s` poll when it gets this status
 
@@ -38,7 +37,7 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
         messages.success(request, f"Registered {tool.name}.")
         return redirect("tool", team_slug=team.slug, pk=tool.pk)
     status = 400 if form.is_bound else 200
-    context = {"team": team, "form": form, "allowlist": settings.TOOL_HOST_ALLOWLIST}
+    context = {"team": team, "form": form, "allowlist": [str(rule) for rule in outbound_policy().rules]}
     return render(request, "tools/new.html", context, status=status)
 
 
