@@ -284,7 +284,7 @@ AXES_IPWARE_PROXY_COUNT = PROXY_COUNT or None
 AXES_IPWARE_PROXY_ORDER = "right-most"  # each proxy appends the address it saw: ours are on the right
 AXES_VERBOSE = False
 AUTHENTICATION_BACKENDS = [
-    "axes.backends.AxesStandaloneBackend",
+    "webapp.accounts.throttle.WebLoginThrottle",
     "django.contrib.auth.backends.ModelBackend",
 ]
 
