@@ -56,12 +56,44 @@ class _Bad:
 _BAD = _Bad()
 
 
+# A parquet file ends with its footer's length (4 bytes, little-endian) and b"PAR1"; pyarrow reads
+# the footer into memory whole, so a file that claims a huge one costs the reader that much.
+FOOTER_MAX_BYTES = 16 * 2**20
+_MAGIC = b"PAR1"
+
+
+def footer_problem(path: Path) -> Problem | None:
+    """A Problem when the file's footer claims more than the file holds or than FOOTER_MAX_BYTES."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as file:
+            file.seek(max(0, size - 8))
+            tail = file.read(8)
+    except OSError:
+        return None  # pyarrow reports an unreadable file in its own words
+    if len(tail) < 8 or tail[4:] != _MAGIC:
+        return None
+    claimed = int.from_bytes(tail[:4], "little")
+    if claimed > size - 12:  # the leading magic, the length and the trailing magic take 12 bytes
+        return Problem(
+            f"the parquet footer claims {claimed:,} bytes but the file has {size:,} (corrupt file)"
+        )
+    if claimed > FOOTER_MAX_BYTES:
+        return Problem(
+            f"the parquet footer is {claimed:,} bytes, over the {FOOTER_MAX_BYTES:,} this server reads; "
+            "write the file with fewer columns or row groups"
+        )
+    return None
+
+
 def validate(source: Source, *, max_problems: int = 100, batch_size: int = 1024) -> list[Problem]:
     """Every problem in ``source`` (a parquet path, a binary file object or an Arrow table), up to
     ``max_problems``. An empty list means the rows can be trained on."""
     load_recipes()  # agent_name, tools and data_source are checked against the registries
     if isinstance(source, pa.Table):
         return _check(source.schema, iter(source.to_batches(max_chunksize=batch_size)), max_problems)
+    if isinstance(source, str | Path) and (problem := footer_problem(Path(source))) is not None:
+        return [problem]
     try:
         parquet = pq.ParquetFile(str(source) if isinstance(source, Path) else source)
     except (pa.ArrowException, OSError, ValueError) as exc:

@@ -30,3 +30,18 @@ def test_the_team_switcher_moves_between_teams(personas: Any, login: Any, live_s
     page.select_option("#team-switcher", personas["other"].slug)
     page.wait_for_url(f"{live_server.url}/t/{personas['other'].slug}/")
     assert page.locator("h1").inner_text() == "Other dashboard"
+
+
+def test_the_pages_own_scripts_and_styles_pass_the_content_security_policy(
+    personas: Any, login: Any, live_server: Any
+) -> None:
+    page = login("alice")
+    refused: list[str] = []
+    page.on("console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None)  # fmt: skip
+    slug = personas["acme"].slug
+    for path in ("", "datasets/", "tools/", "experiments/", "experiments/new/", "curves/", "compare/"):
+        response = page.goto(f"{live_server.url}/t/{slug}/{path}")
+        assert response.status == 200 and "script-src 'self'" in response.headers["content-security-policy"]
+        page.wait_for_load_state("networkidle")
+    assert page.evaluate("typeof window.htmx") == "object"
+    assert refused == []

@@ -38,7 +38,7 @@ class WebLoginThrottle(AxesStandaloneBackend):
     ) -> None:
         if request is None:
             return None
-        return super().authenticate(request, username, password, **kwargs)  # type: ignore[no-any-return]
+        return super().authenticate(request, username, password, **kwargs)
 
 
 class TokenLockedOut(Exception):
