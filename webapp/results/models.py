@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from django.conf import settings
 from django.db import connection, models, transaction
@@ -260,12 +260,14 @@ class Checkpoint(models.Model):
         ordering = ["run_id", "step"]
 
     @classmethod
-    def record(cls, run: Run, batch_id: str, step: int, path: str, metrics: dict[str, float]) -> bool:
+    def record(
+        cls, run: Run, batch_id: str, step: int, path: str, metrics: Mapping[str, float | None]
+    ) -> bool:
         """Record a saved checkpoint once per batch id; False for a replay."""
         with transaction.atomic():
             if not IngestBatch.claim(run.pk, batch_id, "checkpoints"):
                 return False
-            cls.objects.create(run=run, step=step, path=path, metrics=metrics)
+            cls.objects.create(run=run, step=step, path=path, metrics=dict(metrics))
         return True
 
 

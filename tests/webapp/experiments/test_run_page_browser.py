@@ -79,7 +79,7 @@ def test_cancel_asks_first_and_the_run_ends_cancelled_by_the_user(
 ) -> None:
     running = Run.objects.create(experiment=finished.experiment, team=finished.team, seed=8, name="to cancel")
     running.enqueue()
-    running.claim("test")
+    running.claim("test", "claimant-test")
     page = signed_in("alice")
     page.goto(f"{live_server.url}/t/acme/runs/{running.pk}/")
     page.click("#cancel-run")
