@@ -4,8 +4,8 @@
 (docs/contract.md#the-data-contract) and returns every problem it finds, each naming its row and
 column, instead of stopping at the first. It streams record batches page by page (no pre-buffering of
 whole row groups), so a large file is never loaded whole; only the seen ``extra_info.index`` values
-are kept, to catch duplicates. A footer larger than MAX_FOOTER_BYTES is refused before it is read
-(docs/reliability.md#parquet-memory).
+are kept, to catch duplicates. A footer larger than MAX_FOOTER_BYTES, or claiming more than the file
+holds, is refused before it is read (docs/reliability.md#parquet-memory).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks_lib.registry import load_recipes
+from trainer.contract import DATA_SOURCE_MAX, INT4_MAX
 from trainer.envs import ENVS, parse_env_kwargs
 from trainer.flows import FLOWS
 from trainer.rewards import REWARDS, route
@@ -145,7 +146,8 @@ def open_parquet(source: str | Path | IO[bytes]) -> pq.ParquetFile:
 
 
 def _footer_problem(source: str | Path | IO[bytes]) -> Problem | None:
-    """A footer too large to read, from the length parquet writes before its closing magic bytes."""
+    """A footer too large to read, or claiming more than the file holds (pyarrow would allocate what
+    it claims), from the length parquet writes before its closing magic bytes."""
     try:
         if isinstance(source, (str, Path)):
             with open(source, "rb") as handle:
@@ -173,6 +175,8 @@ def _footer_size_problem(handle: IO[bytes]) -> Problem | None:
             f"the parquet metadata footer is {length / 2**20:.0f} MiB, more than the "
             f"{MAX_FOOTER_BYTES // 2**20} MiB it may be; write the file with fewer row groups or columns"
         )
+    if length > size - 12:  # the leading magic, the length and the trailing magic take 12 bytes
+        return Problem(f"the parquet footer claims {length:,} bytes but the file has {size:,} (corrupt file)")
     return None
 
 
@@ -249,6 +253,14 @@ def _decode_each(array: pa.Array, name: str, offset: int, problems: list[Problem
     return values
 
 
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 class _RowChecker:
     """Per-row checks; remembers the ``extra_info.index`` values seen so far."""
 
@@ -272,6 +284,10 @@ class _RowChecker:
         if not isinstance(value, str) or not value.strip():
             yield "data_source", "missing: every row needs the task id that routes its reward function", None
             return
+        if len(value) > DATA_SOURCE_MAX:
+            # data_source is stored with every trajectory, in a column of this length.
+            yield "data_source", f"longer than {DATA_SOURCE_MAX} characters", None
+            return
         routing = route(value, self.context.reward_map)
         if routing.reward is None:
             yield "data_source", routing.message, value
@@ -286,6 +302,12 @@ class _RowChecker:
     def _prompt(self, row: Mapping[str, Any], number: int) -> Iterator[tuple[str, str]]:
         prompt = row.get("prompt")
         if prompt is _BAD:
+            return
+        if isinstance(prompt, bytes) and not _is_utf8(prompt):
+            yield (
+                "prompt",
+                "is bytes that are not valid UTF-8 text; expected a list of {role, content} chat messages",
+            )
             return
         if isinstance(prompt, str | bytes):
             yield "prompt", "is a string; expected a list of {role, content} chat messages"
@@ -322,6 +344,8 @@ class _RowChecker:
             yield "extra_info.index", "missing; every row needs a unique integer index"
         elif isinstance(index, bool) or not isinstance(index, int):
             yield "extra_info.index", f"expected an integer, got {type(index).__name__}"
+        elif not 0 <= index <= INT4_MAX:
+            yield "extra_info.index", f"{index} is outside 0 to {INT4_MAX}"
         elif index in self.seen_index:
             yield "extra_info.index", f"duplicate index {index} (first used by row {self.seen_index[index]})"
         else:

@@ -195,9 +195,10 @@ def _fetch_and_train(args: argparse.Namespace, token: str, http: HttpReporter, w
     if fetched is None:
         return EXIT_FAILED
     config, specs = fetched
-    reporters: list[Reporter] = [http]
-    if config.report.console:
-        reporters.append(ConsoleReporter(progress=False))
+    # The console first: its "status ..." line reaches the server's log (through the logging
+    # handler into ``http``) before the status itself, after which the run's token is dead.
+    reporters: list[Reporter] = [ConsoleReporter(progress=False)] if config.report.console else []
+    reporters.append(http)
     if config.report.jsonl_path:
         reporters.append(JsonlReporter(config.report.jsonl_path))
     return run_training(config, _combine(reporters), specs=specs)

@@ -33,6 +33,10 @@ from trainer.backends import BACKENDS
 from trainer.registry import Registry
 
 DEFAULT_PRESET = "grpo"
+# Names model.path may hold instead of a folder: models trainer.models provides offline.
+SMOLLM2_ALIASES = frozenset({"smollm2", "smollm2-135m-instruct", "SmolLM2-135M-Instruct"})
+TINY_TEST_ALIAS = "tiny-test"  # a tiny random model with SmolLM2's tokenizer: smoke runs in seconds
+OFFLINE_MODELS = SMOLLM2_ALIASES | {TINY_TEST_ALIAS}
 
 # Per-task RunConfig defaults (dotted path -> value), registered by each task recipe under its task
 # name when the recipe's plugin is imported (trainer.plugins); the trainer keeps no task table.

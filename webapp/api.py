@@ -7,13 +7,19 @@
 - ``/api/openapi.json`` is the OpenAPI 3 schema, generated from the pydantic models;
   ``/api/docs`` shows it (Swagger UI, served from the django-ninja package, no CDN).
 
-Errors are ``{"error": "..."}`` with the status that fits: 400 a bad body, 401 no or a bad token,
-403 a role too low, 404 anything outside the caller's teams (outsiders do not learn it exists).
+Every error, 4xx and 5xx, on every path under ``/api/`` has one shape (docs/security.md#errors):
+``{"error": "<what went wrong>", "code": "<kind>", "field": "<dotted path>"}`` (``field`` when one
+field is to blame): 400 a bad body, 401 no or a bad token (a run's token dies with its run), 403 a
+role too low, 404 anything outside the caller's teams (outsiders do not learn it exists), 409 a
+state that forbids it, 413 a body too large, 429 too many failed token attempts, 500 our bug.
+A 4xx is deterministic: sending the same request again gets the same answer.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
 from django.core.exceptions import PermissionDenied
@@ -23,14 +29,38 @@ from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Field, NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, model_validator
 
-from trainer.contract import API_ROOT, CLAIMANT_HEADER
+from trainer.contract import API_ROOT, CLAIMANT_HEADER, INT4_MAX
 from webapp.accounts.models import ApiToken
+from webapp.accounts.throttle import (
+    TokenLockedOut,
+    check_token_allowed,
+    retry_after_s,
+    token_failed,
+    token_is_known,
+)
 from webapp.experiments.models import Run
 from webapp.outage import database_down_response
 
+logger = logging.getLogger(__name__)
+
 _PATH_PARAMETER = re.compile(r"\{(\w+)\}")
+# The kind of each error status, the ``code`` of the error body.
+ERROR_CODES = {
+    400: "invalid", 401: "unauthenticated", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
+    409: "conflict", 413: "too_large", 415: "unsupported_media_type", 422: "invalid", 429: "throttled",
+    500: "server_error", 503: "unavailable",
+}  # fmt: skip
+
+
+def error_body(message: str, status: int, field: str | None = None, **extra: Any) -> dict[str, Any]:
+    """The one error shape of the JSON API (docs/security.md#errors)."""
+    body: dict[str, Any] = {"error": message, "code": ERROR_CODES.get(status, "error")}
+    if field:
+        body["field"] = field
+    body.update(extra)
+    return body
 
 
 def route(contract_path: str) -> str:
@@ -43,10 +73,14 @@ def route(contract_path: str) -> str:
 
 
 class RunTokenAuth(HttpBearer):
-    """The per-run token a trainer process gets at launch; ``request.auth`` is its Run."""
+    """The per-run token a trainer process gets at launch; ``request.auth`` is its Run (while it lives)."""
 
     def authenticate(self, request: HttpRequest, token: str) -> Run | None:
-        return Run.for_token(token)
+        check_token_allowed(request)
+        run = Run.for_token(token)
+        if run is None and not token_is_known(token):
+            token_failed(request)
+        return run
 
 
 def get_run_for_token(request: HttpRequest, run_id: int) -> Run:
@@ -71,10 +105,50 @@ class UserTokenAuth(HttpBearer):
     """A personal API token; sets ``request.user`` so the apps' access helpers apply unchanged."""
 
     def authenticate(self, request: HttpRequest, token: str) -> Any | None:
+        check_token_allowed(request)
         user = ApiToken.authenticate(token)
         if user is not None:
             request.user = user
+        elif not token_is_known(token):
+            token_failed(request)
         return user
+
+
+class FieldError(HttpError):
+    """A 4xx about fields of the request: the error body names the first (``field``)."""
+
+    def __init__(self, problems: Sequence[tuple[str, str]], *, prefix: str = "", status: int = 400) -> None:
+        super().__init__(status, "; ".join(f"{prefix}{path}: {text}" for path, text in problems))
+        self.field = prefix + problems[0][0] if problems else None
+
+
+def nul_at(value: Any, path: str = "") -> str | None:
+    """The dotted path of the first text holding a NUL character (Postgres stores none), else None."""
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if isinstance(key, str) and "\x00" in key:
+            return f"{path}.{key}".strip(".")
+        found = nul_at(item, f"{path}.{key}".strip("."))
+        if found is not None:
+            return found
+    return None
+
+
+class StrictSchema(Schema):
+    """A request body a person or a script sends: a field nobody reads is a mistake, so it is refused
+    rather than ignored, and so is text Postgres cannot store (NUL)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul(cls, data: Any) -> Any:
+        where = nul_at(data)
+        if where is not None:
+            raise ValueError(f"{where or 'body'} must not contain NUL characters")
+        return data
 
 
 class StudioAPI(NinjaAPI):
@@ -100,10 +174,11 @@ api = StudioAPI(
 
 
 MAX_PAGE_SIZE = 500
+MAX_PAGE = INT4_MAX // MAX_PAGE_SIZE  # so that the offset of any page fits the database's integers
 
 
 class PageParams(Schema):
-    page: int = Field(1, ge=1, description="Page number, from 1.")
+    page: int = Field(1, ge=1, le=MAX_PAGE, description="Page number, from 1.")
     page_size: int = Field(
         50, ge=1, le=MAX_PAGE_SIZE, description=f"Items per page (at most {MAX_PAGE_SIZE})."
     )
@@ -132,8 +207,12 @@ def paginate(items: QuerySet[Any], params: PageParams) -> dict[str, Any]:
     }
 
 
-def _error(request: HttpRequest, message: str, status: int) -> HttpResponse:
-    return api.create_response(request, {"error": message}, status=status)
+def _error(request: HttpRequest, message: str, status: int, field: str | None = None) -> HttpResponse:
+    run = getattr(request, "auth", None)
+    if isinstance(run, Run) and status in (400, 413, 422):
+        # A trainer's report its own run refused: the trainer drops it, the run page counts it.
+        run.note_refused(f"{request.path}: {message}")
+    return api.create_response(request, error_body(message, status, field), status=status)
 
 
 @api.exception_handler(OperationalError)
@@ -161,14 +240,32 @@ def _unauthorized(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    return _error(request, exc.message, exc.status_code)
+    return _error(request, exc.message, exc.status_code, field=getattr(exc, "field", None))
 
 
 @api.exception_handler(ValidationError)
 def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     first = exc.errors[0] if exc.errors else {}
-    where = ".".join(str(part) for part in first.get("loc", ()))
-    return _error(request, f"{where}: {first.get('msg', 'invalid')}", 400)
+    # ninja's location starts with where the value came from (body, query, path): not a field.
+    parts = [str(part) for part in first.get("loc", ())]
+    source, path = (parts[0], parts[1:]) if parts and parts[0] in ("body", "query", "path") else ("", parts)
+    if source == "body":
+        path = path[1:]  # the name of the view's body parameter, which the client never sees
+    where = ".".join(path) or source or "body"
+    return _error(request, f"{where}: {first.get('msg', 'invalid')}", 400, field=".".join(path) or None)
+
+
+@api.exception_handler(TokenLockedOut)
+def _locked_out(request: HttpRequest, exc: Exception) -> HttpResponse:
+    response = _error(request, str(exc), 429)
+    response["Retry-After"] = str(retry_after_s())
+    return response
+
+
+@api.exception_handler(Exception)
+def _server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    logger.exception("%s %s failed", request.method, request.path)
+    return _error(request, f"the server failed on this request ({type(exc).__name__}); it is logged", 500)
 
 
 def _register_routers() -> None:

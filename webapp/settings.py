@@ -8,7 +8,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
+from trainer.tools.allowlist import OutboundPolicy
 from webapp import env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -145,6 +147,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "ninja",
+    "axes",
     "webapp.accounts",
     "webapp.datasets",
     "webapp.tools",
@@ -154,8 +157,11 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "webapp.middleware.ApiErrorShapeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "webapp.outage.DatabaseUnavailableMiddleware",  # outermost of ours: it sees every other's failure
+    "csp.middleware.CSPMiddleware",
+    "webapp.middleware.PrivateCacheMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -166,6 +172,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "webapp.results.middleware.GzipRequestMiddleware",
     "webapp.accounts.middleware.CurrentTeamMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]
 
 ROOT_URLCONF = "webapp.urls"
@@ -222,6 +229,79 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads no cookie: the token travels in hx-headers on <body>
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+
+# -- security headers and throttling (docs/security.md) ---------------------------------------------
+# Behind the documented TLS proxy (STUDIO_PUBLIC_URL https://...): cookies only over TLS, HSTS, and
+# the proxy's X-Forwarded-Proto tells Django a request arrived over TLS. The proxy must set that
+# header itself (and drop a client's own), which is why it is trusted only in this deployment.
+HTTPS = urlsplit(str(PUBLIC_URL)).scheme == "https"
+HSTS_SECONDS = env.integer(
+    "STUDIO_HSTS_SECONDS",
+    31_536_000,
+    minimum=0,
+    help="Strict-Transport-Security max-age sent when STUDIO_PUBLIC_URL is https (0: none).",
+)
+if HTTPS:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = HSTS_SECONDS
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = False  # the proxy's other hosts are not ours to decide
+# Content-Security-Policy (django-csp): scripts and styles from our own static files only. Style
+# attributes stay allowed: server-rendered bars and sparklines set CSS variables inline.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "style-src-attr": ["'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+# Login, admin and bearer tokens: failed attempts counted per (username, client address) by
+# django-axes (webapp/accounts/throttle.py adds the bearer tokens); past the limit, 429 until the
+# cool-off ends.
+AXES_FAILURE_LIMIT = env.integer(
+    "STUDIO_LOGIN_FAILURE_LIMIT",
+    10,
+    minimum=1,
+    help="Failed logins (per username and address) or bad bearer tokens (per address) before a lock-out.",
+)
+AXES_COOLOFF_TIME = (
+    env.integer(
+        "STUDIO_LOGIN_COOLOFF_S",
+        900,
+        minimum=1,
+        help="How long a lock-out after too many failed logins or bad tokens lasts, in seconds.",
+    )
+    / 3600
+)  # django-axes takes hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "webapp.accounts.throttle.locked_out"
+PROXY_COUNT = env.integer(
+    "STUDIO_PROXY_COUNT",
+    1 if HTTPS else 0,
+    minimum=0,
+    help="Reverse proxies in front of the web server: the client's address is read from X-Forwarded-For past them.",
+)
+# Without a proxy X-Forwarded-For is whatever the client wrote: only the socket's address counts.
+AXES_IPWARE_META_PRECEDENCE_ORDER = (
+    ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR") if PROXY_COUNT else ("REMOTE_ADDR",)
+)
+AXES_IPWARE_PROXY_COUNT = PROXY_COUNT or None
+AXES_IPWARE_PROXY_ORDER = "right-most"  # each proxy appends the address it saw: ours are on the right
+AXES_VERBOSE = False
+AUTHENTICATION_BACKENDS = [
+    "webapp.accounts.throttle.WebLoginThrottle",
+    "django.contrib.auth.backends.ModelBackend",
+]
 
 # Datasets: uploads stream into DATASETS_DIR/incoming and are renamed into place (same filesystem).
 DATASETS_DIR = VAR_DIR / "datasets"
@@ -231,12 +311,55 @@ UPLOAD_MAX_BYTES = env.integer(
     minimum=1,
     help="Largest parquet file a browser may upload, in bytes (default 5 GiB).",
 )
-# Tools: team HTTP tools may only call these hosts (exact host names, compared case-insensitively).
-TOOL_HOST_ALLOWLIST = env.string_list(
-    "STUDIO_TOOL_HOST_ALLOWLIST",
-    ["127.0.0.1", "localhost"],
-    help="Hosts that team HTTP tools may call, e.g. tools.internal,127.0.0.1.",
+RAY_GCS_PORT = env.integer(
+    "STUDIO_RAY_GCS_PORT",
+    6379,
+    minimum=1,
+    maximum=65535,
+    help="Port of the Ray cluster's GCS on RAY_ADDRESS's host (closed to team tools like every service port).",
 )
+# Tools: where team HTTP tools may send requests (docs/security.md#outbound). Each entry names a host
+# and a port, or a URL prefix; the product's own service endpoints stay closed whatever it says.
+TOOL_ALLOWLIST = env.string_list(
+    "STUDIO_TOOL_ALLOWLIST",
+    [],
+    help="Where team HTTP tools may send requests: host:port or URL prefixes, e.g. "
+    "tools.internal:8080,https://api.example.com/v1/. Empty: HTTP tools can call nothing.",
+)
+
+
+def _service_endpoints() -> list[tuple[str, int]]:
+    """(host, port) of every service of the product itself: no team tool may call them."""
+    endpoints = [("127.0.0.1", PORT), ("localhost", PORT)]
+    for url, default_port in ((PUBLIC_URL, PORT), (DATABASE_URL, 5432), (REDIS_URL, 6379)):
+        parts = urlsplit(url or "")
+        if parts.hostname:
+            endpoints.append((parts.hostname, parts.port or default_port))
+    ray = urlsplit(
+        RAY_ADDRESS if RAY_ADDRESS and "://" in RAY_ADDRESS else f"http://{RAY_ADDRESS or '127.0.0.1:8265'}"
+    )
+    ray_host = ray.hostname or "127.0.0.1"
+    endpoints += [(ray_host, ray.port or 8265), (ray_host, RAY_GCS_PORT)]
+    return endpoints
+
+
+SERVICE_ENDPOINTS = _service_endpoints()
+
+
+def _tool_policy() -> OutboundPolicy:
+    try:
+        policy = OutboundPolicy.from_texts(TOOL_ALLOWLIST, SERVICE_ENDPOINTS)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"STUDIO_TOOL_ALLOWLIST: {error}") from None
+    conflicts = policy.conflicts()
+    if conflicts:
+        raise ImproperlyConfigured(
+            f"STUDIO_TOOL_ALLOWLIST must not open the product's own services: {'; '.join(conflicts)}"
+        )
+    return policy
+
+
+_tool_policy()  # a bad entry stops start-up here, naming the variable
 
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
@@ -252,6 +375,17 @@ SHARED_DIR = Path(
         "STUDIO_SHARED_DIR",
         str(VAR_DIR / "shared"),
         help="Storage every Ray node sees (checkpoints and rollout dumps of ray runs); an absolute path.",
+    )
+    or ""
+)
+# Where members' runs may load model folders from (docs/security.md#server-paths): model.path is an
+# offline alias or a folder under here, which every Ray node sees as well when it is under SHARED_DIR.
+MODELS_DIR = Path(
+    env.string(
+        "STUDIO_MODELS_DIR",
+        str(SHARED_DIR / "models"),
+        help="Folder of the Hugging Face models runs may train (model.path lies under it, or is an "
+        "offline alias); an absolute path.",
     )
     or ""
 )

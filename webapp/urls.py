@@ -68,6 +68,7 @@ urlpatterns = [
     path(
         "favicon.ico",
         RedirectView.as_view(url="/" + settings.STATIC_URL.lstrip("/") + "favicon.svg", permanent=True),
+        name="favicon",
     ),
     path("teams/", accounts.teams, name="teams"),
     path("account/tokens/", accounts.api_tokens, name="api_tokens"),

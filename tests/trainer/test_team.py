@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from trainer.contract import REWARD_ERRORS, RunSpecs, TeamRewardSpec, TeamToolSpec
+from trainer.contract import REWARD_ERRORS, OutboundRules, RunSpecs, TeamRewardSpec, TeamToolSpec
 from trainer.flows import FLOWS
 from trainer.mdp import Step, ToolCallRecord, Trajectory
 from trainer.registry import Registry, RegistryError
@@ -78,6 +78,11 @@ def endpoint() -> Iterator[Endpoint]:
     server.thread.start()
     yield server
     server.close()
+
+
+def allowing(endpoint: Endpoint) -> OutboundRules:
+    """The outbound policy a run receives when STUDIO_TOOL_ALLOWLIST names this endpoint."""
+    return OutboundRules(rules=[endpoint.url.removeprefix("http://")])
 
 
 def tool_spec(url: str, **changes: Any) -> TeamToolSpec:
@@ -162,7 +167,7 @@ def test_a_team_rule_reward_with_a_format_bonus_scores_inside_its_run_only() -> 
 
 
 def test_a_team_http_tool_is_called_with_its_secret_and_only_on_an_allowed_host(endpoint: Endpoint) -> None:
-    specs = RunSpecs(tools=[tool_spec(endpoint.url + "/tool")], allowed_hosts=["127.0.0.1"])
+    specs = RunSpecs(tools=[tool_spec(endpoint.url + "/tool")], outbound=allowing(endpoint))
     with run_scope(specs):
         check_run_tools(["team_lookup", "echo"])
         tool = TOOLS.get("team_lookup")()
@@ -175,12 +180,13 @@ def test_a_team_http_tool_is_called_with_its_secret_and_only_on_an_allowed_host(
     with pytest.raises(UnavailableTool, match="'team_lookup' is not available"):
         check_run_tools(["team_lookup"])
     # A host taken off the allowlist is refused at call time, before anything is sent.
-    with run_scope(RunSpecs(tools=[tool_spec(endpoint.url + "/tool")], allowed_hosts=["tools.internal"])):
+    refusing = OutboundRules(rules=["tools.internal:8080"])
+    with run_scope(RunSpecs(tools=[tool_spec(endpoint.url + "/tool")], outbound=refusing)):
         tool = TOOLS.get("team_lookup")()
         record = asyncio.run(
             run_tool_call(ToolCallRecord("team_lookup", {"query": "y"}), {"team_lookup": tool}, timeout_s=5)
         )
-    assert record.error == "execution" and "allowlist" in record.result and len(endpoint.calls) == 1
+    assert record.error == "execution" and "is not allowed" in record.result and len(endpoint.calls) == 1
 
 
 def test_a_python_tool_that_no_longer_imports_fails_the_run_scope_naming_it() -> None:
@@ -200,7 +206,7 @@ def test_a_remote_reward_scores_and_one_that_times_out_is_a_reward_error_not_a_c
     slow = TeamRewardSpec(
         name="remote_slow", kind="remote", url=endpoint.url + "/slow", timeout_s=0.3, retries=1
     )
-    specs = RunSpecs(rewards=[good, slow], allowed_hosts=["127.0.0.1"])
+    specs = RunSpecs(rewards=[good, slow], outbound=allowing(endpoint))
     with run_scope(specs, {"qa_remote": "remote_ok", "qa_slow": "remote_slow"}):
         assert score_step("qa_remote", "it is 4", "4") == (1.0, {"pred": 4})
         sent = endpoint.calls[-1]

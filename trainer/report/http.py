@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import tenacity
+from pydantic import ValidationError
 
 from trainer.contract import (
     CHECKPOINTS_PATH,
@@ -69,7 +70,10 @@ class HttpReporter(Reporter):
     that is away simply leaves files behind, which go out in order when it returns (or when a
     later process for the same run starts with the same spool folder). Connection errors, 5xx and
     429 are retried with exponential backoff (tenacity, capped at ``backoff_max_s``, honouring
-    ``Retry-After``); any other 4xx is logged and the file moved to ``spool_dir/rejected``.
+    ``Retry-After``); any other 4xx is a refusal the same request would get again: the batch is
+    logged as an error, counted in :attr:`rejected`, moved to ``spool_dir/rejected``, and the batches
+    after it flow on (docs/security.md#refusals). A trajectory the contract refuses before it is sent
+    (an id too long for the server) is dropped the same way, alone.
     Heartbeats are not spooled: only the latest one matters. A thread of their own sends it, on its
     own connection, when the step changes and every ``heartbeat_interval_s`` otherwise, so a backlog
     of batches (a spool draining after an outage) never holds back the sign of life.
@@ -114,6 +118,7 @@ class HttpReporter(Reporter):
         self._client = run_api_client(api_url, token, **connect)  # type: ignore[arg-type]
         self._beat_client = run_api_client(api_url, token, **connect)  # type: ignore[arg-type]
         self._lock = threading.Lock()
+        self.rejected = 0  # batches the server refused (4xx) and trajectories the contract refused
         self._points: list[MetricPoint] = []
         self._log_parts: list[str] = []
         self._buffered_since: float | None = None  # monotonic time of the oldest unspooled point or line
@@ -149,9 +154,7 @@ class HttpReporter(Reporter):
             self._wake.set()
 
     def log_trajectories(self, step: int, trajectories: Sequence[Trajectory]) -> None:
-        wire = [
-            TrajectoryWire.from_trajectory(t, include_token_ids=self.include_token_ids) for t in trajectories
-        ]
+        wire = [w for w in (self._wire(t) for t in trajectories) if w is not None]
         size = self.max_trajectories_per_batch
         with self._lock:
             self._cut_all_locked()
@@ -161,6 +164,15 @@ class HttpReporter(Reporter):
                     TrajectoryBatch(training_step=step, trajectories=wire[start : start + size]),
                 )
         self._wake.set()
+
+    def _wire(self, trajectory: Trajectory) -> TrajectoryWire | None:
+        try:
+            return TrajectoryWire.from_trajectory(trajectory, include_token_ids=self.include_token_ids)
+        except ValidationError as error:
+            # The server would refuse it too: one trajectory lost, logged, never the whole batch.
+            self.rejected += 1
+            logger.error("trajectory %s cannot be reported and is dropped: %s", trajectory.id, error)
+            return None
 
     def set_status(self, status: RunStatus, message: str = "", progress: float | None = None) -> None:
         with self._lock:
@@ -349,9 +361,11 @@ class HttpReporter(Reporter):
     def _reject(self, path: Path, error: PermanentHttpError) -> None:
         self.rejected_dir.mkdir(exist_ok=True)
         os.replace(path, self.rejected_dir / path.name)
+        self.rejected += 1
         logger.error(
-            "the server refused report batch %s (%s); moved it to %s", path.name, error, self.rejected_dir
-        )
+            "the server refused report batch %s (%s); dropped it (kept in %s), the others go on",
+            path.name, error, self.rejected_dir,
+        )  # fmt: skip
 
     def _beat(self) -> None:
         while not self._closing.is_set():

@@ -1,27 +1,40 @@
 """Calls to a team's endpoints: the adapter behind team HTTP tools, and remote rewards.
 
-Every outbound request of a tool or a reward goes through :func:`send` (async, tools) or
-:func:`send_sync` (rewards, which are scored synchronously): they check the destination against
-the allowlist first (:func:`check_destination`, the one rule the web app applies too, see
-docs/tools.md#allowed-hosts), so a host taken off the list stops being called mid-run.
+Every outbound request of a tool or a reward is checked against the web app's
+:class:`~trainer.tools.allowlist.OutboundPolicy` first (the one rule the web app applies too), so an
+entry taken off STUDIO_TOOL_ALLOWLIST stops being called mid-run (docs/tools.md#allowed-hosts).
 
 An :class:`HttpToolSpec` says where the tool lives; :class:`HttpTool` sends the validated
 arguments there (POST: JSON body; GET: query string) and reads back either a JSON object
 ``{"text": ..., "reward": ..., "info": {...}}``, any other JSON value, or plain text.
 Per-row ``tools_kwargs`` are not sent: the endpoint sees only what the model wrote.
+
+A spec with an :class:`~trainer.tools.allowlist.OutboundPolicy` (every team tool the web app builds)
+is checked on every call: the URL against the rules, then the address its host resolves to at that
+moment, and the request goes to that address (docs/security.md#outbound). Redirects are not
+followed: a 3xx answer is an error. Answers larger than ``MAX_RESPONSE_BYTES`` are refused.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import httpx
 
+from trainer.tools.allowlist import (
+    OutboundPolicy,
+    OutboundRefused,
+    Target,
+    check_url,
+    choose_address,
+    pinned,
+    resolved_services,
+)
 from trainer.tools.base import TOOLS, BaseTool, ToolResult, check_tool_definition
 
 if TYPE_CHECKING:
@@ -29,48 +42,12 @@ if TYPE_CHECKING:
     from trainer.rewards import RewardFn
 
 _METHODS = ("GET", "POST")
+# An observation the model reads: a megabyte is already far more than any prompt holds.
+MAX_RESPONSE_BYTES = 1024 * 1024
 
 
 class HttpToolError(RuntimeError):
     """The endpoint answered with an HTTP error status or a body we cannot read."""
-
-
-class DestinationRefused(PermissionError):
-    """The URL's host is not on the allowlist."""
-
-
-def host_allowed(url: str, allowlist: Sequence[str]) -> bool:
-    """Whether ``url``'s host is one of ``allowlist`` (case-insensitive host names)."""
-    host = (urlsplit(url).hostname or "").lower()
-    return bool(host) and host in {allowed.lower() for allowed in allowlist}
-
-
-def check_destination(url: str, allowlist: Sequence[str] | None) -> None:
-    """Refuse a URL whose host is not allowed; ``None`` means the caller already vouched for it."""
-    if allowlist is not None and not host_allowed(url, allowlist):
-        raise DestinationRefused(f"the host of {url} is not on the tool host allowlist")
-
-
-async def send(
-    method: str, url: str, *, allowlist: Sequence[str] | None, timeout_s: float,
-    headers: Mapping[str, str], json_body: Any = None, params: Mapping[str, str] | None = None,
-) -> httpx.Response:  # fmt: skip
-    """One outbound request of a tool, after the destination check."""
-    check_destination(url, allowlist)
-    # A client per call: rollouts may run under different event loops, and a pooled client is bound
-    # to the loop it was created in.
-    async with httpx.AsyncClient(timeout=timeout_s, follow_redirects=False) as client:
-        return await client.request(method, url, json=json_body, params=params, headers=dict(headers))
-
-
-def send_sync(
-    method: str, url: str, *, allowlist: Sequence[str] | None, timeout_s: float,
-    headers: Mapping[str, str], json_body: Any = None,
-) -> httpx.Response:  # fmt: skip
-    """The same for synchronous callers (rewards are scored outside the tools' event loop)."""
-    check_destination(url, allowlist)
-    with httpx.Client(timeout=timeout_s, follow_redirects=False) as client:
-        return client.request(method, url, json=json_body, headers=dict(headers))
 
 
 @dataclass(frozen=True)
@@ -84,8 +61,8 @@ class HttpToolSpec:
     # Sent as ``secret_header: secret`` so the endpoint can tell our calls from anyone else's.
     secret: str | None = field(default=None, repr=False)
     secret_header: str = "X-Tool-Secret"
-    # Hosts the tool may call, checked at every call; None: the builder checked it (the try-it page).
-    allowlist: tuple[str, ...] | None = None
+    # None: the caller owns the machine (a config file's tool); the web app always sets one.
+    policy: OutboundPolicy | None = None
 
     def __post_init__(self) -> None:
         check_tool_definition(self.name, self.parameters)
@@ -104,20 +81,20 @@ def _query_params(args: dict[str, Any]) -> dict[str, str]:
     return {key: value if isinstance(value, str) else json.dumps(value) for key, value in args.items()}
 
 
-def _result_from_response(response: httpx.Response) -> ToolResult:
+def _result_from_response(response: httpx.Response, body: bytes, url: str) -> ToolResult:
     if "json" not in response.headers.get("content-type", ""):
-        return ToolResult(text=response.text)
+        return ToolResult(text=body.decode(response.encoding or "utf-8", errors="replace"))
     try:
-        data = response.json()
+        data = json.loads(body)
     except ValueError as exc:
-        raise HttpToolError(f"{response.url} sent invalid JSON: {exc}") from exc
+        raise HttpToolError(f"{url} sent invalid JSON: {exc}") from exc
     if isinstance(data, dict) and "text" in data:
         reward = data.get("reward")
         info = data.get("info") or {}
         if reward is not None and not isinstance(reward, int | float):
-            raise HttpToolError(f"{response.url} sent a non-numeric reward: {reward!r}")
+            raise HttpToolError(f"{url} sent a non-numeric reward: {reward!r}")
         if not isinstance(info, dict):
-            raise HttpToolError(f"{response.url} sent info that is not an object: {info!r}")
+            raise HttpToolError(f"{url} sent info that is not an object: {info!r}")
         return ToolResult(text=str(data["text"]), reward=None if reward is None else float(reward), info=info)
     return ToolResult(text=data if isinstance(data, str) else json.dumps(data, ensure_ascii=False))
 
@@ -139,20 +116,73 @@ class HttpTool(BaseTool):
         spec = self.spec
         if spec is None:  # set in __init__; narrowed here for the type checker
             raise ValueError("HttpTool needs an HttpToolSpec")
-        headers = {"Accept": "application/json"}
+        url, headers = spec.url, {"Accept": "application/json"}
+        extensions: dict[str, Any] = {}
+        if spec.policy is not None:
+            url, pinned_headers, extensions = await _checked_destination(spec.url, spec.policy)
+            headers.update(pinned_headers)
         if spec.secret:
             headers[spec.secret_header] = spec.secret
-        body, params = (args, None) if spec.method == "POST" else (None, _query_params(args))
+        request: dict[str, Any] = {"json": args} if spec.method == "POST" else {"params": _query_params(args)}
         try:
-            response = await send(
-                spec.method, spec.url, allowlist=spec.allowlist, timeout_s=spec.timeout_s,
-                headers=headers, json_body=body, params=params,
-            )  # fmt: skip
+            # A client per call: rollouts may run under different event loops, and a pooled
+            # client is bound to the loop it was created in. Redirects stay unfollowed (httpx's
+            # default): where one points was never checked.
+            async with (
+                httpx.AsyncClient(timeout=spec.timeout_s, follow_redirects=False, trust_env=False) as client,
+                client.stream(
+                    spec.method, url, headers=headers, extensions=extensions, **request
+                ) as response,
+            ):
+                body = await _read_capped(response, spec.url)
         except httpx.TimeoutException as exc:
             raise TimeoutError(f"timed out after {spec.timeout_s:g} s ({spec.method} {spec.url})") from exc
+        if response.is_redirect or 300 <= response.status_code < 400:
+            location = response.headers.get("location", "")
+            raise HttpToolError(
+                f"HTTP {response.status_code} from {spec.url}: the tool answered with a redirect"
+                f"{f' to {location}' if location else ''}, which is not followed; point the tool at the final URL"
+            )
         if response.status_code >= 400:
-            raise HttpToolError(f"HTTP {response.status_code} from {spec.url}: {response.text[:200]}")
-        return _result_from_response(response)
+            text = body[:200].decode("utf-8", errors="replace")
+            raise HttpToolError(f"HTTP {response.status_code} from {spec.url}: {text}")
+        return _result_from_response(response, body, spec.url)
+
+
+async def _checked_destination(
+    url: str, policy: OutboundPolicy
+) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """Check ``url`` and the address its host resolves to now; the request is sent to that address."""
+    target: Target = check_url(url, policy)
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    services = await asyncio.to_thread(resolved_services, policy, _resolve)
+    return pinned(target, choose_address(target, services, addresses))
+
+
+def _resolve(host: str) -> list[str]:
+    return [str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)]
+
+
+def _checked_destination_sync(url: str, policy: OutboundPolicy) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """The same check for synchronous callers (rewards are scored outside the tools' event loop)."""
+    target: Target = check_url(url, policy)
+    infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    services = resolved_services(policy, _resolve)
+    return pinned(target, choose_address(target, services, addresses))
+
+
+async def _read_capped(response: httpx.Response, url: str) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > MAX_RESPONSE_BYTES:
+            raise HttpToolError(f"{url} answered with more than {MAX_RESPONSE_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def register_http_tool(spec: HttpToolSpec) -> type[HttpTool]:
@@ -166,25 +196,52 @@ def register_http_tool(spec: HttpToolSpec) -> type[HttpTool]:
 # -- remote rewards ---------------------------------------------------------------------------------
 
 
-def _score_from(response: httpx.Response) -> float | dict[str, Any]:
-    if response.status_code >= 400:
-        raise HttpToolError(f"HTTP {response.status_code} from {response.url}: {response.text[:200]}")
+def _score_from(status: int, body: bytes, url: str) -> float | dict[str, Any]:
+    text = body[:200].decode("utf-8", errors="replace")
+    if 300 <= status < 400:
+        raise HttpToolError(f"HTTP {status} from {url}: a redirect, which is not followed")
+    if status >= 400:
+        raise HttpToolError(f"HTTP {status} from {url}: {text}")
     try:
-        data = response.json()
+        data = json.loads(body)
     except ValueError as exc:
-        raise HttpToolError(f"{response.url} sent a body that is not JSON: {response.text[:200]!r}") from exc
+        raise HttpToolError(f"{url} sent a body that is not JSON: {text!r}") from exc
     if isinstance(data, dict) and isinstance(data.get("score"), int | float):
         return {key: value for key, value in data.items() if isinstance(value, int | float)}
     if isinstance(data, int | float) and not isinstance(data, bool):
         return float(data)
-    raise HttpToolError(f'{response.url} sent {str(data)[:200]}; expected {{"score": <number>}}')
+    raise HttpToolError(f'{url} sent {str(data)[:200]}; expected {{"score": <number>}}')
 
 
-def remote_reward(spec: TeamRewardSpec, allowlist: Sequence[str] | None = None) -> RewardFn:
+def _post_sync(
+    url: str, policy: OutboundPolicy | None, timeout_s: float, headers: dict[str, str], body: Any
+) -> tuple[int, bytes]:
+    """One checked POST (docs/security.md#outbound): (status, body capped at MAX_RESPONSE_BYTES)."""
+    headers = dict(headers)
+    extensions: dict[str, Any] = {}
+    if policy is not None:
+        url, pinned_headers, extensions = _checked_destination_sync(url, policy)
+        headers.update(pinned_headers)
+    with (
+        httpx.Client(timeout=timeout_s, follow_redirects=False, trust_env=False) as client,
+        client.stream("POST", url, json=body, headers=headers, extensions=extensions) as response,
+    ):
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > MAX_RESPONSE_BYTES:
+                raise HttpToolError(f"answered with more than {MAX_RESPONSE_BYTES} bytes")
+            chunks.append(chunk)
+        return response.status_code, b"".join(chunks)
+
+
+def remote_reward(spec: TeamRewardSpec, policy: OutboundPolicy | None = None) -> RewardFn:
     """A reward function that POSTs ``{data_source, response, ground_truth, extra_info}`` to the
     spec's endpoint and reads ``{"score": x, ...}`` (or a bare number) back, with ``retries`` more
     tries after a timeout, a connection error or a 5xx. When every try fails it raises RewardError:
-    the step scores 0 and the run counts a reward error (docs/rewards.md#remote-rewards)."""
+    the step scores 0 and the run counts a reward error (docs/rewards.md#remote-rewards). Each try is
+    checked against ``policy`` like a tool call; None: the caller owns the machine (a config file)."""
     from trainer.contract import to_jsonable
     from trainer.rewards import RewardError
 
@@ -202,23 +259,20 @@ def remote_reward(spec: TeamRewardSpec, allowlist: Sequence[str] | None = None) 
         problem = ""
         for attempt in range(spec.retries + 1):
             try:
-                response = send_sync(
-                    "POST", spec.url, allowlist=allowlist, timeout_s=spec.timeout_s,
-                    headers=headers, json_body=body,
-                )  # fmt: skip
+                status, answer = _post_sync(spec.url, policy, spec.timeout_s, headers, body)
             except httpx.TimeoutException:
                 problem = f"timed out after {spec.timeout_s:g} s"
             except httpx.HTTPError as exc:
                 problem = f"{type(exc).__name__}: {exc}"
-            except DestinationRefused as exc:
+            except (OutboundRefused, OSError, HttpToolError) as exc:  # refused, unresolvable, too large
                 raise RewardError(f"reward {spec.name!r}: {exc}") from None
             else:
-                if response.status_code < 500:
+                if status < 500:
                     try:
-                        return _score_from(response)
+                        return _score_from(status, answer, spec.url)
                     except HttpToolError as exc:
                         raise RewardError(f"reward {spec.name!r}: {exc}") from None
-                problem = f"HTTP {response.status_code}"
+                problem = f"HTTP {status}"
             if attempt < spec.retries:
                 time.sleep(min(0.2 * 2**attempt, 2.0))
         tries = spec.retries + 1

@@ -156,6 +156,11 @@ class ApiToken(models.Model):
             cls.objects.filter(pk=token.pk).update(last_used=now)
         return token.user
 
+    @classmethod
+    def is_known(cls, plain: str) -> bool:
+        """Whether the token was ever issued (revoked ones too)."""
+        return plain.startswith(cls.PREFIX) and cls.objects.filter(token_hash=_hash_api_token(plain)).exists()
+
     def revoke(self) -> bool:
         # Race: two revoke clicks; the first sets the time and the second changes nothing.
         return guarded_update(self, Q(revoked__isnull=True), revoked=timezone.now())

@@ -104,7 +104,8 @@ class Dataset(models.Model):
         if not reference or not reference.startswith(DATASET_REF_PREFIX):
             return None
         pk = reference.removeprefix(DATASET_REF_PREFIX)
-        return cls.usable_for(team).filter(pk=int(pk)).first() if pk.isdigit() else None
+        # 18 digits: any more and the id cannot be a bigint primary key (nor is it ours).
+        return cls.usable_for(team).filter(pk=int(pk)).first() if pk.isdigit() and len(pk) <= 18 else None
 
     @classmethod
     def from_file(
@@ -118,8 +119,13 @@ class Dataset(models.Model):
         user: Any = None,
         validate_later: bool = True,
     ) -> tuple[Dataset, bool]:
-        """Adopt the file at ``path`` (it is moved or deleted); same content twice gives the existing dataset."""
+        """Adopt the file at ``path`` (it is moved or deleted); same content twice gives the existing
+        dataset, validated again when its verdict was "invalid": what makes a file valid (the registered
+        rewards, tools and envs, the validator itself) may have been fixed since."""
         existing = cls.objects.filter(team=team, sha256=sha256).first()
+        if existing is not None and existing.status == DatasetStatus.INVALID:
+            files.move_into_place(path, team.pk, sha256)  # the invalid file itself was deleted
+            return existing, existing._validate_again(validate_later)
         if existing is not None:
             path.unlink(missing_ok=True)
             return existing, False
@@ -278,6 +284,22 @@ class Dataset(models.Model):
             path = self.path
             self.delete()
         path.unlink(missing_ok=True)
+
+    def _validate_again(self, later: bool) -> bool:
+        # Race: the same invalid content uploaded twice at once; only one invalid → pending wins, and
+        # both moved identical bytes to the same place.
+        changed = guarded_update(
+            self,
+            Q(status=DatasetStatus.INVALID),
+            status=DatasetStatus.PENDING,
+            problems=[],
+            validated_at=None,
+        )
+        if changed and later:
+            from webapp.datasets.tasks import validate_dataset
+
+            validate_dataset.delay_on_commit(self.pk)
+        return changed
 
     def _settle(self, status: str, **changes: Any) -> bool:
         # Race: a redelivered validate task running beside the first; only one pending → settled wins.

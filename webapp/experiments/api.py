@@ -13,15 +13,17 @@ from pydantic import ValidationError
 
 from tasks_lib.registry import load_recipes
 from trainer.backends import BACKENDS
-from trainer.config import RunConfig
+from trainer.config import RunConfig, validation_errors
 from trainer.contract import IDEMPOTENCY_HEADER
 from trainer.registry import RegistryError
 from webapp.accounts.access import get_team_for_user
-from webapp.api import Page, PageParams, UserTokenAuth, paginate
+from webapp.api import FieldError, Page, PageParams, StrictSchema, UserTokenAuth, paginate
 from webapp.experiments import services
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
-from webapp.experiments.checks import format_refusals, refusals, with_dataset_rewards
+from webapp.experiments.checks import refusals, with_dataset_rewards
+from webapp.experiments.confine import ConfigRefused, confined
 from webapp.experiments.models import Experiment, Run
+from webapp.experiments.services import MAX_DESCRIPTION_LENGTH, MAX_SEEDS, Seed, creation_problems
 from webapp.experiments.tasks import cancel_run
 
 router = Router(auth=UserTokenAuth(), tags=["experiments and runs"])
@@ -74,17 +76,21 @@ class RunDetailOut(RunOut):
 
 
 class RunFilters(Schema):
-    status: str = ""
-    experiment: int | None = None
+    status: str = Field("", max_length=20)
+    experiment: int | None = Field(None, ge=1, le=2**63 - 1)
 
 
-class ExperimentCreate(Schema):
+class ExperimentCreate(StrictSchema):
     config: dict[str, Any] = Field(
         description="RunConfig fields as JSON (trainer.config.RunConfig), nested or by dotted path: "
         "over the task recipe's defaults, over the preset's (grpo when it names none)."
     )
-    seeds: list[int] = Field(default_factory=list, description="One run per seed; empty: the config's seed.")
-    description: str = ""
+    seeds: list[Seed] = Field(
+        default_factory=list,
+        max_length=MAX_SEEDS,
+        description=f"One run per seed (at most {MAX_SEEDS}, each different); empty: the config's seed.",
+    )
+    description: str = Field("", max_length=MAX_DESCRIPTION_LENGTH)
 
 
 @router.get("/{team_slug}/experiments", response=Page[ExperimentOut], summary="The team's experiments")
@@ -96,23 +102,29 @@ def experiments(request: HttpRequest, team_slug: str, paging: Query[PageParams])
 @router.post("/{team_slug}/experiments", response={201: ExperimentOut}, summary="Create an experiment")
 def create_experiment(request: HttpRequest, team_slug: str, body: ExperimentCreate) -> Any:
     team = get_team_for_user(request, team_slug, role="member")
-    load_recipes()  # their defaults sit under the body's values (RunConfig.from_preset's rule)
+    tasks = load_recipes()  # their defaults sit under the body's values (RunConfig.from_preset's rule)
+    if len(set(body.seeds)) != len(body.seeds):
+        raise FieldError([("seeds", "each seed may appear once")])
     try:
-        config = RunConfig.from_mapping(body.config)
-        problems = BACKENDS.get(config.backend).check(config)
-    except (ValidationError, ValueError, RegistryError) as error:
+        config = confined(RunConfig.from_mapping(body.config))
+        problems = creation_problems(config, tasks.names()) or BACKENDS.get(config.backend).check(config)
+    except ConfigRefused as refused:
+        raise FieldError(refused.problems, prefix="config.") from None
+    except ValidationError as error:
+        raise FieldError(_flat(validation_errors(error)), prefix="config.") from None
+    except (ValueError, RegistryError) as error:
         raise HttpError(400, f"config: {error}") from None
     except ImportError as error:
         raise HttpError(
             400, f"config: backend {config.backend} cannot be checked on this server ({error})"
         ) from None
     if problems:
-        raise HttpError(400, "config: " + "; ".join(f"{path}: {message}" for path, message in problems))
+        raise FieldError(problems, prefix="config.")
     # Valid as a config, but naming what this team cannot use: it could never run (422, the field path).
     config = with_dataset_rewards(team, config)
     found = refusals(team, config)
     if found:
-        raise HttpError(422, format_refusals(found))
+        raise FieldError(_flat(found), prefix="config.", status=422)
     try:
         experiment = services.create_experiment(
             team, request.user, config, body.seeds, description=body.description
@@ -120,6 +132,10 @@ def create_experiment(request: HttpRequest, team_slug: str, body: ExperimentCrea
     except services.NameTaken as taken:
         raise HttpError(409, str(taken)) from None
     return Status(201, experiment)
+
+
+def _flat(errors: dict[str, list[str]]) -> list[tuple[str, str]]:
+    return [(path, message) for path, messages in errors.items() for message in messages]
 
 
 @router.get("/{team_slug}/experiments/{int:pk}", response=ExperimentOut, summary="One experiment")
@@ -142,6 +158,8 @@ def launch(request: HttpRequest, team_slug: str, pk: int, response: HttpResponse
         launched = services.launch_once(found, key)
     except services.LaunchRefused as refused:
         raise HttpError(409, str(refused)) from None
+    except ConfigRefused as refused:  # a config stored before the server-path rules were
+        raise FieldError(refused.problems, prefix="config.", status=409) from None
     if launched.replayed:
         response["Idempotent-Replayed"] = "true"
     return Status(202, launched.runs)

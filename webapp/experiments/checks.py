@@ -75,8 +75,3 @@ def with_dataset_rewards(team: Team, config: RunConfig) -> RunConfig:
             merged.update(dataset.effective_reward_map())
     merged.update(config.data.rewards)
     return config if merged == config.data.rewards else config.with_overrides(**{"data.rewards": merged})
-
-
-def format_refusals(found: Refusals) -> str:
-    """One line for an API error body: "path: message; path: message" (the API's {"error": ...})."""
-    return "; ".join(f"{path}: {message}" for path, messages in found.items() for message in messages)

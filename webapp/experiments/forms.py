@@ -16,8 +16,12 @@ from pydantic.fields import FieldInfo
 
 from trainer.backends import BACKENDS
 from trainer.config import RunConfig, _section_model, config_errors, flatten_paths, nest_paths
+from trainer.contract import INT4_MAX
+from webapp.accounts.models import Team
 from webapp.experiments.checks import refusals, with_dataset_rewards
+from webapp.experiments.confine import ConfigRefused, confined
 from webapp.experiments.models import MAX_LABEL_LENGTH
+from webapp.experiments.services import MAX_NAME_LENGTH, MAX_SEEDS
 
 # Shown in the main form; everything else of RunConfig keeps the preset's value.
 BASIC_PATHS = ["rollout.max_steps", "rollout.context_policy", "executor", "backend",
@@ -88,7 +92,7 @@ def form_field(path: str) -> forms.Field:
 
 
 class ExperimentForm(forms.Form):
-    name = forms.CharField(max_length=200, label="Name")
+    name = forms.CharField(max_length=MAX_NAME_LENGTH, label="Name")
     description = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 2}), required=False, label="Description"
     )
@@ -102,7 +106,11 @@ class ExperimentForm(forms.Form):
     val_dataset = forms.ChoiceField(label="Validation dataset", required=False)
     model_choice = forms.ChoiceField(label="Model", choices=MODEL_CHOICES)
     model_path = forms.CharField(
-        label="Local model folder", required=False, help_text="Used when Model is a local folder."
+        label="Local model folder",
+        required=False,
+        max_length=1000,
+        help_text="Used when Model is a local folder: a Hugging Face folder under STUDIO_MODELS_DIR "
+        "(a relative path is taken inside it).",
     )
     tools = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple, label="Tools")
     seeds = forms.CharField(
@@ -111,7 +119,7 @@ class ExperimentForm(forms.Form):
     launch = forms.BooleanField(initial=True, required=False, label="Launch the runs now")
 
     def __init__(
-        self, *args: Any, choices: Mapping[str, list[tuple[str, str]]], team: Any = None, **kwargs: Any
+        self, *args: Any, team: Team, choices: Mapping[str, list[tuple[str, str]]], **kwargs: Any
     ) -> None:
         super().__init__(*args, **kwargs)
         self.team = team  # the team whose datasets, tools and rewards the config may name
@@ -157,8 +165,10 @@ class ExperimentForm(forms.Form):
             raise forms.ValidationError(
                 "Seeds must be whole numbers separated by commas, e.g. 1,2,3."
             ) from None
-        if not seeds or len(seeds) != len(set(seeds)) or len(seeds) > 20:
-            raise forms.ValidationError("Give between 1 and 20 different seeds.")
+        if not seeds or len(seeds) != len(set(seeds)) or len(seeds) > MAX_SEEDS:
+            raise forms.ValidationError(f"Give between 1 and {MAX_SEEDS} different seeds.")
+        if not all(0 <= seed <= INT4_MAX for seed in seeds):
+            raise forms.ValidationError(f"Seeds lie between 0 and {INT4_MAX}.")
         return seeds
 
     def build_config(self) -> RunConfig | None:
@@ -191,11 +201,15 @@ class ExperimentForm(forms.Form):
             full.update(overrides)
             self._place_errors(config_errors(nest_paths(full)))
             return None
-        if self.team is not None:
-            # The datasets' mappings first, so a mapping to a since-deleted reward is refused too.
-            config = with_dataset_rewards(self.team, config)
-            if not self._team_accepts(config):
-                return None
+        try:
+            config = confined(config)
+        except ConfigRefused as refused:
+            self._place_errors({path: [message] for path, message in refused.problems})
+            return None
+        # The datasets' mappings first, so a mapping to a since-deleted reward is refused too.
+        config = with_dataset_rewards(self.team, config)
+        if not self._team_accepts(config):
+            return None
         return config if self._backend_accepts(config) else None
 
     def _team_accepts(self, config: RunConfig) -> bool:

@@ -84,6 +84,9 @@ CLAIMED = (RunStatus.RUNNING, RunStatus.STALLED)  # the statuses of a run its tr
 EXTERNAL_EXECUTOR = "external"
 
 
+REFUSAL_MESSAGE_MAX = 1000
+
+
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -176,6 +179,11 @@ class Run(models.Model):
         null=True, blank=True, help_text="Archived runs are hidden from the runs table by default."
     )
 
+    refused_records = models.IntegerField(
+        default=0, help_text="Reports of the trainer the server refused (4xx); the trainer dropped them."
+    )
+    last_refusal = models.TextField(blank=True, help_text="Why the server refused the last one.")
+
     objects = RunQuerySet.as_manager()
 
     class Meta:
@@ -258,9 +266,20 @@ class Run(models.Model):
 
     @classmethod
     def for_token(cls, token: str) -> Run | None:
+        """The run whose token this is, while the run lives: the token dies with the run, so a
+        finished run's token can change nothing (docs/security.md#run-tokens)."""
         if not token:
             return None
-        return cls.objects.filter(token_hash=hash_token(token)).select_related("team", "experiment").first()
+        live = cls.objects.filter(token_hash=hash_token(token)).exclude(status__in=TERMINAL)
+        return live.select_related("team", "experiment").first()
+
+    def note_refused(self, message: str) -> None:
+        """The server refused something the run's trainer sent (a 4xx): counted on the run, whose page
+        shows it, while the trainer drops that record and sends the rest (docs/security.md#refusals)."""
+        # Race: concurrent refusals; the increment happens in the UPDATE, so none is lost.
+        Run.objects.filter(pk=self.pk).update(
+            refused_records=F("refused_records") + 1, last_refusal=message[:REFUSAL_MESSAGE_MAX]
+        )
 
     def freeze_config(self, config: dict[str, Any]) -> bool:
         """The RunConfig the run trains with, set while it is a draft (its seed and paths need its id)."""

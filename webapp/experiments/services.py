@@ -11,20 +11,30 @@ import json
 import logging
 import re
 import shutil
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from pydantic import Field
 
 from trainer.config import RunConfig
+from trainer.contract import INT4_MAX
+from webapp.experiments.confine import confined
 from webapp.experiments.executors import EXECUTORS, ClusterTooSmall, ExecutorState, job_for, submission_id
 from webapp.experiments.models import ACTIVE, EXTERNAL_EXECUTOR, Experiment, Run, RunStatus
 
 logger = logging.getLogger(__name__)
+
+MAX_SEEDS = 20  # one run each: more is a sweep, not an experiment
+MAX_NAME_LENGTH = 200  # an experiment's name; each run's name adds " · seed N" within Run.name's 250
+MAX_DESCRIPTION_LENGTH = 10_000
+RUN_NAME_MAX = 250
+Seed = Annotated[int, Field(ge=0, le=INT4_MAX, description=f"A seed: 0 to {INT4_MAX}.")]
 
 CANCELLED_EXIT_CODES = (130, 143, -15)  # SIGINT / SIGTERM: the trainer finished its step and stopped
 # A start lost this many times (the worker launching it died each time) fails instead of being retried.
@@ -220,6 +230,25 @@ class NameTaken(ValueError):
     """The team has an experiment of that name already."""
 
 
+def creation_problems(config: RunConfig, task_names: Collection[str]) -> list[tuple[str, str]]:
+    """What a new experiment's config may not be, beyond RunConfig's own checks: (field path, message)."""
+    problems = []
+    if config.task not in task_names:
+        problems.append(
+            ("task", f"unknown task {config.task!r}: set task to one of {', '.join(sorted(task_names))}")
+        )
+    if len(config.name) > MAX_NAME_LENGTH:
+        problems.append(("name", f"at most {MAX_NAME_LENGTH} characters, not {len(config.name)}"))
+    if not 0 <= config.trainer.seed <= INT4_MAX:
+        problems.append(("trainer.seed", f"a seed lies between 0 and {INT4_MAX}"))
+    return problems
+
+
+def run_name(experiment: Experiment, seed: int) -> str:
+    suffix = f" · seed {seed}"
+    return experiment.name[: RUN_NAME_MAX - len(suffix)] + suffix
+
+
 def create_experiment(team: Any, user: Any, config: RunConfig, seeds: list[int], *, description: str = "",
                       cloned_from: Experiment | None = None) -> Experiment:  # fmt: skip
     try:
@@ -275,13 +304,15 @@ def launch_once(experiment: Experiment, launch_key: str = "") -> Launched:
         earlier = list(experiment.runs.filter(launch_key=launch_key).order_by("pk"))
         if earlier:
             return Launched(earlier, replayed=True)
-    base = RunConfig.model_validate(experiment.config)
+    # A config stored before the server-path rules were (docs/security.md#server-paths) must not
+    # launch either: ConfigRefused, nothing created.
+    base = confined(RunConfig.model_validate(experiment.config))
     seeds = experiment.seeds or [base.trainer.seed]
     _refuse_active_seeds(experiment, seeds)
     runs = []
     for seed in seeds:
         run = Run.objects.create(experiment=experiment, team=experiment.team, seed=seed, executor=base.executor,
-                                 name=f"{experiment.name} · seed {seed}", launch_key=launch_key)  # fmt: skip
+                                 name=run_name(experiment, seed), launch_key=launch_key)  # fmt: skip
         config = base.with_overrides(**{"trainer.seed": seed, "trainer.checkpoint_dir": checkpoint_dir(run)})
         run.freeze_config(json.loads(config.to_json()))
         run.enqueue()

@@ -18,6 +18,7 @@ from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
 from webapp.experiments import services
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
+from webapp.experiments.confine import ConfigRefused
 from webapp.experiments.demo import start_demo
 from webapp.experiments.forms import ExperimentForm, RunEditForm, initial_from_config
 from webapp.experiments.logs import log_tail
@@ -146,6 +147,9 @@ def _launch_with_message(request: HttpRequest, experiment: Experiment, key: str)
         launched = services.launch_once(experiment, key)
     except services.LaunchRefused as refused:
         messages.error(request, f"Not launched: {refused}.")
+        return
+    except ConfigRefused as refused:  # a config stored before the server-path rules were
+        messages.error(request, f"Not launched: {refused}")
         return
     if launched.replayed:
         messages.info(request, "Already launched: these are its runs.")

@@ -18,8 +18,16 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from webapp.accounts.models import ApiToken, Membership, Role, Team
+from webapp.accounts.throttle import TokenLockedOut, check_token_allowed, token_failed, token_is_known
 from webapp.experiments.models import Experiment, Run
-from webapp.mlflow_api.errors import PERMISSION_DENIED, UNAUTHENTICATED, MlflowError, invalid, not_found
+from webapp.mlflow_api.errors import (
+    PERMISSION_DENIED,
+    REQUEST_LIMIT_EXCEEDED,
+    UNAUTHENTICATED,
+    MlflowError,
+    invalid,
+    not_found,
+)
 
 DEFAULT_EXPERIMENT_ID = "0"
 DEFAULT_EXPERIMENT_NAME = "Default"
@@ -56,12 +64,21 @@ def authenticate(request: HttpRequest, team_slug: str | None) -> Caller:
             UNAUTHENTICATED,
         )
     token = token.strip()
+    try:
+        check_token_allowed(request)
+    except TokenLockedOut as locked:
+        raise MlflowError(str(locked), REQUEST_LIMIT_EXCEEDED) from None
     user = ApiToken.authenticate(token)
     if user is not None:
         return _member(user, team_slug)
     run = Run.for_token(token)
     if run is None:
-        raise MlflowError("The token is not valid (revoked, or never issued).", UNAUTHENTICATED)
+        if not token_is_known(token):
+            token_failed(request)
+        raise MlflowError(
+            "The token is not valid (revoked, never issued, or the token of a run that has ended).",
+            UNAUTHENTICATED,
+        )
     if team_slug and run.team.slug != team_slug:
         raise not_found(f"No team {team_slug!r}")
     return Caller(team=run.team, run=run, can_write=True)

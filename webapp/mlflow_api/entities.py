@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from webapp.experiments.models import Experiment, Run, RunParam, RunStatus, RunTag
+from webapp.mlflow_api.errors import invalid
 from webapp.mlflow_api.validation import finite_or_name
 from webapp.results import metrics_store
 
@@ -40,7 +41,12 @@ def ms(moment: datetime | None) -> int | None:
 
 
 def from_ms(value: int | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value / 1000, tz=UTC)
+    if value is None:
+        return None
+    try:
+        return datetime.fromtimestamp(value / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        raise invalid(f"Invalid time {value}: expected Unix milliseconds between 0 and year 9999") from None
 
 
 def _drop_none(data: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,8 @@ ENDPOINT_NOT_FOUND = "ENDPOINT_NOT_FOUND"
 PERMISSION_DENIED = "PERMISSION_DENIED"
 UNAUTHENTICATED = "UNAUTHENTICATED"
 BAD_REQUEST = "BAD_REQUEST"
+REQUEST_LIMIT_EXCEEDED = "REQUEST_LIMIT_EXCEEDED"
+INTERNAL_ERROR = "INTERNAL_ERROR"
 
 HTTP_STATUS = {
     INVALID_PARAMETER_VALUE: 400,
@@ -24,6 +26,8 @@ HTTP_STATUS = {
     PERMISSION_DENIED: 403,
     RESOURCE_DOES_NOT_EXIST: 404,
     ENDPOINT_NOT_FOUND: 404,
+    REQUEST_LIMIT_EXCEEDED: 429,
+    INTERNAL_ERROR: 500,
 }
 
 
@@ -38,6 +42,10 @@ class MlflowError(Exception):
         response = HttpResponse(body, status=HTTP_STATUS[self.error_code], content_type="application/json")
         if self.error_code == UNAUTHENTICATED:
             response["WWW-Authenticate"] = "Bearer"
+        if self.error_code == REQUEST_LIMIT_EXCEEDED:
+            from webapp.accounts.throttle import retry_after_s
+
+            response["Retry-After"] = str(retry_after_s())
         return response
 
 

@@ -38,6 +38,7 @@ def open_link(request: HttpRequest) -> HttpResponse:
 
 def _int(text: str | None) -> int | None:
     try:
-        return int(text or "")
+        number = int(text or "")
     except ValueError:
         return None
+    return number if 0 < number < 2**63 else None  # a primary key, or nothing

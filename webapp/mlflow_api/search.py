@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 
+from trainer.contract import INT4_MAX
 from webapp.experiments.models import Experiment, Run, RunParam, RunTag
 from webapp.mlflow_api.entities import MLFLOW_STATUS, RUN_NAME_TAG, from_ms
 from webapp.mlflow_api.errors import invalid
@@ -203,8 +204,8 @@ def page_offset(token: str | None) -> int:
         offset = json.loads(base64.b64decode(token))["offset"]
     except (ValueError, TypeError, KeyError):
         raise invalid("Invalid page token, could not base64-decode") from None
-    if not isinstance(offset, int) or offset < 0:
-        raise invalid(f"Invalid page token, offset must be a non-negative integer: {offset}")
+    if not isinstance(offset, int) or not 0 <= offset <= INT4_MAX:
+        raise invalid(f"Invalid page token, offset must be an integer from 0 to {INT4_MAX}: {offset}")
     return offset
 
 

@@ -2,7 +2,9 @@
 request schemas of mlflow/server/handlers.py, release 3.17), so a client fails here exactly where it
 would fail against an MLflow server.
 
-One difference, ours: steps must fit the point table (0 to 2**31 - 1); MLflow allows any int64.
+Differences, ours: steps must fit the point table (0 to 2**31 - 1), where MLflow allows any int64;
+text may not hold NUL characters, which Postgres cannot store; times must be Unix milliseconds from
+1970 to 9999, and run names fit in 250 characters (docs/security.md#limits).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.contract import INT4_MAX
 from webapp.mlflow_api.errors import MlflowError, invalid
-from webapp.results.metrics_store import INT4_MAX
 
 MAX_PARAMS_TAGS_PER_BATCH = 100
 MAX_METRICS_PER_BATCH = 1000
@@ -25,6 +27,8 @@ MAX_TAG_VAL_LENGTH = 8000
 MAX_EXPERIMENT_NAME_LENGTH = 500
 MAX_ENTITY_KEY_LENGTH = 250
 MAX_RESULTS_LIMIT = 50_000
+MAX_RUN_NAME_LENGTH = 250  # Run.name
+MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last time a datetime holds
 
 _NAME = re.compile(r"^[/\w.\- :]*$")
 _RUN_ID = re.compile(r"^[a-zA-Z0-9][\w\-]{0,255}$")
@@ -71,7 +75,28 @@ def string(name: str, value: Any) -> str:
         raise invalid(
             invalid_value(name, value, f" Hint: Value was of type '{type(value).__name__}'.") + _SEE_DOCS
         )
+    if "\x00" in value:
+        raise invalid(f"Invalid value for parameter '{name}' supplied: it contains a NUL character.")
     return value
+
+
+def timestamp_ms(body: dict[str, Any], name: str) -> int | None:
+    """A time in Unix milliseconds (start_time, end_time); None when absent."""
+    value = optional_int(body, name)
+    if value is not None and not 0 <= value <= MAX_TIMESTAMP_MS:
+        raise invalid(
+            invalid_value(name, value, f"a time in Unix milliseconds between 0 and {MAX_TIMESTAMP_MS}")
+        )
+    return value
+
+
+def objects(body: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """An array whose every entry is a JSON object (tags, params, metrics)."""
+    items = array(body, name)
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise invalid(invalid_value(f"{name}[{index}]", item, "each entry must be an object") + _SEE_DOCS)
+    return items
 
 
 def required_string(body: dict[str, Any], name: str, alias: str | None = None) -> str:
@@ -251,7 +276,7 @@ def metrics(items: list[Any], *, single: bool = False) -> Metrics:
             key is None or value is None or timestamp is None or "" in (key, value, timestamp)
         ):
             _missing(item, index)
-        if key not in names_ok:
+        if not isinstance(key, str) or key not in names_ok:  # a list or object key is refused here
             names_ok.add(metric_name(key, _join(path, "name")))
         number = value if type(value) is float else _metric_value(key, value, timestamp, path)
         if type(timestamp) is not int or timestamp < 0:
@@ -378,7 +403,13 @@ def run_name(run_name: str | None, tags: list[tuple[str, str]], name_tag: str) -
             "Both 'run_name' argument and 'mlflow.runName' tag are specified, but with different values "
             f"(run_name='{run_name}', mlflow.runName='{tag_name}')."
         )
-    return run_name or tag_name or ""
+    return checked_run_name(run_name or tag_name or "")
+
+
+def checked_run_name(name: str) -> str:
+    if len(name) > MAX_RUN_NAME_LENGTH:
+        raise invalid(exceeds_maximum_length("run_name", MAX_RUN_NAME_LENGTH))
+    return name
 
 
 def unchanged_params(mlflow_run_id: str, changed: list[tuple[str, str, str]], logged: int) -> None:

@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import orjson
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.views.decorators.csrf import csrf_exempt
 
+from trainer.contract import INT4_MAX
 from webapp.experiments.models import Experiment, Run
 from webapp.mlflow_api import entities, search
 from webapp.mlflow_api import validation as check
@@ -35,12 +39,15 @@ from webapp.mlflow_api.access import (
 from webapp.mlflow_api.entities import OUR_STATUS, RUN_NAME_TAG, USER_TAG, from_ms
 from webapp.mlflow_api.errors import (
     ENDPOINT_NOT_FOUND,
+    INTERNAL_ERROR,
     RESOURCE_ALREADY_EXISTS,
     MlflowError,
     invalid,
     not_found,
 )
 from webapp.results import metrics_store
+
+logger = logging.getLogger(__name__)
 
 Body = dict[str, Any]
 Handler = Callable[[Caller, Body, bytes], Body]
@@ -59,7 +66,7 @@ def get_experiment_by_name(caller: Caller, body: Body, raw: bytes) -> Body:
 
 def create_experiment(caller: Caller, body: Body, raw: bytes) -> Body:
     name = check.experiment_name(check.required_string(body, "name"))
-    check.array(body, "tags")
+    check.objects(body, "tags")
     check_can_create(caller)
     experiment, created = Experiment.create_external(caller.team, name, caller.user)
     if not created:
@@ -85,10 +92,11 @@ def search_experiments(caller: Caller, body: Body, raw: bytes) -> Body:
 
 
 def create_run(caller: Caller, body: Body, raw: bytes) -> Body:
-    start_time = check.optional_int(body, "start_time")
+    start_time = check.timestamp_ms(body, "start_time")
     run_name = check.optional_string(body, "run_name")
     tags = [
-        check.tag(t.get("key"), t.get("value"), f"tags[{i}]") for i, t in enumerate(check.array(body, "tags"))
+        check.tag(t.get("key"), t.get("value"), f"tags[{i}]")
+        for i, t in enumerate(check.objects(body, "tags"))
     ]
     name = check.run_name(run_name, tags, RUN_NAME_TAG)
     check_can_create(caller)
@@ -108,9 +116,11 @@ def get_run(caller: Caller, body: Body, raw: bytes) -> Body:
 
 def update_run(caller: Caller, body: Body, raw: bytes) -> Body:
     run_id = check.required_string(body, "run_id", alias="run_uuid")
-    end_time = check.optional_int(body, "end_time")
+    end_time = check.timestamp_ms(body, "end_time")
     status = check.optional_string(body, "status")
     run_name = check.optional_string(body, "run_name")
+    if run_name:
+        check.checked_run_name(run_name)
     our_status = OUR_STATUS.get(status) if status else None
     if status and our_status is None:
         raise invalid(f"Invalid value \"{status}\" for parameter 'status' supplied.")
@@ -138,8 +148,8 @@ def log_batch(caller: Caller, body: Body, raw: bytes) -> Body:
     run_id = check.run_id(check.required_string(body, "run_id"))
     metric_items, param_items, tag_items = (
         check.array(body, "metrics"),
-        check.array(body, "params"),
-        check.array(body, "tags"),
+        check.objects(body, "params"),
+        check.objects(body, "tags"),
     )
     check.fields_present(param_items, "params", ("key",))
     check.fields_present(tag_items, "tags", ("key",))
@@ -185,9 +195,10 @@ def get_metric_history(caller: Caller, body: Body, raw: bytes) -> Body:
     run_id = check.required_string(body, "run_id", alias="run_uuid")
     key = check.required_string(body, "metric_key")
     limit = check.optional_int(body, "max_results")
-    if limit is not None and limit <= 0:
+    if limit is not None and not 0 < limit <= INT4_MAX:
         raise invalid(
-            f"Invalid value {limit} for parameter 'max_results' supplied. It must be a positive integer."
+            f"Invalid value {limit} for parameter 'max_results' supplied. It must be a positive integer "
+            f"up to {INT4_MAX}."
         )
     run = get_run_for_caller(caller, run_id)
     # Paged even when the client asks for everything (MLflow's server answers it all at once: 84 MiB
@@ -195,7 +206,7 @@ def get_metric_history(caller: Caller, body: Body, raw: bytes) -> Body:
     # next_page_token, so it reads the whole history either way.
     page = min(limit or HISTORY_PAGE_SIZE, HISTORY_PAGE_SIZE)
     after = search.page_offset(check.optional_string(body, "page_token")) - 1
-    points = metrics_store.raw_points(run.pk, key, after + 1, metrics_store.INT4_MAX, page)
+    points = metrics_store.raw_points(run.pk, key, after + 1, INT4_MAX, page)
     token = search.page_token(points[-1][0] + 1) if len(points) == page else None
     return _with_token({"metrics": [entities.metric(key, v, t, s) for s, v, t in points]}, token)
 
@@ -273,6 +284,13 @@ def endpoint(request: HttpRequest, path: str, team_slug: str | None = None) -> H
         answer = handler(caller, body, request.body if request.method == "POST" else b"")
     except MlflowError as error:
         return error.response()
+    except RequestDataTooBig:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return invalid(f"The request body is larger than this server's limit of {limit} bytes.").response()
+    except Exception:
+        # Our bug, in MLflow's shape: its client reads the body of every error it gets.
+        logger.exception("MLflow call %s failed", path)
+        return MlflowError("The server failed on this request; it is logged.", INTERNAL_ERROR).response()
     return HttpResponse(orjson.dumps(answer), content_type="application/json")
 
 
@@ -281,8 +299,8 @@ def _request_body(request: HttpRequest) -> Body:
         return dict(request.GET.items())
     try:
         body = orjson.loads(request.body or b"{}")
-    except orjson.JSONDecodeError:
-        raise invalid("The request body is not valid JSON.") from None
+    except orjson.JSONDecodeError as error:
+        raise invalid(f"The request body is not valid JSON: {error}") from None
     if not isinstance(body, dict):
         raise invalid("The request body must be a JSON object.")
     return body

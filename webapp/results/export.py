@@ -1,10 +1,17 @@
 """The comparison table as CSV, Markdown and LaTeX: our cells (mean ± std over seeds, run count)
-and, in rows of their own, the labelled reference numbers."""
+and, in rows of their own, the labelled reference numbers.
+
+Task names, algorithms and metric keys are text a member chose, so each format escapes them for
+where the file is opened (docs/security.md#exports): a CSV cell that a spreadsheet would run as a
+formula starts with an apostrophe, Markdown gets HTML entities instead of markup, LaTeX its escapes.
+"""
 
 from __future__ import annotations
 
 import csv
+import html
 import io
+import re
 from collections.abc import Callable
 
 from webapp.results.analytics import Matrix, ReferenceTable
@@ -32,18 +39,39 @@ def _pct(value: float) -> str:
     return f"{value * 100:.2f}"
 
 
+# What spreadsheets read as the start of a formula (OWASP's CSV injection list); a number stays a number.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
+_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+
+
+def csv_cell(text: str) -> str:
+    """A cell no spreadsheet runs: text that would start a formula gets a leading apostrophe."""
+    if text.startswith(_FORMULA_START) and not _NUMBER.match(text):
+        return "'" + text
+    return text
+
+
 def to_csv(matrix: Matrix, references: list[ReferenceTable]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(HEADER)
-    writer.writerows(rows(matrix, references))
+    writer.writerows([csv_cell(cell) for cell in row] for row in rows(matrix, references))
     return buffer.getvalue()
+
+
+def markdown_cell(text: str) -> str:
+    """Text in a Markdown table cell: HTML entities for markup (renderers pass raw HTML through),
+    backslash, pipe and link brackets escaped, line breaks folded."""
+    escaped = html.escape(text, quote=False)
+    for special in ("\\", "|", "[", "]"):
+        escaped = escaped.replace(special, "\\" + special)
+    return " ".join(escaped.split())
 
 
 def to_markdown(matrix: Matrix, references: list[ReferenceTable]) -> str:
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += [
-        "| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows(matrix, references)
+        "| " + " | ".join(markdown_cell(cell) for cell in row) + " |" for row in rows(matrix, references)
     ]
     return "\n".join(lines) + "\n"
 

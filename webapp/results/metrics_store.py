@@ -36,10 +36,9 @@ from django.db import IntegrityError, connection, transaction
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
-from trainer.contract import MetricPoint, canonical_key
+from trainer.contract import BatchId, MetricPoint, canonical_key
 from webapp.results.models import SUMMARY_WIDTHS, IngestBatch, MetricKey
 
-INT4_MAX = 2**31 - 1
 # Display buckets per series; each gives its minimum and maximum, so at most 2x this many points.
 TARGET_BUCKETS = 490
 
@@ -64,7 +63,7 @@ MetricPointDict = _point_dict_type()
 
 
 class MetricBatchDict(TypedDict):
-    batch_id: NotRequired[str]
+    batch_id: NotRequired[BatchId]
     points: list[MetricPointDict]  # type: ignore[valid-type]
 
 
@@ -100,10 +99,8 @@ def _name_point(body: bytes, index: int) -> str:
 
 
 def _check_ranges(points: list[dict[str, Any]]) -> None:
-    """What the wire schema allows but the table cannot hold: steps past int4, non-finite times."""
+    """What the wire schema allows but the table cannot hold: non-finite times."""
     for index, point in enumerate(points):
-        if point["step"] > INT4_MAX:
-            raise BadBatch(_bad(index, point, f"step must be at most {INT4_MAX}"))
         if not math.isfinite(point["ts"]):
             raise BadBatch(_bad(index, point, "ts must be a finite Unix time"))
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from django.conf import settings
 from django.db import connection, models, transaction
@@ -280,7 +280,7 @@ class Checkpoint(models.Model):
                     run=run,
                     step=record.step,
                     path=record.path,
-                    metrics=record.metrics,
+                    metrics=dict(record.metrics),
                     size_bytes=record.size_bytes,
                 )
         return True

@@ -17,6 +17,9 @@ from webapp.experiments.models import Run
 from webapp.results.models import IngestBatch, TextBlob, ToolCall, Trajectory, TrajectoryStep
 
 TOKEN_FIELDS = ("prompt_ids", "response_ids", "response_mask", "rollout_log_probs")
+# Above this many characters two prompts are not line-diffed (difflib is quadratic on long lines): the
+# new prompt is shown whole instead.
+DIFF_MAX_CHARS = 50_000
 
 
 @dataclass
@@ -30,7 +33,8 @@ def success_of(wire: TrajectoryWire) -> bool:
     """Success as the task defines it: its own ``success``/``acc`` metric, else a positive return."""
     for name in ("success", "acc"):
         if name in wire.metrics:
-            return wire.metrics[name] >= 0.5
+            value = wire.metrics[name]  # None where the trainer sent NaN (contract: jsonb has no NaN)
+            return value is not None and value >= 0.5
     for step in reversed(wire.steps):
         details = step.info.get("reward_details")
         acc = details.get("acc") if isinstance(details, dict) else None
@@ -211,7 +215,7 @@ def prompt_change(previous: str, prompt: str) -> tuple[str, list[tuple[str, str]
     common prefix is folded away and only the new text shown; otherwise a line diff."""
     if previous and prompt.startswith(previous):
         return previous, [("added", prompt[len(previous) :])] if len(prompt) > len(previous) else []
-    if not previous:
+    if not previous or len(previous) + len(prompt) > DIFF_MAX_CHARS:
         return "", [("added", prompt)]
     parts: list[tuple[str, str]] = []
     for line in difflib.ndiff(previous.splitlines(keepends=True), prompt.splitlines(keepends=True)):

@@ -18,6 +18,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from trainer.config import flatten_paths
+from trainer.contract import INT4_MAX
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
@@ -27,7 +28,6 @@ from webapp.results import analytics, export, metrics_store, onboarding, runs_ta
 from webapp.results import rollouts as viewer
 from webapp.results.access import get_trajectory_for_user
 from webapp.results.forms import RolloutFilterForm, RunsActionForm
-from webapp.results.metrics_store import INT4_MAX
 from webapp.results.models import MetricLatest, Trajectory
 
 PAGE_SIZE = 50
@@ -420,7 +420,9 @@ def curves_csv(request: HttpRequest, team_slug: str) -> HttpResponse:
         points = metrics_store.raw_points(
             run.pk, key, lo or 0, INT4_MAX if hi is None else hi, MAX_CSV_POINTS
         )
-        writer.writerows([run.pk, str(run), key, step, value, ts] for step, value, ts in points)
+        # Run names and keys are the members' text: no spreadsheet may run them (export.csv_cell).
+        name, shown_key = export.csv_cell(str(run)), export.csv_cell(key)
+        writer.writerows([run.pk, name, shown_key, step, value, ts] for step, value, ts in points)
     return response
 
 

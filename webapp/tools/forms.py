@@ -7,7 +7,6 @@ from urllib.parse import urlsplit
 
 import jsonschema
 from django import forms
-from django.conf import settings
 
 from trainer.tools import TOOLS, check_tool_definition
 from trainer.tools.base import ENTRY_POINT, argument_error
@@ -21,7 +20,7 @@ from webapp.tools.models import (
     ToolKind,
     builtin_rewards,
     builtin_tools,
-    host_allowed,
+    url_refusal,
 )  # fmt: skip
 
 EXAMPLE_SCHEMA = {
@@ -116,12 +115,8 @@ class ToolForm(forms.Form):
             self.add_error("url", "An HTTP tool needs the URL it is served at.")
         elif urlsplit(url).scheme not in ("http", "https"):
             self.add_error("url", "The URL must start with http:// or https://.")
-        elif not host_allowed(url):
-            allowed = ", ".join(settings.TOOL_HOST_ALLOWLIST) or "(none)"
-            self.add_error(
-                "url",
-                f"{urlsplit(url).hostname} is not an allowed host; STUDIO_TOOL_HOST_ALLOWLIST allows: {allowed}.",
-            )
+        elif (refusal := url_refusal(url)) is not None:
+            self.add_error("url", f"{refusal}.")
 
     def registration(self) -> dict[str, Any]:
         """The fields TeamTool.register takes, only those the chosen kind uses."""
@@ -256,12 +251,8 @@ class RewardForm(forms.Form):
             url = cleaned.get("url") or ""
             if not url:
                 self.add_error("url", "A remote reward needs the URL of its endpoint.")
-            elif not host_allowed(url):
-                allowed = ", ".join(settings.TOOL_HOST_ALLOWLIST) or "(none)"
-                self.add_error(
-                    "url",
-                    f"{urlsplit(url).hostname} is not an allowed host; STUDIO_TOOL_HOST_ALLOWLIST allows: {allowed}.",
-                )
+            elif (refusal := url_refusal(url)) is not None:
+                self.add_error("url", f"{refusal}.")
         return cleaned
 
     def registration(self) -> dict[str, Any]:

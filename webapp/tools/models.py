@@ -1,6 +1,6 @@
 """The tool registry: the trainer's built-in tools plus each team's own tools, and the team's rewards.
 
-A team tool is either ``http`` (an endpoint on an allow-listed host, called through the trainer's
+A team tool is either ``http`` (an endpoint STUDIO_TOOL_ALLOWLIST allows, called through the trainer's
 HttpTool, with an optional secret header stored encrypted) or ``python`` (a ``module:Class``
 BaseTool subclass already installed on the workers; staff only). No code is ever accepted from the
 browser: a python tool names code that an administrator installed.
@@ -24,12 +24,12 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from trainer.contract import RunSpecs, TeamRewardSpec, TeamToolSpec
+from trainer.contract import OutboundRules, RunSpecs, TeamRewardSpec, TeamToolSpec
 from trainer.mdp import ToolCallRecord
 from trainer.rewards import REWARDS, build_reward
 from trainer.tools import TOOLS, BaseTool, HttpTool, HttpToolSpec, run_tool_call
+from trainer.tools.allowlist import OutboundPolicy, OutboundRefused, check_url
 from trainer.tools.base import load_tool_class
-from trainer.tools.http import host_allowed as allowed_by
 from webapp.accounts.models import Team
 from webapp.guarded import guarded_update
 from webapp.tools import crypto
@@ -46,9 +46,18 @@ def builtin_tools() -> list[type[BaseTool]]:
     return [TOOLS.get(name) for name in TOOLS.names()]
 
 
-def host_allowed(url: str) -> bool:
-    """The trainer's one allowlist rule (trainer.tools.http), applied to this server's allowlist."""
-    return allowed_by(url, settings.TOOL_HOST_ALLOWLIST)
+def outbound_policy() -> OutboundPolicy:
+    """STUDIO_TOOL_ALLOWLIST with the product's own service endpoints closed (docs/security.md#outbound)."""
+    return OutboundPolicy.from_texts(settings.TOOL_ALLOWLIST, settings.SERVICE_ENDPOINTS)
+
+
+def url_refusal(url: str) -> str | None:
+    """Why a team tool may not call ``url`` (None: the rules allow it; the address is checked per call)."""
+    try:
+        check_url(url, outbound_policy())
+    except OutboundRefused as refused:
+        return str(refused)
+    return None
 
 
 def builtin_rewards() -> list[str]:
@@ -128,8 +137,8 @@ class TeamTool(models.Model):
                 name=self.name, description=self.description, parameters=self.parameters,
                 kind="python", entry_point=self.entry_point,
             )  # fmt: skip
-        if not host_allowed(self.url):
-            raise ToolUnavailable(f"tool {self.name!r}: the host of {self.url} is no longer an allowed host")
+        if (refusal := url_refusal(self.url)) is not None:
+            raise ToolUnavailable(f"tool {self.name!r} is no longer allowed: {refusal}")
         try:
             secret = crypto.decrypt(self.secret_encrypted) if self.secret_encrypted else None
         except crypto.SecretUnreadable as exc:
@@ -144,12 +153,13 @@ class TeamTool(models.Model):
         """The trainer's description of this HTTP tool, secret decrypted; refuses hosts no longer allowed."""
         if self.kind != ToolKind.HTTP:
             raise ValueError(f"tool {self.name!r} is a {self.kind} tool, not an HTTP one")
-        if not host_allowed(self.url):
-            raise PermissionError(f"the host of {self.url} is not in STUDIO_TOOL_HOST_ALLOWLIST")
+        policy = outbound_policy()
+        check_url(self.url, policy)  # OutboundRefused (a PermissionError): the rules changed since
         secret = crypto.decrypt(self.secret_encrypted) if self.secret_encrypted else None
         return HttpToolSpec(
             name=self.name, description=self.description, parameters=self.parameters, url=self.url,
             method=self.method, timeout_s=self.timeout_s, secret=secret, secret_header=self.secret_header,
+            policy=policy,
         )  # fmt: skip
 
     def build(self) -> BaseTool:
@@ -253,10 +263,8 @@ class TeamReward(models.Model):
         return text
 
     def run_spec(self) -> TeamRewardSpec:
-        if self.kind == RewardKind.REMOTE and not host_allowed(self.url):
-            raise ToolUnavailable(
-                f"reward {self.name!r}: the host of {self.url} is no longer an allowed host"
-            )
+        if self.kind == RewardKind.REMOTE and (refusal := url_refusal(self.url)) is not None:
+            raise ToolUnavailable(f"reward {self.name!r} is no longer allowed: {refusal}")
         try:
             secret = crypto.decrypt(self.secret_encrypted) if self.secret_encrypted else None
         except crypto.SecretUnreadable as exc:
@@ -272,7 +280,7 @@ class TeamReward(models.Model):
         self, response: str, ground_truth: Any, extra_info: dict[str, Any]
     ) -> tuple[float, dict[str, Any]]:
         """One scoring, as a run would do it (the try-it page): (score, the other numbers)."""
-        result = build_reward(self.run_spec(), settings.TOOL_HOST_ALLOWLIST)(
+        result = build_reward(self.run_spec(), outbound_policy())(
             response,
             ground_truth,
             extra_info,
@@ -308,7 +316,7 @@ def specs_for_run(team: Team, tool_names: list[str], reward_names: list[str]) ->
     return RunSpecs(
         tools=[found_tools[name].run_spec() for name in wanted_tools],
         rewards=[found_rewards[name].run_spec() for name in wanted_rewards],
-        allowed_hosts=list(settings.TOOL_HOST_ALLOWLIST),
+        outbound=OutboundRules.model_validate(outbound_policy().to_dict()),
     )
 
 

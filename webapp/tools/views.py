@@ -3,7 +3,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
@@ -22,7 +21,15 @@ from webapp.tools.access import (
     get_trial_for_user,
 )
 from webapp.tools.forms import RewardForm, RewardTryForm, ToolForm, TryForm
-from webapp.tools.models import TeamReward, TeamTool, ToolStatus, ToolTrial, builtin_rewards, builtin_tools
+from webapp.tools.models import (
+    TeamReward,
+    TeamTool,
+    ToolStatus,
+    ToolTrial,
+    builtin_rewards,
+    builtin_tools,
+    outbound_policy,
+)
 
 
 @login_required
@@ -42,7 +49,7 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
         messages.success(request, f"Registered {tool.name}.")
         return redirect("tool", team_slug=team.slug, pk=tool.pk)
     status = 400 if form.is_bound else 200
-    context = {"team": team, "form": form, "allowlist": settings.TOOL_HOST_ALLOWLIST}
+    context = {"team": team, "form": form, "allowlist": [str(rule) for rule in outbound_policy().rules]}
     return render(request, "tools/new.html", context, status=status)
 
 
@@ -158,7 +165,7 @@ def reward_new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
         reward = TeamReward.register(team, request.user, **form.registration())
         messages.success(request, f"Registered the reward {reward.name}.")
         return redirect("reward", team_slug=team.slug, pk=reward.pk)
-    context = {"team": team, "form": form, "allowlist": settings.TOOL_HOST_ALLOWLIST}
+    context = {"team": team, "form": form, "allowlist": [str(rule) for rule in outbound_policy().rules]}
     return render(request, "tools/reward_new.html", context, status=400 if form.is_bound else 200)
 
 

@@ -13,6 +13,8 @@ import pytest
 
 from trainer.mdp import ToolCallRecord
 from trainer.tools import TOOLS, HttpTool, HttpToolSpec, register_http_tool, run_tool_call
+from trainer.tools.allowlist import OutboundPolicy
+from trainer.tools.http import MAX_RESPONSE_BYTES
 
 PARAMETERS = {"type": "object", "properties": {"query": {"type": "string"}, "k": {"type": "integer"}}}
 
@@ -43,6 +45,13 @@ def _handler(server: ToolServer) -> type[BaseHTTPRequestHandler]:
                 self._answer(200, json.dumps(answer).encode(), "application/json")
             elif path == "/plain":
                 self._answer(200, b"just text", "text/plain; charset=utf-8")
+            elif path == "/moved":
+                self.send_response(302)
+                self.send_header("Location", "http://127.0.0.1:5432/")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            elif path == "/huge":
+                self._answer(200, b"x" * (MAX_RESPONSE_BYTES + 1), "text/plain")
             elif path == "/slow":
                 server.release.wait(10)  # the test releases it once the client has given up
                 self._answer(200, b"late", "text/plain")
@@ -145,3 +154,50 @@ def test_it_rejects_a_spec_without_an_http_url_or_with_an_unknown_method() -> No
         spec("ftp://example.org/tool")
     with pytest.raises(ValueError, match="method must be one of GET, POST"):
         spec("http://127.0.0.1/tool", method="PUT")
+
+
+def _policy(*rules: str, services: tuple[tuple[str, int], ...] = ()) -> OutboundPolicy:
+    return OutboundPolicy.from_texts(rules, services)
+
+
+def test_a_redirect_is_an_error_naming_where_it_pointed_and_is_not_followed(tool_server: ToolServer) -> None:
+    port = urlsplit(tool_server.url).port
+    tool = HttpTool(spec(f"{tool_server.url}/moved", policy=_policy(f"127.0.0.1:{port}")))
+    record = call(tool, {"query": "x"})
+    assert record.error == "execution"
+    assert "HTTP 302" in record.result and "redirect to http://127.0.0.1:5432/" in record.result
+    assert [r["path"] for r in tool_server.requests] == ["/moved"]
+
+
+def test_an_answer_over_the_size_limit_is_an_error(tool_server: ToolServer) -> None:
+    record = call(HttpTool(spec(f"{tool_server.url}/huge")), {"query": "x"})
+    assert record.error == "execution" and f"more than {MAX_RESPONSE_BYTES} bytes" in record.result
+
+
+def test_with_a_policy_the_url_must_match_a_rule_on_every_call(tool_server: ToolServer) -> None:
+    port = urlsplit(tool_server.url).port
+    allowed = HttpTool(spec(f"{tool_server.url}/search", policy=_policy(f"http://127.0.0.1:{port}/search")))
+    assert call(allowed, {"query": "a"}).result == "results for a"
+    other_path = HttpTool(spec(f"{tool_server.url}/plain", policy=_policy(f"http://127.0.0.1:{port}/search")))
+    record = call(other_path, {"query": "a"})
+    assert record.error == "execution" and "is not allowed; STUDIO_TOOL_ALLOWLIST allows" in record.result
+    assert [r["path"] for r in tool_server.requests] == ["/search"]
+
+
+def test_a_host_name_is_resolved_at_call_time_and_the_request_sent_to_the_checked_address(
+    tool_server: ToolServer,
+) -> None:
+    port = urlsplit(tool_server.url).port
+    # "localhost" is the rule's own name, so reaching this machine is what the administrator allowed.
+    by_name = HttpTool(spec(f"http://localhost:{port}/search", policy=_policy(f"localhost:{port}")))
+    assert call(by_name, {"query": "n"}).result == "results for n"
+    (request,) = tool_server.requests
+    assert request["headers"]["Host"] == f"localhost:{port}"  # the name, though the address was dialled
+
+
+def test_the_products_own_service_port_is_refused_at_call_time(tool_server: ToolServer) -> None:
+    port = urlsplit(tool_server.url).port
+    policy = OutboundPolicy.from_texts([f"127.0.0.1:{port}"], [("localhost", port)])
+    record = call(HttpTool(spec(f"{tool_server.url}/search", policy=policy)), {"query": "x"})
+    assert record.error == "execution" and "is the product's own service" in record.result
+    assert tool_server.requests == []

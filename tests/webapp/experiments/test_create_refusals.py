@@ -66,7 +66,7 @@ def good(personas: Any, tmp_path: Path) -> dict[str, Any]:
         (
             {"rollout.tools": ["moved_tool"]},
             "rollout.tools",
-            "is no longer an allowed host",
+            "'moved_tool' is no longer allowed: tools.example:80/lookup is not allowed",
         ),
         (
             {"data.rewards": {"my_qa": "nobody_reward"}},
@@ -86,13 +86,14 @@ def test_the_api_refuses_what_can_never_run_with_422_and_the_field_path(
 ) -> None:
     TeamTool.objects.create(team=personas["acme"], name="pending_tool", parameters={"type": "object"},
                             kind="python", entry_point="x.y:Z", status=ToolStatus.PENDING)  # fmt: skip
-    # Ready once, but its host has since been taken off STUDIO_TOOL_HOST_ALLOWLIST (empty in tests).
+    # Ready once, but its host has since been taken off STUDIO_TOOL_ALLOWLIST (empty in tests).
     TeamTool.objects.create(team=personas["acme"], name="moved_tool", parameters={"type": "object"},
                             kind="http", url="http://tools.example/lookup", status=ToolStatus.READY)  # fmt: skip
     response = create(client, alice_token, {**good, **change})
     assert response.status_code == 422, response.content
-    error = response.json()["error"]
-    assert error.startswith(f"{path}: ") and words in error
+    error = response.json()
+    assert error["error"].startswith(f"config.{path}: ") and words in error["error"]
+    assert (error["code"], error["field"]) == ("invalid", f"config.{path}")
     assert not Experiment.objects.exists()
 
 
@@ -101,7 +102,7 @@ def test_another_teams_dataset_is_refused_and_a_good_config_is_made(
 ) -> None:
     theirs = dataset_from_recipe(personas["other"], "arithmetic", tmp_path / "other")
     response = create(client, alice_token, {**good, "data.train_path": theirs["train"].reference})
-    assert response.status_code == 422 and response.json()["error"].startswith("data.train_path: ")
+    assert response.status_code == 422 and response.json()["error"].startswith("config.data.train_path: ")
     assert create(client, alice_token, good).status_code == 201
 
 

@@ -32,7 +32,10 @@ def test_tokens_are_stored_hashed_and_stop_working_when_revoked(client: Client, 
     assert ApiToken.objects.get(pk=row.pk).last_used is not None
     assert row.revoke() and not row.revoke()
     response = api(client, "get", "/api/t/acme/runs", plain)
-    assert response.status_code == 401 and response.json() == {"error": "a valid Bearer token is required"}
+    assert response.status_code == 401 and response.json() == {
+        "error": "a valid Bearer token is required",
+        "code": "unauthenticated",
+    }
 
 
 def test_the_token_page_creates_a_token_once_and_revokes_it(client: Client, personas: Any) -> None:
@@ -168,7 +171,10 @@ def test_the_openapi_schema_describes_every_endpoint(client: Client) -> None:
 
 
 def test_errors_are_json_with_the_right_status(client: Client, alice_token: str) -> None:
-    assert api(client, "get", "/api/t/acme/runs/99999", alice_token).json() == {"error": "not found"}
+    assert api(client, "get", "/api/t/acme/runs/99999", alice_token).json() == {
+        "error": "not found",
+        "code": "not_found",
+    }
     assert api(client, "get", "/api/t/acme/runs/99999", None).status_code == 401
     response = api(client, "get", "/api/t/acme/runs?page=zero", alice_token)
     assert response.status_code == 400 and "page" in response.json()["error"]

@@ -41,12 +41,28 @@ def _handler(server: ToolServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+# The port the tests' registered tools name when nothing has to answer (discard: nothing listens).
+UNUSED_TOOL_ADDRESS = "127.0.0.1:9"
+
+
+def allow_tools_at(settings: Any, monkeypatch: pytest.MonkeyPatch, *entries: str) -> None:
+    """STUDIO_TOOL_ALLOWLIST for this process (settings) and for the workers a test starts (env)."""
+    settings.TOOL_ALLOWLIST = [*settings.TOOL_ALLOWLIST, *entries]
+    monkeypatch.setenv("STUDIO_TOOL_ALLOWLIST", ",".join(settings.TOOL_ALLOWLIST))
+
+
+@pytest.fixture(autouse=True)
+def tool_allowlist(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    allow_tools_at(settings, monkeypatch, UNUSED_TOOL_ADDRESS)
+
+
 @pytest.fixture
-def tool_server() -> Iterator[ToolServer]:
+def tool_server(settings: Any, monkeypatch: pytest.MonkeyPatch, tool_allowlist: None) -> Iterator[ToolServer]:
     holder = ToolServer(url="")
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(holder))
     httpd.daemon_threads = True
     holder.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    allow_tools_at(settings, monkeypatch, f"127.0.0.1:{httpd.server_address[1]}")
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield holder

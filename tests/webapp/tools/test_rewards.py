@@ -33,7 +33,6 @@ def test_a_rule_reward_is_registered_and_tried_as_a_run_would_score(client: Clie
 
 
 def test_bad_rewards_are_refused_with_the_field_to_fix(client: Client, personas: Any, settings: Any) -> None:
-    settings.TOOL_HOST_ALLOWLIST = ["127.0.0.1"]
     client.force_login(personas["alice"])
     base = {
         "kind": "rule",
@@ -46,7 +45,10 @@ def test_bad_rewards_are_refused_with_the_field_to_fix(client: Client, personas:
         ({"name": "gsm8k"}, "is a built-in reward"),
         ({"name": "bad_re", "rule": "regex", "pattern": "(unclosed"}, "Not a valid regular expression"),
         ({"name": "no_pattern", "rule": "regex"}, "needs the pattern"),
-        ({"name": "far", "kind": "remote", "url": "http://evil.example.com/score"}, "not an allowed host"),
+        (
+            {"name": "far", "kind": "remote", "url": "http://evil.example.com/score"},
+            "evil.example.com:80/score is not allowed",
+        ),
     ]
     for change, words in cases:
         response = client.post("/t/acme/tools/rewards/new/", {**base, **change})
@@ -59,7 +61,6 @@ def test_bad_rewards_are_refused_with_the_field_to_fix(client: Client, personas:
 def test_a_remote_reward_is_tried_against_its_endpoint_with_its_secret(
     personas: Any, settings: Any, tool_server: ToolServer
 ) -> None:
-    settings.TOOL_HOST_ALLOWLIST = ["127.0.0.1"]
     reward = TeamReward.register(personas["acme"], personas["alice"], secret="shh", name="remote_judge",
                                  kind="remote", url=tool_server.url + "/judge", timeout_s=2, retries=0)  # fmt: skip
     assert "shh" not in reward.secret_encrypted

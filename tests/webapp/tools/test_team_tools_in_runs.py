@@ -25,7 +25,7 @@ import pytest
 from django.db import connection
 
 from trainer.config import RunConfig
-from trainer.contract import API_ENV, REWARD_ERRORS, RUN_ID_ENV, TOKEN_ENV
+from trainer.contract import API_ENV, CLAIMANT_ENV, REWARD_ERRORS, RUN_ID_ENV, TOKEN_ENV
 from trainer.flows import FLOWS, AgentEnvLoop
 from webapp.datasets.models import Dataset
 from webapp.experiments.models import Experiment, Run, RunStatus
@@ -135,7 +135,7 @@ def team_dataset(team: Any, tmp_path: Path, data_sources: list[str], agent_name:
 
 
 def register_team_parts(personas: Any, endpoints: Endpoints, settings: Any) -> None:
-    settings.TOOL_HOST_ALLOWLIST = ["127.0.0.1"]
+    settings.TOOL_ALLOWLIST = [*settings.TOOL_ALLOWLIST, endpoints.url.removeprefix("http://")]
     team, alice = personas["acme"], personas["alice"]
     TeamTool.register(
         team, alice, secret=SECRET, name="team_lookup", description="Look a fact up.", kind="http",
@@ -255,8 +255,14 @@ def test_the_verl_agent_loop_fetches_the_runs_team_tool_and_remote_reward_over_i
         "rollout.max_steps": 3, "rollout.max_new_tokens": 64,
     })  # fmt: skip
     run, token = claimed_run(personas, config)
-    run.claim("ray-worker:1", "driver-claimant")  # the driver claimed it; the Ray workers only read
-    for name, value in {API_ENV: live_server.url, RUN_ID_ENV: str(run.pk), TOKEN_ENV: token}.items():
+    assert run.claim("ray-worker:1", "driver-1")  # the driver claimed it; the Ray workers only read
+    environment = {
+        API_ENV: live_server.url,
+        RUN_ID_ENV: str(run.pk),
+        TOKEN_ENV: token,
+        CLAIMANT_ENV: "driver-1",
+    }
+    for name, value in environment.items():
         monkeypatch.setenv(name, value)
     agent_loop.set_reporter(None)
     agent_loop.set_run_specs(None)

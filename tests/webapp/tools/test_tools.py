@@ -71,11 +71,11 @@ def test_a_secret_encrypted_under_another_secret_key_is_reported_unreadable(sett
 def test_a_host_outside_the_allowlist_is_refused(personas: dict[str, Any], settings: Any) -> None:
     response = _register(_client("alice"), personas["acme"].slug, url="https://example.com/lookup")
     assert response.status_code == 400
-    assert "example.com is not an allowed host; STUDIO_TOOL_HOST_ALLOWLIST allows: 127.0.0.1, localhost." in (
+    assert "example.com:443/lookup is not allowed; STUDIO_TOOL_ALLOWLIST allows: 127.0.0.1:9." in (
         response.content.decode()
     )
     assert not TeamTool.objects.exists()
-    settings.TOOL_HOST_ALLOWLIST = ["example.com"]
+    settings.TOOL_ALLOWLIST = ["example.com:443"]
     assert (
         _register(_client("alice"), personas["acme"].slug, url="https://EXAMPLE.com/lookup").status_code
         == 302
@@ -86,8 +86,8 @@ def test_a_host_removed_from_the_allowlist_later_is_no_longer_called(
     personas: dict[str, Any], settings: Any
 ) -> None:
     _register(_client("alice"), personas["acme"].slug)
-    settings.TOOL_HOST_ALLOWLIST = ["tools.internal"]
-    with pytest.raises(PermissionError, match="not in STUDIO_TOOL_HOST_ALLOWLIST"):
+    settings.TOOL_ALLOWLIST = ["tools.internal:8080"]
+    with pytest.raises(PermissionError, match=r"127\.0\.0\.1:9/lookup is not allowed; STUDIO_TOOL_ALLOWLIST"):
         TeamTool.objects.get().build()
 
 
@@ -229,5 +229,5 @@ def test_a_form_refused_for_another_field_keeps_the_typed_secret(personas: dict[
     response = _register(_client("bob"), personas["acme"].slug, url="http://evil.example.com/x")
     assert response.status_code == 400 and not TeamTool.objects.exists()
     page = response.content.decode()
-    assert "is not an allowed host" in page
+    assert "evil.example.com:80/x is not allowed" in page
     assert f'name="secret" value="{SECRET}"' in page

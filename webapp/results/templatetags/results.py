@@ -129,3 +129,17 @@ def _cell_html(cell: Any, run: Any, team_slug: str, name: str) -> str:
         short = cell.text if len(cell.text) <= 60 else cell.text[:59] + "…"
         return f'<span title="{escape(cell.text)}">{escape(short)}</span>'
     return str(escape(cell.text))
+
+
+# Most characters of one model or tool text a page shows: a 200 kB one-line prompt shown whole, in
+# several places, takes the browser many seconds to lay out. The REST API returns every text whole.
+SHOWN_TEXT_MAX = 20_000
+
+
+@register.filter
+def clip(value: Any, limit: int = SHOWN_TEXT_MAX) -> str:
+    """At most ``limit`` characters of a text, and how many were left out; escaped by the template."""
+    text = "" if value is None else str(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n… {len(text) - limit:,} more characters (the REST API returns the whole text)"

@@ -1,0 +1,460 @@
+"""Every route of the site as the access matrix and the hostile-input test call it: team Acme's objects
+(the world every route names), the callers, a body for every POST, and a database fingerprint."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.apps import apps
+from django.db import connection, transaction
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+
+from tests.webapp.datasets.conftest import contract_row, write_parquet
+from trainer.contract import API_ROOT, CLAIMANT_HEADER
+from webapp.accounts.models import ApiToken, Role
+from webapp.datasets import files
+from webapp.datasets.models import Dataset
+from webapp.experiments.models import Experiment, Run, RunStatus
+from webapp.results.models import Trajectory
+from webapp.tools.models import TeamTool, ToolTrial
+
+PERSONAS = ("anonymous", "outsider", "viewer", "member", "owner")
+RUN_TOKENS = ("own run", "other run", "finished run")
+
+
+def claimant_of(name: str) -> str:
+    """The launch id each test run is claimed with (trainer.contract.CLAIMANT_HEADER)."""
+    return "claimant-" + name.replace(" ", "-")
+
+
+def auth_headers(world: World, caller: str) -> dict[str, str]:
+    """The test client's headers for ``caller``: its bearer token, and for a run's token the claimant
+    id its trainer sends on every call that changes the run."""
+    token = world.tokens.get(caller) or world.run_tokens.get(caller)
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
+    if caller in world.run_tokens:
+        headers["HTTP_" + CLAIMANT_HEADER.upper().replace("-", "_")] = claimant_of(caller)
+    return headers
+
+
+# Rows that change on every authenticated request, whoever sends it; everything else must not move
+# when a request is refused.
+VOLATILE_TABLES = frozenset(
+    {
+        "django_session",
+        "accounts_apitoken",
+        "axes_accessattempt",
+        "axes_accesslog",
+        "axes_accessfailurelog",
+        "axes_accessattemptexpiration",
+    }
+)
+LEVELS = ("public", "user", "read", "write", "owner")
+RANK = {"outsider": 0, "viewer": 1, "member": 2, "owner": 3}
+NEEDED = {"read": 1, "write": 2, "owner": 3}
+
+
+@dataclass
+class World:
+    """Team Acme's objects, which every route names, and the callers."""
+
+    slug: str
+    ids: dict[str, Any]
+    users: dict[str, Any]
+    tokens: dict[str, str]
+    run_tokens: dict[str, str]
+    parquet: Path
+    runs: dict[str, Run] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="module")
+def world(
+    django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[World]:
+    """Built once per module inside a transaction that is rolled back at its end; each test's
+    requests run in savepoints within it (rolled_back), so every request sees this same world."""
+    with django_db_blocker.unblock(), transaction.atomic():
+        yield _build_world(tmp_path_factory.mktemp("world"))
+        transaction.set_rollback(True)
+
+
+def _build_world(folder: Path) -> World:
+    from django.contrib.auth import get_user_model
+
+    from webapp.accounts.models import Team
+    from webapp.results.metrics_store import forget_cached_keys
+
+    forget_cached_keys()
+    # No passwords: the clients log in with force_login, and hashing one costs a second of CPU.
+    users = {
+        persona: get_user_model().objects.create_user(f"matrix-{persona}", None, None) for persona in RANK
+    }
+    acme = Team.create_with_owner("Matrix Acme", users["owner"])
+    acme.add_member(users["member"], Role.MEMBER)
+    acme.add_member(users["viewer"], Role.VIEWER)
+    Team.create_with_owner("Matrix Other", users["outsider"])
+    parquet = write_parquet(folder / "rows.parquet", [contract_row(i) for i in range(4)])
+    incoming = Path(shutil.copy(parquet, files.incoming_dir() / "matrix.parquet"))
+    dataset, _ = Dataset.from_file(
+        acme, incoming, sha256=files.sha256_of(incoming), name="d", source="t", validate_later=False
+    )
+    dataset.validate()
+    tool = TeamTool.objects.create(
+        team=acme, name="lookup", parameters={"type": "object"}, kind="http", url="http://127.0.0.1:9/x"
+    )
+    trial = ToolTrial.objects.create(team=acme, builtin="echo", arguments={"text": "x"})
+    config = {
+        "name": "exp",
+        "task": "arithmetic",
+        "model": {"path": "tiny-test"},
+        "data": {"train_path": f"dataset:{dataset.pk}"},
+    }
+    experiment = Experiment.objects.create(
+        team=acme, name="exp", task="arithmetic", preset="grpo", config=_config_json(config), seeds=[1]
+    )
+    runs = {
+        name: Run.objects.create(
+            experiment=experiment,
+            team=acme,
+            seed=i,
+            status=RunStatus.QUEUED,
+            config={"data": {"train_path": f"dataset:{dataset.pk}"}},
+        )
+        for i, name in enumerate(RUN_TOKENS)
+    }
+    run_tokens = {name: run.issue_token() for name, run in runs.items()}
+    for name in ("own run", "other run"):
+        assert runs[name].claim(f"host:{name}", claimant_of(name))
+    runs["finished run"].finish(RunStatus.SUCCEEDED, "done")
+    trajectory = Trajectory.objects.create(
+        run=runs["own run"],
+        uid="t0",
+        group_id="g0",
+        sample_index=0,
+        training_step=0,
+        total_reward=1.0,
+        success=True,
+    )
+    ids = {
+        "dataset": dataset.pk,
+        "tool": tool.pk,
+        "trial": trial.pk,
+        "experiment": experiment.pk,
+        "run": runs["own run"].pk,
+        "trajectory": trajectory.pk,
+        "uid": "t0",
+        "group": "g0",
+        "mlflow_run": runs["own run"].mlflow_run_id,
+        "finished": runs["finished run"].pk,
+    }
+    tokens = {persona: ApiToken.issue(user, "matrix")[1] for persona, user in users.items()}
+    return World(acme.slug, ids, users, tokens, run_tokens, parquet, runs)
+
+
+def _config_json(overrides: dict[str, Any]) -> dict[str, Any]:
+    from tasks_lib.registry import load_recipes
+    from trainer.config import RunConfig
+
+    load_recipes()
+    return json.loads(RunConfig.from_mapping(overrides).to_json())
+
+
+def fingerprint() -> dict[str, str]:
+    """An md5 of every row of every table but the volatile ones: equal before and after means untouched."""
+    tables = sorted(
+        {model._meta.db_table for model in apps.get_models() if model._meta.managed} - VOLATILE_TABLES
+    )
+    query = " UNION ALL ".join(
+        f"SELECT '{t}', md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) FROM {t} x"
+        for t in tables
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(query)
+        return dict(cursor.fetchall())
+
+
+def rolled_back(send: Callable[[], Any], *, compare: bool = True) -> tuple[Any, bool]:
+    """(response, whether the database changed), with everything the request did undone; without
+    ``compare`` the database is not fingerprinted (and reported unchanged)."""
+    with transaction.atomic():
+        before = fingerprint() if compare else {}
+        response = send()
+        changed = compare and fingerprint() != before
+        transaction.set_rollback(True)
+    return response, changed
+
+
+# -- the site's own pages -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Page:
+    level: str  # public, user (any signed-in user), read (viewer+), write (member+), owner
+    kwargs: Callable[[World], dict[str, Any]] = lambda w: {}
+    query: str = ""
+    post: str | None = None  # the level a POST needs; None: the page takes no POST
+    data: Callable[[World], dict[str, Any]] = lambda w: {}
+    htmx: bool = False
+    get: bool = True  # False: POST only (require_POST)
+    unavailable: bool = False  # may answer 503 (the health check, with no Celery worker running)
+    absent: bool = False  # names an object that does not exist: 404 for everyone allowed
+
+
+def team(**more: Callable[[World], Any]) -> Callable[[World], dict[str, Any]]:
+    return lambda w: {"team_slug": w.slug, **{name: get(w) for name, get in more.items()}}
+
+
+def _id(name: str) -> Callable[[World], Any]:
+    return lambda w: w.ids[name]
+
+
+PAGES: dict[str, Page] = {
+    "home": Page("user"),
+    "healthz": Page("public", unavailable=True),
+    "favicon": Page("public"),
+    "login": Page("public"),
+    "logout": Page("public", post="public", get=False),
+    "teams": Page("user", post="user", data=lambda w: {"name": "New team"}),
+    "api_tokens": Page("user", post="user", data=lambda w: {"name": "ci"}),
+    "revoke_api_token": Page("user", kwargs=lambda w: {"pk": 10**9}, post="user", get=False, absent=True),
+    "switch_team": Page("read", post="read", get=False, data=lambda w: {"team": w.slug}),
+    "dashboard": Page("read", team()),
+    "dashboard_running": Page("read", team(), htmx=True),
+    "members": Page(
+        "read", team(), post="owner", data=lambda w: {"username": "matrix-viewer", "role": "member"}
+    ),
+    "datasets": Page("read", team()),
+    "dataset_upload": Page("read", team(), post="write", get=False),
+    "dataset_from_recipe": Page(
+        "read", team(), post="write", get=False, data=lambda w: {"task": "arithmetic"}
+    ),
+    "dataset": Page("read", team(pk=_id("dataset"))),
+    "dataset_download": Page("read", team(pk=_id("dataset"))),
+    "tools": Page("read", team()),
+    "tool_new": Page("write", team(), post="write", data=lambda w: {"name": "x"}),
+    "tool": Page("read", team(pk=_id("tool"))),
+    "tool_try": Page(
+        "read", team(pk=_id("tool")), post="write", get=False, data=lambda w: {"arguments": "{}"}
+    ),
+    "tool_delete": Page("read", team(pk=_id("tool")), post="write", get=False),
+    "builtin_tool": Page("read", team(name=lambda w: "echo")),
+    "builtin_tool_try": Page(
+        "read",
+        team(name=lambda w: "echo"),
+        post="write",
+        get=False,
+        data=lambda w: {"arguments": '{"text": "x"}'},
+    ),
+    "tool_trial": Page("read", team(pk=_id("trial")), htmx=True),
+    "experiments": Page("read", team()),
+    "experiment_new": Page("write", team(), post="write", data=lambda w: {"name": "x"}),
+    "experiment": Page("read", team(pk=_id("experiment"))),
+    "experiment_launch": Page("read", team(pk=_id("experiment")), post="write", get=False),
+    "run": Page("read", team(pk=_id("run"))),
+    "run_cancel": Page("read", team(pk=_id("run")), post="write", get=False),
+    "compare": Page("read", team()),
+    "compare_export": Page("read", team(fmt=lambda w: "csv")),
+    "compare_cell": Page("read", team(), query="?task=arithmetic&algorithm=grpo", absent=True),
+    "curves": Page("read", team(), query="?run={run}"),
+    "curves_data": Page("read", team(), query="?run={run}&key=reward/mean"),
+    "run_curves": Page("read", team(run_id=_id("run"))),
+    "rollouts": Page("read", team(run_id=_id("run"))),
+    "rollouts_at": Page("read", team(run_id=_id("run"), step=lambda w: 0)),
+    "trajectory": Page("read", team(run_id=_id("run"), pk=_id("trajectory"))),
+    "rollout_group": Page("read", team(run_id=_id("run"), group_id=_id("group"))),
+    "run_tools": Page("read", team(run_id=_id("run"))),
+    "run_prompts": Page("read", team(run_id=_id("run"))),
+    "mlflow_browse": Page("public"),
+    "mlflow_open": Page("read", query="?run={mlflow_run}"),
+    "password_change": Page("user", post="user"),
+    "password_change_done": Page("user"),
+    "member_create": Page("read", team(), post="owner", get=False, data=lambda w: {"username": "x"}),
+    "member_role": Page(
+        "read",
+        team(pk=lambda w: 10**9),
+        post="owner",
+        get=False,
+        data=lambda w: {"role": "viewer"},
+        absent=True,
+    ),
+    "member_remove": Page("read", team(pk=lambda w: 10**9), post="owner", get=False, absent=True),
+    "dataset_map": Page("read", team(pk=_id("dataset")), post="write", get=False),
+    "dataset_archive": Page("read", team(pk=_id("dataset")), post="write", get=False),
+    "dataset_delete": Page("read", team(pk=_id("dataset")), post="write", get=False),
+    "reward_new": Page("write", team(), post="write", data=lambda w: {"name": "x"}),
+    "reward": Page("read", team(pk=lambda w: 10**9), absent=True),
+    "reward_try": Page("read", team(pk=lambda w: 10**9), post="write", get=False, absent=True),
+    "reward_delete": Page("read", team(pk=lambda w: 10**9), post="write", get=False, absent=True),
+    "demo": Page("read", team(), post="write", get=False),
+    "run_edit": Page("read", team(pk=_id("run")), post="write", get=False, data=lambda w: {"name": "x"}),
+    "runs": Page("read", team()),
+    "runs_columns": Page("read", team(), post="read", get=False),
+    "runs_action": Page("read", team(), post="read", get=False),
+    "runs_delete": Page("write", team(), post="write"),
+    "runs_compare": Page("read", team(), query="?run={run}"),
+    "experiment_curves": Page("read", team(experiment_id=_id("experiment"))),
+    "curves_layout": Page("read", team(), post="read", get=False),
+    "curves_csv": Page("read", team(), query="?run={run}&key=reward/mean"),
+}
+# Found by the resolver but served by other tables of this module: the JSON API (from its OpenAPI
+# schema), the MLflow endpoint (from its ENDPOINTS), and the admin (staff only, every pattern).
+DELEGATED_PREFIXES = (API_ROOT.strip("/") + "/", "mlflow/api/", "mlflow/t/", "admin/")
+
+
+def patterns(resolver: URLResolver | None = None, prefix: str = "") -> Iterator[tuple[str, URLPattern]]:
+    for entry in (resolver or get_resolver()).url_patterns:
+        route = prefix + str(entry.pattern)
+        if isinstance(entry, URLResolver):
+            yield from patterns(entry, route)
+        else:
+            yield route, entry
+
+
+def client_for(world: World, persona: str) -> Client:
+    client = Client()
+    if persona != "anonymous":
+        client.force_login(world.users[persona])
+    return client
+
+
+def allowed(level: str, persona: str) -> bool:
+    if level == "public":
+        return True
+    if persona == "anonymous":
+        return False
+    return level == "user" or RANK[persona] >= NEEDED[level]
+
+
+def refusal(level: str, persona: str) -> set[int]:
+    """What a caller below the level gets: the login page, a 404 outside the team, a 403 inside it."""
+    if persona == "anonymous":
+        return {302}
+    return {404} if persona == "outsider" else {403}
+
+
+def page_url(world: World, name: str, page: Page) -> str:
+    return reverse(name, kwargs=page.kwargs(world)) + page.query.format(**world.ids)
+
+
+# -- the JSON API, from its own schema ------------------------------------------------------------
+
+
+def operations(client: Client) -> list[tuple[str, str, str, dict[str, str]]]:
+    """(method, path, auth scheme, required query parameters filled in) of every API operation."""
+    schema = client.get(f"{API_ROOT}/openapi.json").json()
+    found = []
+    for path, methods in schema["paths"].items():
+        for method, operation in methods.items():
+            (security,) = operation["security"]
+            query = {
+                p["name"]: "1" if p["schema"].get("type") == "integer" else "reward/mean"
+                for p in operation.get("parameters", [])
+                if p["in"] == "query" and p.get("required")
+            }
+            found.append((method.upper(), path, next(iter(security)), query))
+    return found
+
+
+def api_path(world: World, path: str) -> str:
+    values = {"team_slug": world.slug, "run_id": world.ids["run"], "uid": "t0", "split": "train"}
+    if "/experiments/{pk}" in path:
+        values["pk"] = world.ids["experiment"]
+    elif "/tools/{pk}" in path:
+        values["pk"] = world.ids["tool"]
+    elif "/datasets/{pk}" in path:
+        values["pk"] = world.ids["dataset"]
+    return path.format(**values)
+
+
+def _trajectory_batch() -> dict[str, Any]:
+    return {
+        "training_step": 0,
+        "trajectories": [{"id": "m1", "group_id": "g", "sample_index": 0, "steps": [{"index": 0}]}],
+    }
+
+
+# One body per POST operation that needs one; a POST operation missing here fails the test.
+API_BODIES: dict[str, Callable[[World], Any]] = {
+    "/api/runs/{run_id}/claim": lambda w: {"worker": "host:own run", "claimant": claimant_of("own run")},
+    "/api/runs/{run_id}/status": lambda w: {"status": "running", "message": "m"},
+    "/api/runs/{run_id}/heartbeat": lambda w: {"step": 1, "total_steps": 2, "ts": 1.0},
+    "/api/ingest/runs/{run_id}/metrics": lambda w: {
+        "points": [{"key": "k", "step": 1, "value": 1.0, "ts": 1.0}]
+    },
+    "/api/ingest/runs/{run_id}/trajectories": lambda w: _trajectory_batch(),
+    "/api/ingest/runs/{run_id}/logs": lambda w: {"seq": 0, "text": "x"},
+    "/api/ingest/runs/{run_id}/checkpoints": lambda w: {"step": 1, "path": "/tmp/c"},
+    "/api/t/{team_slug}/experiments": lambda w: {
+        "config": {
+            "name": "api exp",
+            "task": "arithmetic",
+            "model": {"path": "tiny-test"},
+            "data": {"train_path": f"dataset:{w.ids['dataset']}"},
+        }
+    },
+    "/api/t/{team_slug}/experiments/{pk}/launch": lambda w: None,
+    "/api/t/{team_slug}/runs/{run_id}/cancel": lambda w: None,
+}
+API_CALLERS = ("anonymous", "outsider", "viewer", "member", "owner", *RUN_TOKENS)
+
+
+def api_expected(kind: str, method: str, caller: str) -> set[int] | None:
+    """The statuses a caller must get; None: allowed (any status but 401/403/404 and 5xx)."""
+    if caller == "anonymous":
+        return {401}
+    if kind == "RunTokenAuth":
+        return {401} if caller in (*PERSONAS, "finished run") else {404} if caller == "other run" else None
+    if caller in RUN_TOKENS:
+        return {401}
+    if caller == "outsider":
+        return {404}
+    if caller == "viewer" and method == "POST":
+        return {403}
+    return None
+
+
+# -- the MLflow endpoint, from its table of calls ---------------------------------------------------
+
+MLFLOW_BODIES: dict[str, Callable[[World], dict[str, Any]]] = {
+    "experiments/get-by-name": lambda w: {"experiment_name": "exp"},
+    "experiments/create": lambda w: {"name": "from mlflow"},
+    "experiments/get": lambda w: {"experiment_id": str(w.ids["experiment"])},
+    "experiments/search": lambda w: {"max_results": 10},
+    "runs/create": lambda w: {"experiment_id": str(w.ids["experiment"])},
+    "runs/get": lambda w: {"run_id": w.ids["mlflow_run"]},
+    "runs/update": lambda w: {"run_id": w.ids["mlflow_run"], "run_name": "renamed"},
+    "runs/search": lambda w: {"experiment_ids": [str(w.ids["experiment"])]},
+    "runs/log-batch": lambda w: {
+        "run_id": w.ids["mlflow_run"],
+        "metrics": [{"key": "m", "value": 1.0, "timestamp": 1, "step": 1}],
+    },
+    "runs/log-metric": lambda w: {"run_id": w.ids["mlflow_run"], "key": "m", "value": 1.0, "timestamp": 1},
+    "runs/log-parameter": lambda w: {"run_id": w.ids["mlflow_run"], "key": "p", "value": "v"},
+    "runs/set-tag": lambda w: {"run_id": w.ids["mlflow_run"], "key": "t", "value": "v"},
+    "metrics/get-history": lambda w: {"run_id": w.ids["mlflow_run"], "metric_key": "m"},
+}
+CREATES = frozenset({"experiments/create", "runs/create"})
+READS_EXPERIMENTS = frozenset(
+    {"experiments/get-by-name", "experiments/get", "experiments/search", "runs/search"}
+)
+
+
+def mlflow_expected(call: str, method: str, caller: str) -> set[int] | None:
+    if caller in ("anonymous", "finished run"):
+        return {401}
+    if caller == "outsider":
+        return {404}
+    if caller == "viewer" and method == "POST" and call not in ("experiments/search", "runs/search"):
+        return {403}
+    if caller == "other run":
+        return {403} if call in CREATES else {404} if call not in READS_EXPERIMENTS else None
+    if caller == "own run" and call in CREATES:
+        return {403}
+    return None

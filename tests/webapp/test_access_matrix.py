@@ -1,0 +1,188 @@
+"""Persona by URL: every URL pattern (Django's resolver), every JSON API operation (the OpenAPI schema)
+and every MLflow call, for each persona, with the status and the database state asserted.
+
+A route added without a row in tests/webapp/routes.py fails ``test_every_route_has_a_row``: nothing new
+escapes the matrix. Each request runs in a savepoint that is rolled back, so one persona's writes never
+change what the next request sees, and a refused request must leave every table exactly as it was.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from tests.webapp.routes import (
+    API_BODIES,
+    API_CALLERS,
+    DELEGATED_PREFIXES,
+    MLFLOW_BODIES,
+    PAGES,
+    PERSONAS,
+    World,
+    allowed,
+    api_expected,
+    api_path,
+    auth_headers,
+    client_for,
+    mlflow_expected,
+    operations,
+    page_url,
+    patterns,
+    refusal,
+    rolled_back,
+    world,
+)
+from webapp.mlflow_api.views import ENDPOINTS
+
+__all__ = ["world"]  # the fixture
+# The world lives in a module-wide transaction; each test runs in a savepoint inside it.
+pytestmark = pytest.mark.django_db
+
+
+def test_every_route_has_a_row() -> None:
+    named = {p.name for route, p in patterns() if not route.startswith(DELEGATED_PREFIXES) and p.name}
+    unnamed = [route for route, p in patterns() if not route.startswith(DELEGATED_PREFIXES) and not p.name]
+    assert unnamed == ["mlflow/^"], "every page needs a name (and a row in PAGES)"
+    assert named == set(PAGES), f"add a row to PAGES for {named - set(PAGES)}; drop {set(PAGES) - named}"
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_every_page_answers_each_persona_and_refusals_change_nothing(world: World, persona: str) -> None:
+    signed_in = client_for(world, persona)
+    login = reverse("login")
+    problems = []
+    for name, page in PAGES.items():
+        # Logging out ends the session: that request gets a client of its own.
+        client = client_for(world, persona) if name == "logout" else signed_in
+        get, post = client.get, client.post
+        url = page_url(world, name, page)
+        headers = {"HTTP_HX_REQUEST": "true"} if page.htmx else {}
+        calls = []
+        if page.get:
+            calls.append(("GET", page.level, lambda url=url, headers=headers, get=get: get(url, **headers)))
+        if page.post:
+            data = page.data(world)
+            calls.append(("POST", page.post, lambda url=url, data=data, post=post: post(url, data)))
+        for method, level, send in calls:
+            response, changed = rolled_back(send, compare=not allowed(level, persona))
+            status = response.status_code
+            if allowed(level, persona):
+                ok = status < 500 and status not in (401, 403, 404)
+                ok = ok or (page.unavailable and status == 503)
+                sent_to_login = status == 302 and response["Location"].startswith(login)
+                ok = ok and not (persona != "anonymous" and sent_to_login and name != "logout")
+                ok = ok or (page.absent and status == 404)
+            else:
+                ok = status in refusal(level, persona) and not changed
+                if status == 302:
+                    ok = ok and response["Location"].startswith(login)
+            if not ok:
+                problems.append(
+                    f"{method} {url} as {persona}: {status}{' (database changed)' if changed else ''}"
+                    f" {response.get('Location', '')}"
+                )
+    assert not problems, "\n".join(problems)
+
+
+def test_no_one_but_staff_reaches_the_admin(world: World) -> None:
+    admin_routes = [(route, p) for route, p in patterns() if route.startswith("admin/")]
+    # The admin asks one thing, is_staff, which no persona has: the most and the least privileged suffice.
+    clients = {persona: client_for(world, persona) for persona in ("anonymous", "owner")}
+    problems = []
+    for route, pattern in admin_routes:
+        name = f"admin:{pattern.name}"
+        if pattern.name in ("login", "logout"):
+            continue
+        kwargs = {key: "1" for key in pattern.pattern.regex.groupindex}
+        if "app_label" in kwargs:
+            kwargs["app_label"] = "accounts"
+        url = reverse(name, kwargs=kwargs) if pattern.name else "/" + route.replace("^", "").replace("$", "")
+        for persona, client in clients.items():
+            response = client.get(url)
+            location = response.get("Location", "")
+            if response.status_code != 302 or "/admin/login/" not in location:
+                problems.append(f"{url} as {persona}: {response.status_code} {location}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("caller", API_CALLERS)
+def test_every_api_operation_answers_each_caller_and_refusals_change_nothing(
+    world: World, caller: str
+) -> None:
+    client = Client()
+    found = operations(client)
+    posts = {path for method, path, _, _ in found if method == "POST"}
+    assert posts == set(API_BODIES), f"give a body for {posts - set(API_BODIES)}"
+    headers = auth_headers(world, caller)
+    problems = []
+    for method, path, kind, query in found:
+        url = api_path(world, path)
+        expected = api_expected(kind, method, caller)
+        if method == "POST":
+            body = API_BODIES[path](world)
+            data = json.dumps(body) if body is not None else ""
+
+            def send(url: str = url, data: str = data) -> Any:
+                return client.post(url, data, content_type="application/json", **headers)
+        else:
+
+            def send(url: str = url, query: dict[str, str] = query) -> Any:
+                return client.get(url, query, **headers)
+
+        response, changed = rolled_back(send, compare=expected is not None)
+        status = response.status_code
+        shaped = status < 400 or set(response.json()) >= {"error", "code"}
+        if expected is None:
+            ok = status < 500 and status not in (401, 403, 404) and shaped
+        else:
+            ok = status in expected and not changed and shaped
+        if not ok:
+            problems.append(f"{method} {url} as {caller}: {status} {response.content[:200]!r}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("caller", API_CALLERS)
+def test_every_mlflow_call_answers_each_caller_and_refusals_change_nothing(world: World, caller: str) -> None:
+    assert set(ENDPOINTS) == set(MLFLOW_BODIES)
+    client = Client()
+    headers = auth_headers(world, caller)
+    problems = []
+    for call, (method, _handler) in ENDPOINTS.items():
+        url = f"/mlflow/t/{world.slug}/api/2.0/mlflow/{call}"
+        body = MLFLOW_BODIES[call](world)
+        expected = mlflow_expected(call, method, caller)
+
+        def send(url: str = url, body: dict[str, Any] = body, method: str = method) -> Any:
+            if method == "POST":
+                return client.post(url, json.dumps(body), content_type="application/json", **headers)
+            return client.get(url, body, **headers)
+
+        response, changed = rolled_back(send, compare=expected is not None)
+        status = response.status_code
+        shaped = status < 400 or {"error_code", "message"} <= set(response.json())
+        if expected is None:
+            ok = status < 500 and status not in (401, 403, 404)
+        else:
+            ok = status in expected and not changed
+        if not (ok and shaped):
+            problems.append(f"{call} as {caller}: {status} {response.content[:200]!r}")
+    assert not problems, "\n".join(problems)
+
+
+def test_a_finished_runs_token_changes_nothing_anywhere(world: World) -> None:
+    """The reproduction of the finding: a finished run's token rewrote the comparison table."""
+    client, token = Client(), world.run_tokens["finished run"]
+    run_id = world.ids["finished"]
+    body = gzip.compress(
+        json.dumps({"points": [{"key": "reward/mean", "step": 9, "value": 0.98, "ts": 1.0}]}).encode()
+    )
+    response, changed = rolled_back(lambda: client.post(
+        f"/api/ingest/runs/{run_id}/metrics", body, content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}", HTTP_CONTENT_ENCODING="gzip",
+    ))  # fmt: skip
+    assert (response.status_code, response.json()["code"], changed) == (401, "unauthenticated", False)

@@ -1,0 +1,243 @@
+"""Where a team's HTTP tools (and any other outbound call a member configures) may go.
+
+The one check every outbound request a member can aim runs through (docs/security.md#outbound):
+
+- an :class:`AllowRule` names a host **and** a port (``tools.internal:8080``) or a URL prefix
+  (``https://tools.internal/v1/``: scheme, host, port and the start of the path);
+- an :class:`OutboundPolicy` is the rules plus the product's own service endpoints (web server,
+  Postgres, Valkey, the Ray dashboard and GCS), which no rule can open;
+- :func:`check_url` matches a URL against the rules (no I/O), and :func:`choose_address` checks the
+  addresses the host name resolved to *at call time*: the request is then sent to that very address
+  (see :func:`pinned`), so a name that resolves elsewhere a second later (DNS rebinding) changes
+  nothing. Loopback addresses are reached only through a rule that itself names a loopback host;
+  unspecified, link-local (cloud metadata), multicast and reserved addresses never.
+
+Redirects are never followed by the callers: a 3xx is an error, not a result.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import SplitResult, urlsplit
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class OutboundRefused(PermissionError):
+    """The URL or the address it resolved to is not one a member's request may reach."""
+
+
+def _port_of(parts: SplitResult) -> int:
+    try:
+        port = parts.port
+    except ValueError as error:  # a port that is not a number or out of range
+        raise OutboundRefused(f"{parts.geturl()}: {error}") from None
+    return port if port is not None else DEFAULT_PORTS.get(parts.scheme, 0)
+
+
+def _address(host: str) -> IpAddress | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def is_loopback_host(host: str) -> bool:
+    """A host that names this machine: a loopback address or localhost."""
+    address = _address(host)
+    return address.is_loopback if address is not None else host.lower() in _LOOPBACK_NAMES
+
+
+@dataclass(frozen=True)
+class AllowRule:
+    """``host:port`` (any scheme, any path) or a URL prefix (that scheme, host, port, path start)."""
+
+    host: str
+    port: int
+    scheme: str | None = None
+    path_prefix: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> AllowRule:
+        """A rule from its text; ValueError says what a rule must look like."""
+        text = text.strip()
+        if "://" in text:
+            parts = urlsplit(text)
+            if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+                raise ValueError(
+                    f"{text!r}: a URL prefix must start with http:// or https:// and name a host"
+                )
+            if parts.query or parts.fragment:
+                raise ValueError(f"{text!r}: a URL prefix has no query or fragment")
+            try:
+                port = _port_of(parts)
+            except OutboundRefused as error:
+                raise ValueError(str(error)) from None
+            return cls(parts.hostname.lower(), port, parts.scheme, parts.path or "/")
+        host, colon, port_text = text.rpartition(":")
+        host = host.strip("[]").lower()
+        if not colon or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ValueError(
+                f"{text!r}: name a host and a port (tools.internal:8080, [::1]:9000) or a URL prefix "
+                "(https://tools.internal/v1/); a host alone would open every port on it"
+            )
+        return cls(host, int(port_text))
+
+    def matches(self, parts: SplitResult, port: int) -> bool:
+        if (parts.hostname or "").lower() != self.host or port != self.port:
+            return False
+        if self.scheme is not None and parts.scheme != self.scheme:
+            return False
+        return _path_within(parts.path or "/", self.path_prefix)
+
+    def __str__(self) -> str:
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        if self.scheme is None:
+            return f"{shown}:{self.port}"
+        default = DEFAULT_PORTS[self.scheme] == self.port
+        return f"{self.scheme}://{shown}{'' if default else f':{self.port}'}{self.path_prefix}"
+
+
+def _path_within(path: str, prefix: str) -> bool:
+    if not prefix:
+        return True
+    # Dot segments would let /v1/../admin pass a /v1/ prefix and then leave it on the server.
+    if any(segment in (".", "..") for segment in path.split("/")) or "%2e" in path.lower():
+        return False
+    return path.startswith(prefix) or path + "/" == prefix
+
+
+@dataclass(frozen=True)
+class OutboundPolicy:
+    """The allow rules and the service endpoints (host, port) that stay closed whatever the rules say."""
+
+    rules: tuple[AllowRule, ...] = ()
+    services: tuple[tuple[str, int], ...] = ()
+    # Addresses the service hosts resolve to, filled by the caller that can resolve (resolve_services).
+    service_addresses: tuple[tuple[str, int], ...] = field(default=(), compare=False)
+
+    @classmethod
+    def from_texts(cls, rules: Iterable[str], services: Iterable[tuple[str, int]] = ()) -> OutboundPolicy:
+        return cls(tuple(AllowRule.parse(r) for r in rules if r.strip()), tuple(services))
+
+    def conflicts(self) -> list[str]:
+        """Rules that name one of the product's own service endpoints (checked at start-up)."""
+        found = []
+        for rule in self.rules:
+            for host, port in self.services:
+                same_host = rule.host == host.lower() or (
+                    is_loopback_host(rule.host) and is_loopback_host(host)
+                )
+                if same_host and rule.port == port:
+                    found.append(f"{rule} is the product's own service at {host}:{port}")
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON, for a policy that travels with a tool spec to a trainer."""
+        return {"rules": [str(rule) for rule in self.rules], "services": [list(s) for s in self.services]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OutboundPolicy:
+        return cls.from_texts(data.get("rules", ()), [(str(h), int(p)) for h, p in data.get("services", ())])
+
+    def describe(self) -> str:
+        return ", ".join(str(rule) for rule in self.rules) or "(nothing)"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A URL that passed the rules: the rule it matched, its host and port."""
+
+    url: str
+    host: str
+    port: int
+    rule: AllowRule
+
+
+def check_url(url: str, policy: OutboundPolicy) -> Target:
+    """The rule ``url`` falls under; OutboundRefused when none does (no name resolution here)."""
+    parts = urlsplit(url)
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+        raise OutboundRefused(f"{url}: only http:// and https:// URLs with a host can be called")
+    if parts.username or parts.password:
+        raise OutboundRefused(f"{url}: credentials in the URL are not allowed; use the secret header")
+    port = _port_of(parts)
+    for rule in policy.rules:
+        if rule.matches(parts, port):
+            return Target(url, parts.hostname.lower(), port, rule)
+    raise OutboundRefused(
+        f"{parts.hostname}:{port}{parts.path or '/'} is not allowed; STUDIO_TOOL_ALLOWLIST allows: "
+        f"{policy.describe()}"
+    )
+
+
+def choose_address(target: Target, policy: OutboundPolicy, addresses: Sequence[str]) -> str:
+    """The first of the addresses ``target.host`` resolved to that the request may be sent to.
+
+    Pure: the caller resolves (at call time) and then connects to exactly the address returned.
+    """
+    refusals: list[str] = []
+    for text in addresses:
+        why = _address_refusal(text, target, policy)
+        if why is None:
+            return text
+        refusals.append(why)
+    if not refusals:
+        raise OutboundRefused(f"{target.host} did not resolve to any address")
+    raise OutboundRefused(f"{target.host}:{target.port} is not reachable for tools: {'; '.join(refusals)}")
+
+
+def _address_refusal(text: str, target: Target, policy: OutboundPolicy) -> str | None:
+    address = ipaddress.ip_address(text.split("%", 1)[0])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_loopback and not is_loopback_host(target.rule.host):
+        return f"{address} is this machine, which the rule {target.rule} does not name"
+    # (::1 lies in a reserved block too: loopback is judged above, by the rule alone.)
+    odd = address.is_unspecified or address.is_link_local or address.is_multicast or address.is_reserved
+    if odd and not address.is_loopback:
+        return f"{address} is not an address a tool may call"
+    for host, port in (*policy.services, *policy.service_addresses):
+        if port != target.port:
+            continue
+        service = _address(host)
+        same = (service == address) if service is not None else False
+        if same or (address.is_loopback and is_loopback_host(host)):
+            return f"{address}:{port} is the product's own service"
+    return None
+
+
+def resolved_services(policy: OutboundPolicy, resolve: Any) -> OutboundPolicy:
+    """The policy with the addresses its service host names resolve to (``resolve(host) -> [ip]``)."""
+    pairs: list[tuple[str, int]] = []
+    for host, port in policy.services:
+        if _address(host) is not None:
+            continue
+        try:
+            pairs += [(ip, port) for ip in resolve(host)]
+        except OSError:
+            continue  # a service name that does not resolve here cannot be reached from here either
+    return OutboundPolicy(policy.rules, policy.services, tuple(pairs))
+
+
+def pinned(target: Target, address: str) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """(URL with the checked address in place of the host, headers, httpx request extensions): the
+    request goes to the address that was checked, under the name the server and its certificate know."""
+    parts = urlsplit(target.url)
+    shown = f"[{address}]" if ":" in address else address
+    netloc = f"{shown}:{target.port}"
+    url = parts._replace(netloc=netloc).geturl()
+    default = DEFAULT_PORTS.get(parts.scheme) == target.port
+    host_header = (f"[{target.host}]" if ":" in target.host else target.host) + (
+        "" if default else f":{target.port}"
+    )
+    extensions = (
+        {"sni_hostname": target.host} if parts.scheme == "https" and _address(target.host) is None else {}
+    )
+    return url, {"Host": host_header}, extensions
