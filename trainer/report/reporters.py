@@ -224,7 +224,7 @@ class MemoryReporter(Reporter):
     statuses: list[tuple[str, str, float | None]] = field(default_factory=list)
     heartbeats: list[tuple[int, int]] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
-    checkpoints: list[tuple[int, str, dict[str, float]]] = field(default_factory=list)  # saved ones
+    checkpoints: list[tuple[int, str, Mapping[str, float | None]]] = field(default_factory=list)  # saved ones
     checkpoint_records: list[CheckpointRecord] = field(default_factory=list)  # saved and deleted
     closed: bool = False
 

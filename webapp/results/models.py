@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from django.conf import settings
 from django.db import connection, models, transaction
