@@ -146,8 +146,8 @@ class ExperimentForm(forms.Form):
 
     @property
     def task_fields(self) -> list[forms.BoundField]:
-        """The fields a task's recipe fills (a task switch refreshes them)."""
-        return [self["tools"], self["rollout.max_steps"]]
+        """The fields a task switch refreshes: the datasets that fit the task, and what its recipe fills."""
+        return [self["train_dataset"], self["val_dataset"], self["tools"], self["rollout.max_steps"]]
 
     @property
     def basic_fields(self) -> list[forms.BoundField]:

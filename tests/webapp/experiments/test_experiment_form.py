@@ -204,6 +204,9 @@ def test_switching_the_task_refills_its_max_steps_and_tools(personas: Any, arith
     assert tools and re.search(r'value="web_action"[^>]*checked', tools.group(0))
     assert not re.search(r'value="calculator"[^>]*checked', tools.group(0))
     assert '<details id="advanced"' in page and "<form" not in page
+    # The dataset lists follow the task: only the datasets that fit WebShop (none here) are offered.
+    train = re.search(r'<div [^>]*id="field-train_dataset" hx-swap-oob="true">.*?</div>', page, re.S)
+    assert train and "arithmetic" not in train.group(0)
 
 
 def test_labels_are_in_sentence_case_above_their_fields(personas: Any, arithmetic: Any) -> None:
