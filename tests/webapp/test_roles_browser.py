@@ -73,9 +73,11 @@ def test_an_owner_changes_a_role_and_removes_a_member(
 
 
 def test_a_new_teams_checklist_guides_until_every_step_is_done(
-    signed_in: Callable[[str], Any], live_server: Any, transactional_db: Any
+    signed_in: Callable[[str], Any], live_server: Any, transactional_db: Any, settings: Any
 ) -> None:
     from django.contrib.auth import get_user_model
+
+    settings.TOOL_ALLOWLIST = ["127.0.0.1:9"]  # the tool she registers may call only this (docs/security.md)
 
     dora = get_user_model().objects.create_user("dora", "dora@example.com")
     lab = Team.create_with_owner("Dora's lab", dora)

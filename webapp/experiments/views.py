@@ -178,15 +178,23 @@ def _initial(request: HttpRequest, source: Experiment | None) -> dict[str, Any]:
     model_path = request.GET.get("model_path", "") if model == "path" else model
     # ... and on the backend: a default it does not honour is left out (trainer.algos.presets).
     chosen = {"model.path": model_path, "backend": request.GET.get("backend") or "torch"}
-    try:
-        config = RunConfig.from_preset(preset, task=task, **chosen)
-    except (KeyError, ValueError):
-        config = RunConfig.from_preset("grpo", task=task, **{"model.path": model_path})
+    config = _defaults(preset, task, chosen)
     initial = initial_from_config(config)
     initial.update(name="", task=task, model_choice=model, train_dataset="", val_dataset="")
     if model == "path":
         initial["model_path"] = model_path
     return initial
+
+
+def _defaults(preset: str, task: str, chosen: dict[str, Any]) -> RunConfig:
+    """The config the form opens with. A GPU backend's defaults validate only with a GPU, which the
+    user sets next: they are taken with one; a preset or task that is not known falls back to grpo."""
+    for attempt in ({}, {"resources.gpus_per_node": 1}):
+        try:
+            return RunConfig.from_preset(preset, task=task, **chosen, **attempt)
+        except (KeyError, ValueError):
+            continue
+    return RunConfig.from_preset("grpo", task=task, **{"model.path": chosen["model.path"]})
 
 
 @login_required

@@ -201,6 +201,7 @@ def test_in_the_browser_a_grpo_experiment_is_created_launched_watched_and_cloned
     page.fill("#id_name", "browser grpo")
     page.select_option("#id_train_dataset", str(arithmetic["train"].pk))
     page.select_option("#id_model_choice", "tiny-test")
+    page.wait_for_load_state("networkidle")  # the model's defaults refill the advanced fields first
     page.click("#advanced summary")
     for path, value in {"rollout.n": "2", "rollout.max_new_tokens": "8", "trainer.total_steps": "2",
                         "trainer.batch_size": "2", "optim.mini_batch_size": "4"}.items():  # fmt: skip
