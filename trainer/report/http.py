@@ -39,7 +39,7 @@ from trainer.contract import (
     to_floats,
 )
 from trainer.mdp import Trajectory
-from trainer.report.reporters import Reporter
+from trainer.report.reporters import Reporter, checkpoint_record
 from trainer.report.retry import (
     POLICY,
     RETRYABLE,
@@ -205,13 +205,7 @@ class HttpReporter(Reporter):
         size_bytes: int | None = None,
         deleted: bool = False,
     ) -> None:
-        record = CheckpointRecord(
-            step=step,
-            path=str(path),
-            metrics=to_floats(metrics or {}),
-            size_bytes=size_bytes,
-            deleted=deleted,
-        )
+        record = checkpoint_record(step, path, metrics, size_bytes=size_bytes, deleted=deleted)
         with self._lock:
             self._cut_all_locked()
             self._spool_locked("checkpoints", record)

@@ -46,6 +46,15 @@ console_logger = logging.getLogger("trainer.console")
 # -- the interface --------------------------------------------------------------------------------
 
 
+def checkpoint_record(
+    step: int, path: str, metrics: Mapping[str, float] | None, *, size_bytes: int | None, deleted: bool
+) -> CheckpointRecord:
+    """What every reporter's ``log_checkpoint`` records: the wire model, metrics made JSON-safe."""
+    return CheckpointRecord(
+        step=step, path=str(path), metrics=to_floats(metrics or {}), size_bytes=size_bytes, deleted=deleted
+    )
+
+
 class Reporter(ABC):
     """Where the training loop sends what happens. All methods are called from the training thread."""
 
@@ -192,9 +201,7 @@ class JsonlReporter(Reporter):
         size_bytes: int | None = None,
         deleted: bool = False,
     ) -> None:
-        record = CheckpointRecord(
-            step=step, path=path, metrics=to_floats(metrics or {}), size_bytes=size_bytes, deleted=deleted
-        )
+        record = checkpoint_record(step, path, metrics, size_bytes=size_bytes, deleted=deleted)
         self._write("checkpoint", record)
 
     def close(self) -> None:
@@ -252,9 +259,7 @@ class MemoryReporter(Reporter):
         size_bytes: int | None = None,
         deleted: bool = False,
     ) -> None:
-        record = CheckpointRecord(
-            step=step, path=path, metrics=to_floats(metrics or {}), size_bytes=size_bytes, deleted=deleted
-        )
+        record = checkpoint_record(step, path, metrics, size_bytes=size_bytes, deleted=deleted)
         self.checkpoint_records.append(record)
         if not deleted:
             self.checkpoints.append((step, path, record.metrics))
