@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 HASH := $(shell cat pyproject.toml Makefile trainer/backends/verl/requirements-cpu.txt | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(HASH)
 TEST_STAMP := $(VENV)/.installed-test-$(HASH)
-# The CPU build of torch that lies on this machine's disk; see README "GPU install" for CUDA.
+# The CPU build of torch that lies on this machine's disk; see docs/deployment.md#installing-for-a-gpu for CUDA.
 TORCH := torch==2.13.0
 EXTRAS := trainer
 # verl's CPU-importable core: the experiment form checks verl configs with verl's own validate_config,
@@ -15,10 +15,10 @@ EXTRAS := trainer
 # does not meet, so the pinned list goes in without declared dependencies (see that file).
 VERL_CPU := trainer/backends/verl/requirements-cpu.txt
 
-# ALFWorld's engine: the same pins as the `alfworld` extra in pyproject.toml (GPL parts, see README).
+# ALFWorld's engine: the same pins as the `alfworld` extra in pyproject.toml (GPL parts, see docs/recipes.md#alfworlds-optional-install-group-gpl).
 ALFWORLD := alfworld==0.4.2 textworld[pddl]==1.7.0
 
-.PHONY: install install-test run test lint format bench browser clean
+.PHONY: install install-test run test lint format bench docs browser clean
 
 $(STAMP):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Python 3.11 is required (set PYTHON=python3.11)")'
@@ -74,6 +74,10 @@ TEST_WORKERS ?= 2
 
 test: install-test browser lint
 	$(PY) -m webapp.supervisor test -- -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+
+# The documentation site, into var/site/ (MkDocs --strict; the API page from the OpenAPI schema).
+docs: install-test
+	$(PY) -m webapp.docs_site
 
 bench: install-test
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m bench $(BENCH_ARGS)

@@ -1,7 +1,7 @@
 """Typed readers for the environment variables the settings use.
 
 Every read is recorded in :data:`KNOWN_VARS`, so tests can check that docker-compose.yml and the
-README name only variables the product really reads. A malformed value fails at start-up with a
+docs/deployment.md name only variables the product really reads. A malformed value fails at start-up with a
 message that names the variable.
 """
 

@@ -11,6 +11,7 @@ from webapp import health
 from webapp.accounts import views as accounts
 from webapp.api import api
 from webapp.datasets import views as datasets
+from webapp.experiments import artifacts as run_artifacts
 from webapp.experiments import views as experiments
 from webapp.results import views as results
 from webapp.tools import views as tools
@@ -49,6 +50,7 @@ team_patterns = [
     path("runs/<int:pk>/", experiments.run_detail, name="run"),
     path("runs/<int:pk>/cancel/", experiments.cancel, name="run_cancel"),
     path("runs/<int:pk>/edit/", experiments.run_edit, name="run_edit"),
+    path("runs/<int:pk>/artifacts/<path:path>", run_artifacts.download, name="run_artifact"),
     path("compare/", results.index, name="compare"),
 ]
 

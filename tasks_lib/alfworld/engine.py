@@ -3,7 +3,7 @@
 AlfredTWEnv.init_env registers a batch of game files with ``textworld.gym`` behind ALFWorld's
 ``AlfredDemangler`` and ``AlfredInfos`` wrappers; an agent rollout plays one game at a time, so this
 module starts that same wrapper stack on one game with ``textworld.start``. ``alfworld`` and
-``textworld[pddl]`` are the optional ``alfworld`` install group (GPL dependencies, see the README);
+``textworld[pddl]`` are the optional ``alfworld`` install group (GPL dependencies, docs/recipes.md#alfworlds-optional-install-group-gpl);
 they are imported only when a game is opened, so the rest of the recipe works without them.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 INSTALL_HINT = (
     "the ALFWorld engine is not installed: install the optional group with "
-    "`pip install --no-build-isolation -e '.[alfworld]'` (GPL dependencies, see the README)"
+    "`pip install --no-build-isolation -e '.[alfworld]'` (GPL dependencies, see docs/recipes.md)"
 )
 
 # ALFWorld's six task families (alfworld.agents.environment.alfred_tw_env.TASK_TYPES).

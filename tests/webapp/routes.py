@@ -21,6 +21,7 @@ from trainer.contract import API_ROOT, CLAIMANT_HEADER
 from webapp.accounts.models import ApiToken, Role
 from webapp.datasets import files
 from webapp.datasets.models import Dataset
+from webapp.experiments.artifacts import artifact_root
 from webapp.experiments.models import Experiment, Run, RunStatus
 from webapp.results.models import Trajectory
 from webapp.tools.models import TeamTool, ToolTrial
@@ -155,6 +156,9 @@ def _build_world(folder: Path) -> World:
         "finished": runs["finished run"].pk,
     }
     tokens = {persona: ApiToken.issue(user, "matrix")[1] for persona, user in users.items()}
+    artifact = artifact_root(runs["own run"]) / "reports" / "eval.txt"
+    artifact.parent.mkdir(parents=True, exist_ok=True)
+    artifact.write_text("an artifact the run page links to\n")
     return World(acme.slug, ids, users, tokens, run_tokens, parquet, runs)
 
 
@@ -294,6 +298,7 @@ PAGES: dict[str, Page] = {
     "reward_delete": Page("read", team(pk=lambda w: 10**9), post="write", get=False, absent=True),
     "demo": Page("read", team(), post="write", get=False),
     "run_edit": Page("read", team(pk=_id("run")), post="write", get=False, data=lambda w: {"name": "x"}),
+    "run_artifact": Page("read", team(pk=_id("run"), path=lambda w: "reports/eval.txt")),
     "runs": Page("read", team()),
     "runs_columns": Page("read", team(), post="read", get=False),
     "runs_action": Page("read", team(), post="read", get=False),
@@ -431,6 +436,7 @@ MLFLOW_BODIES: dict[str, Callable[[World], dict[str, Any]]] = {
     "runs/get": lambda w: {"run_id": w.ids["mlflow_run"]},
     "runs/update": lambda w: {"run_id": w.ids["mlflow_run"], "run_name": "renamed"},
     "runs/search": lambda w: {"experiment_ids": [str(w.ids["experiment"])]},
+    "logged-models/search": lambda w: {"experiment_ids": [str(w.ids["experiment"])]},
     "runs/log-batch": lambda w: {
         "run_id": w.ids["mlflow_run"],
         "metrics": [{"key": "m", "value": 1.0, "timestamp": 1, "step": 1}],
@@ -442,7 +448,13 @@ MLFLOW_BODIES: dict[str, Callable[[World], dict[str, Any]]] = {
 }
 CREATES = frozenset({"experiments/create", "runs/create"})
 READS_EXPERIMENTS = frozenset(
-    {"experiments/get-by-name", "experiments/get", "experiments/search", "runs/search"}
+    {
+        "experiments/get-by-name",
+        "experiments/get",
+        "experiments/search",
+        "runs/search",
+        "logged-models/search",
+    }
 )
 
 
@@ -451,7 +463,7 @@ def mlflow_expected(call: str, method: str, caller: str) -> set[int] | None:
         return {401}
     if caller == "outsider":
         return {404}
-    if caller == "viewer" and method == "POST" and call not in ("experiments/search", "runs/search"):
+    if caller == "viewer" and method == "POST" and call not in READS_EXPERIMENTS:
         return {403}
     if caller == "other run":
         return {403} if call in CREATES else {404} if call not in READS_EXPERIMENTS else None

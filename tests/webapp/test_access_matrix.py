@@ -186,3 +186,57 @@ def test_a_finished_runs_token_changes_nothing_anywhere(world: World) -> None:
         HTTP_AUTHORIZATION=f"Bearer {token}", HTTP_CONTENT_ENCODING="gzip",
     ))  # fmt: skip
     assert (response.status_code, response.json()["code"], changed) == (401, "unauthenticated", False)
+
+
+# The artifact service's routes (webapp/mlflow_api/urls.py): each one is called below, so a new one
+# must be added here too.
+ARTIFACT_ROUTES = {
+    "mlflow/api/2.0/mlflow-artifacts/artifacts",
+    "mlflow/api/2.0/mlflow-artifacts/artifacts/<path:path>",
+    "mlflow/t/<slug:team_slug>/api/2.0/mlflow-artifacts/artifacts",
+    "mlflow/t/<slug:team_slug>/api/2.0/mlflow-artifacts/artifacts/<path:path>",
+}
+
+
+def artifact_expected(method: str, caller: str) -> set[int] | None:
+    if caller in ("anonymous", "finished run"):
+        return {401}
+    if caller in ("outsider", "other run"):
+        return {404}
+    if caller == "viewer" and method == "PUT":
+        return {403}
+    return None
+
+
+@pytest.mark.parametrize("caller", API_CALLERS)
+def test_every_mlflow_artifact_call_answers_each_caller_and_refusals_write_nothing(
+    world: World, caller: str
+) -> None:
+    from webapp.experiments.artifacts import artifact_root
+
+    assert {route for route, _ in patterns() if "mlflow-artifacts" in route} == ARTIFACT_ROUTES
+    run = world.runs["own run"]
+    folder = f"{run.experiment_id}/{run.mlflow_run_id}/artifacts"
+    name = f"by-{caller.replace(' ', '-')}.txt"
+    client, headers, problems = Client(), auth_headers(world, caller), []
+    for prefix in ("/mlflow", f"/mlflow/t/{world.slug}"):
+        root = f"{prefix}/api/2.0/mlflow-artifacts/artifacts"
+        calls = (
+            ("PUT", f"{root}/{folder}/{name}", {}),
+            ("GET", f"{root}/{folder}/reports/eval.txt", {}),  # the world's artifact
+            ("GET", root, {"path": folder}),
+        )
+        for method, url, query in calls:
+            if method == "PUT":
+                response = client.put(url, b"hello", content_type="text/plain", **headers)
+            else:
+                response = client.get(url, query, **headers)
+            expected = artifact_expected(method, caller)
+            status = response.status_code
+            shaped = status < 400 or {"error_code", "message"} <= set(json.loads(response.content))
+            ok = status < 500 and status not in (401, 403, 404) if expected is None else status in expected
+            if not (ok and shaped):
+                problems.append(f"{method} {root} as {caller}: {status} {response.content[:200]!r}")
+    written = (artifact_root(run) / name).is_file()
+    assert written == (artifact_expected("PUT", caller) is None), "a refused upload must write nothing"
+    assert not problems, "\n".join(problems)

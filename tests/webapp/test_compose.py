@@ -1,4 +1,4 @@
-"""No Docker engine runs here, so docker-compose.yml is checked against the settings and the README."""
+"""No Docker engine runs here, so docker-compose.yml is checked against the settings and docs/deployment.md."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ def compose() -> dict:
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
-def readme_section(title: str) -> str:
-    text = (ROOT / "README.md").read_text()
+def deployment_section(title: str) -> str:
+    text = (ROOT / "docs" / "deployment.md").read_text()
     start = text.index(f"## {title}")
     end = text.find("\n## ", start + 1)
     return text[start : end if end != -1 else None]
@@ -32,8 +32,8 @@ def test_every_variable_our_services_set_is_one_the_settings_read() -> None:
         assert not unknown, f"{name} sets variables no setting reads: {sorted(unknown)}"
 
 
-def test_every_service_the_readme_names_exists() -> None:
-    named = set(re.findall(r"^\| `([a-z-]+)` \|", readme_section("Production with docker-compose"), re.M))
+def test_every_service_the_deployment_page_names_exists() -> None:
+    named = set(re.findall(r"^\| `([a-z-]+)` \|", deployment_section("Production with docker-compose"), re.M))
     assert {"postgres", "redis", "web", "worker", "beat", "ray-head", "ray-worker"} <= named
     assert named <= set(compose()["services"])
 
@@ -43,8 +43,8 @@ def test_the_gpu_worker_reserves_gpus() -> None:
     assert devices[0]["capabilities"] == ["gpu"]
 
 
-def test_the_readme_documents_exactly_the_variables_the_settings_read() -> None:
-    documented = set(re.findall(r"^\| `([A-Z_]+)` \|", readme_section("Environment variables"), re.M))
+def test_the_deployment_page_documents_exactly_the_variables_the_settings_read() -> None:
+    documented = set(re.findall(r"^\| `([A-Z_]+)` \|", deployment_section("Environment variables"), re.M))
     assert documented == set(KNOWN_VARS)
 
 

@@ -14,7 +14,7 @@ from webapp import env
 @pytest.fixture(autouse=True)
 def only_the_products_variables_stay_known() -> Iterator[None]:
     """These tests read made-up variables; they must not stay in KNOWN_VARS, which test_compose
-    compares with the README (both may run in one process)."""
+    compares with docs/deployment.md (both may run in one process)."""
     known = dict(env.KNOWN_VARS)
     yield
     env.KNOWN_VARS.clear()

@@ -231,7 +231,7 @@ class ExperimentForm(forms.Form):
             problems = BACKENDS.get(config.backend).check(config)
         except ImportError as error:  # the web host lacks the backend's libraries: nothing can check it
             self.add_error("backend", f"The {config.backend} backend cannot be checked on this server "
-                                      f"({error}): install its libraries (see README) or choose another.")  # fmt: skip
+                                      f"({error}): install its libraries (see docs/recipes.md) or choose another.")  # fmt: skip
             return False
         errors: dict[str, list[str]] = {}
         for path, message in problems:

@@ -18,6 +18,7 @@ from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
 from webapp.experiments import services
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
+from webapp.experiments.artifacts import stored as stored_artifacts
 from webapp.experiments.confine import ConfigRefused
 from webapp.experiments.demo import start_demo
 from webapp.experiments.forms import ExperimentForm, RunEditForm, initial_from_config
@@ -252,6 +253,7 @@ def _run_context(run: Run, edit_form: RunEditForm | None = None) -> dict[str, An
         "config_problem": config_problem,
         "params": run.params.all(),
         "tags": run.tags.all(),
+        "artifacts": stored_artifacts(run),
         "edit_form": edit_form or RunEditForm(initial=initial),
     }
 

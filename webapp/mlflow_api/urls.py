@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path, re_path
 
-from webapp.mlflow_api import links, views
+from webapp.mlflow_api import artifacts, links, views
 
 urlpatterns = [
     # Where the links the MLflow client prints land (MLflow's UI is not served here).
@@ -13,5 +13,10 @@ urlpatterns = [
     path("open/", links.open_link, name="mlflow_open"),
     path("api/2.0/mlflow/<path:path>", views.endpoint),
     path("t/<slug:team_slug>/api/2.0/mlflow/<path:path>", views.endpoint),
+    # The artifact service (docs/mlflow.md#artifacts): a folder's listing, then one file.
+    path("api/2.0/mlflow-artifacts/artifacts", artifacts.artifacts),
+    path("api/2.0/mlflow-artifacts/artifacts/<path:path>", artifacts.artifacts),
+    path("t/<slug:team_slug>/api/2.0/mlflow-artifacts/artifacts", artifacts.artifacts),
+    path("t/<slug:team_slug>/api/2.0/mlflow-artifacts/artifacts/<path:path>", artifacts.artifacts),
     re_path(r"^", views.unknown),
 ]

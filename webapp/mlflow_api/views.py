@@ -141,6 +141,14 @@ def search_runs(caller: Caller, body: Body, raw: bytes) -> Body:
     return _with_token({"runs": entities.runs(found)}, token)
 
 
+def search_logged_models(caller: Caller, body: Body, raw: bytes) -> Body:
+    """No logged models live here; the client asks before listing a run's artifacts by path
+    (its runs:/ repository also lists a model's files of that name), so the answer is "none"."""
+    for value in check.array(body, "experiment_ids"):
+        get_experiment_for_caller(caller, value)
+    return {"models": []}
+
+
 # -- logging ---------------------------------------------------------------------------------------
 
 
@@ -262,6 +270,7 @@ ENDPOINTS: dict[str, tuple[str, Handler]] = {
     "runs/get": ("GET", get_run),
     "runs/update": ("POST", update_run),
     "runs/search": ("POST", search_runs),
+    "logged-models/search": ("POST", search_logged_models),
     "runs/log-batch": ("POST", log_batch),
     "runs/log-metric": ("POST", log_metric),
     "runs/log-parameter": ("POST", log_param),
@@ -308,10 +317,10 @@ def _request_body(request: HttpRequest) -> Body:
 
 @csrf_exempt
 def unknown(request: HttpRequest, path: str = "", team_slug: str | None = None) -> HttpResponse:
-    """Calls this server does not speak (artifacts, traces, the model registry): MLflow's
+    """Calls this server does not speak (traces, the model registry, ...): MLflow's
     ENDPOINT_NOT_FOUND, so the client fails at once instead of retrying."""
     return MlflowError(
         f"Agent-R1 Studio's MLflow endpoint does not support {request.path}: it speaks MLflow's tracking "
-        "calls for experiments, runs, metrics, params and tags (no artifacts, traces or models).",
+        "calls for experiments, runs, metrics, params, tags and artifacts (no traces or models).",
         ENDPOINT_NOT_FOUND,
     ).response()

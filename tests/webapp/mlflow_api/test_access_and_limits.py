@@ -215,7 +215,7 @@ def test_unknown_calls_answer_endpoint_not_found(
     tracking: Callable[[str], str], tokens: dict[str, str]
 ) -> None:
     uri = tracking(tokens["alice"])
-    response = requests.get(f"{uri}/api/2.0/mlflow-artifacts/artifacts/x", timeout=30)
+    response = requests.post(f"{uri}/api/3.0/mlflow/traces", json={}, timeout=30)
     assert response.status_code == 404 and response.json()["error_code"] == "ENDPOINT_NOT_FOUND"
     response = _call(uri, tokens["alice"], "POST", "registered-models/create", {"name": "m"})
     assert response.status_code == 404 and response.json()["error_code"] == "ENDPOINT_NOT_FOUND"
