@@ -51,3 +51,35 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         os.environ["REDIS_URL"] = redis_url_for_worker(given_redis_url, index)
     var_dir = Path(os.environ.get("STUDIO_VAR_DIR") or ROOT / "var")
     os.environ["STUDIO_VAR_DIR"] = str(var_dir / worker_id)
+
+
+# Ports for the servers tests start. bind(0) hands out ports from the kernel's ephemeral range, the
+# same range outgoing connections use, and two xdist workers asking at once can be given the same
+# port before either server binds it. So each worker takes ports from a slice of its own below that
+# range (which bind(0) and connect() never hand out), and checks each one is free before handing it
+# out; a random start within the slice keeps concurrent sessions of other checkouts apart.
+PORT_SLICE = 700  # 16 workers (Valkey's databases) and the controller stay below 32768
+_FIRST_PORT = 20_000
+_next_port: list[int] = []
+
+
+def free_port() -> int:
+    """A loopback port no other worker of this session is given, free when handed out."""
+    import random
+    import socket
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    index = worker_index(worker) + 1 if worker else 0
+    low = _FIRST_PORT + index * PORT_SLICE
+    if not _next_port:
+        _next_port.append(low + random.randrange(PORT_SLICE))
+    for _ in range(PORT_SLICE):
+        port = _next_port[0]
+        _next_port[0] = low + (port + 1 - low) % PORT_SLICE
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {low}-{low + PORT_SLICE - 1}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.xdist_workers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM_ARGS = [
@@ -158,16 +161,29 @@ def signed_in(page: Any, live_server: Any) -> Callable[[str], Any]:
     return sign_in
 
 
+# The mark every process of a test Ray head carries in its environment (Ray's workers inherit the
+# raylet's), so that stopping the head finds each one, wherever Ray re-parented it.
+RAY_HEAD_MARK = "STUDIO_TEST_RAY_HEAD"
+
+
 class RayHead:
-    """A real Ray head on loopback (`ray start --head --block` in its own process group)."""
+    """A real Ray head on loopback only (`ray start --head --block` in its own process group).
+
+    ``ray start`` replaces a loopback ``--node-ip-address`` by the machine's address (ray's
+    services.resolve_ip_for_localhost) unless multi-node clusters are off, and its agents and client
+    server bind to the node address: RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps every one on
+    127.0.0.1 (a single-node head is all a test needs). The autoscaler's and the dashboard's metrics
+    ports are fixed (44217, 44227) unless set: each head gets free ones, so two xdist workers' heads
+    do not collide. A watchdog process stops the head when the test process dies without doing it
+    (an interrupted or killed session).
+    """
 
     def __init__(self, temp_dir: Path) -> None:
-        from webapp.embedded import free_port
-
         self.port = free_port()
         self.dashboard_port = free_port()
         self.temp_dir = temp_dir
         self.proc: subprocess.Popen[bytes] | None = None
+        self.watchdog: subprocess.Popen[bytes] | None = None
 
     @property
     def address(self) -> str:
@@ -176,14 +192,28 @@ class RayHead:
     def start(self) -> None:
         ray = str(Path(sys.executable).parent / "ray")
         log = (self.temp_dir / "ray-head.log").open("wb")
+        env = {
+            **os.environ,
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            "AUTOSCALER_METRIC_PORT": str(free_port()),
+            "DASHBOARD_METRIC_PORT": str(free_port()),
+            RAY_HEAD_MARK: str(self.temp_dir),
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        }
         self.proc = subprocess.Popen(
             [ray, "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
              f"--port={self.port}", f"--dashboard-port={self.dashboard_port}", "--num-cpus=2",
              "--disable-usage-stats", "--include-dashboard=true", f"--temp-dir={self.temp_dir}",
-             f"--ray-client-server-port={_free()}", f"--dashboard-agent-listen-port={_free()}",
-             f"--metrics-export-port={_free()}", f"--runtime-env-agent-port={_free()}"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+             f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+             f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+        )  # fmt: skip
+        self.watchdog = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from tests.webapp.conftest import stop_when_gone; "
+             "stop_when_gone(*map(int, sys.argv[1:3]), sys.argv[3])",
+             str(os.getpid()), str(self.proc.pid), str(self.temp_dir)],
+            cwd=ROOT, start_new_session=True,
         )  # fmt: skip
         from ray.job_submission import JobSubmissionClient
 
@@ -198,31 +228,62 @@ class RayHead:
                 time.sleep(0.5)
         raise RuntimeError("the Ray head did not answer within 90 s")
 
+    def processes(self) -> list[Any]:
+        """Every live process of this head: its process tree and whatever carries its mark."""
+        return ray_head_processes(str(self.temp_dir), self.proc.pid if self.proc else None)
+
     def stop(self) -> None:
-        import signal
+        if self.proc is not None:
+            stop_ray_head(str(self.temp_dir), self.proc.pid)
+        if self.watchdog is not None and self.watchdog.poll() is None:
+            self.watchdog.kill()
+            self.watchdog.wait()
 
-        if self.proc is None:
-            return
+
+def ray_head_processes(mark: str, pid: int | None = None) -> list[Any]:
+    import psutil
+
+    found: dict[int, psutil.Process] = {}
+    if pid is not None:
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
+            root = psutil.Process(pid)
+            found.update({p.pid: p for p in [root, *root.children(recursive=True)]})
+        except psutil.Error:
             pass
-        import psutil
-
-        # Ray's own daemons may have started their own sessions; stop everything under our temp dir.
-        for proc in psutil.process_iter(["cmdline"]):
-            try:
-                if any(str(self.temp_dir) in part for part in proc.info["cmdline"] or []):
-                    proc.kill()
-            except psutil.Error:
-                continue
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid not in found and proc.environ().get(RAY_HEAD_MARK) == mark:
+                found[proc.pid] = proc
+        except psutil.Error:
+            continue
+    return list(found.values())
 
 
-def _free() -> int:
-    from webapp.embedded import free_port
+def stop_ray_head(mark: str, pid: int) -> None:
+    """SIGTERM to the head's process group (`ray start --block` stops its daemons), then SIGKILL to
+    every process of it still alive: Ray's own daemons may have started sessions of their own."""
+    import signal
 
-    return free_port()
+    import psutil
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    with contextlib.suppress(psutil.Error):
+        psutil.Process(pid).wait(20)
+    for proc in ray_head_processes(mark):
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+def stop_when_gone(parent: int, head: int, mark: str) -> None:
+    """The watchdog: once the test process is gone, stop the head it left behind."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        watched = psutil.Process(parent)
+        while watched.is_running() and watched.status() != psutil.STATUS_ZOMBIE:
+            time.sleep(2)
+    stop_ray_head(mark, head)
 
 
 # Ray 2.60 turns token auth on by itself when it finds ~/.ray/auth_token; the test head and every

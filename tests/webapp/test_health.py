@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
+from tests.xdist_workers import free_port
 from webapp.celery import app as celery_app
-from webapp.embedded import free_port
 from webapp.health import forget_last_ping
 
 

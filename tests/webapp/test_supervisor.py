@@ -18,7 +18,8 @@ from typing import Any
 import psutil
 import pytest
 
-from webapp.embedded import EmbeddedPostgres, free_port
+from tests.xdist_workers import free_port
+from webapp.embedded import EmbeddedPostgres
 from webapp.supervisor import pytest_args
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -29,9 +29,10 @@ import pytest
 
 from tests.conftest import PASSWORD
 from tests.webapp.polling import poll_until
+from tests.xdist_workers import free_port
 from trainer.contract import CLAIMANT_HEADER, METRICS_PATH
 from trainer.report.http import HttpReporter
-from webapp.embedded import EmbeddedPostgres, free_port
+from webapp.embedded import EmbeddedPostgres
 from webapp.service_watch import ServiceWatch
 from webapp.supervisor import web_command
 

@@ -34,9 +34,10 @@ class ConfigRefused(ValueError):
 
 
 def model_folder(path: str) -> str | None:
-    """``path`` as a folder under STUDIO_MODELS_DIR (relative paths are inside it), else None."""
-    root = os.path.normpath(str(settings.MODELS_DIR))
-    candidate = os.path.normpath(path if os.path.isabs(path) else os.path.join(root, path))
+    """``path`` as a folder under STUDIO_MODELS_DIR (relative paths are inside it), else None.
+    Symlinks are resolved first: a link inside the folder that points out of it is out of it."""
+    root = os.path.realpath(str(settings.MODELS_DIR))
+    candidate = os.path.realpath(path if os.path.isabs(path) else os.path.join(root, path))
     if candidate != root and PurePosixPath(candidate).is_relative_to(root):
         return candidate
     return None

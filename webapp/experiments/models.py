@@ -18,7 +18,7 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
-from django.db.models import F, Func, Q, Value
+from django.db.models import Case, F, Func, Q, Value, When
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -367,13 +367,26 @@ class Run(models.Model):
         """Work arrived for the run (trajectories, metrics through MLflow): progress, even for a
         trainer like verl that has no step counter of ours to move; ``step`` moves it forward only."""
         now = timezone.now()
-        changes: dict[str, Any] = {"heartbeat_at": now, "progress_at": now}
+        # Progress revives a stalled run (see _revive_if_progressing), in the same UPDATE: one round
+        # trip per batch on the ingestion hot path.
+        stalled = Q(status=RunStatus.STALLED)
+        changes: dict[str, Any] = {
+            "heartbeat_at": now,
+            "progress_at": now,
+            "status": Case(
+                When(stalled, then=Value(RunStatus.RUNNING)),
+                default=F("status"),
+                output_field=models.CharField(),
+            ),
+            "message": Case(
+                When(stalled, then=Value("")), default=F("message"), output_field=models.TextField()
+            ),
+        }
         if step is not None:
             changes["step"] = Greatest("step", Value(step))
         # An external run's state is its client's: its counter follows what it logs in any status.
         moving = Q(status__in=CLAIMED) | Q(executor=EXTERNAL_EXECUTOR)
         Run.objects.filter(moving, pk=self.pk).update(**changes)
-        self._revive_if_progressing()
 
     def _revive_if_progressing(self) -> None:
         # Race: a late heartbeat after the reaper marked the run stalled. It revives the run only if

@@ -10,11 +10,10 @@ Writing a batch (one transaction, all or nothing):
 3. a point logged under one of verl's keys gets a twin under ours (``trainer.contract``'s alias
    table), so everything downstream reads our keys only; the original stays, so an MLflow client
    reads back what it logged;
-4. the points go in with one binary COPY straight into the point table. When that hits the
-   primary key (points from another batch for the same run/key/step, e.g. a trainer restarted
-   from a checkpoint), a savepoint rolls the COPY back and the points go through a temporary
-   table and ``INSERT ... ON CONFLICT DO NOTHING`` instead, so only the new points count;
-5. the new points update the min/max summaries and the latest-value table.
+4. the points go with one binary COPY into a temporary stage table, and one statement moves those
+   not stored before (points from another batch for the same run/key/step, e.g. a trainer
+   restarted from a checkpoint, are skipped: ``ON CONFLICT DO NOTHING``) into the point table and
+   folds exactly those into the min/max summaries and the latest-value table.
 
 Reading a curve: :func:`downsample` answers with at most ~1,000 points per series, each the
 minimum or the maximum of its bucket, from the summaries when the range is wide and from the raw
@@ -25,14 +24,14 @@ from __future__ import annotations
 
 import math
 import struct
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, NotRequired, cast
 
 import numpy as np
 import orjson
-import psycopg
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
@@ -208,130 +207,82 @@ def write_points(run_id: int, batch_id: str, points: Sequence[dict[str, Any]]) -
             return WriteResult()
         points = with_our_keys(points)
         cols = columns(points)
-        new = _copy_new_points(run_id, cols)
-        _update_summaries(run_id, new)
-        _update_latest(run_id, new)
-        return WriteResult(
-            stored=len(new), skipped=len(cols) - len(new), keys=sorted({p["key"] for p in points})
-        )
+        with connection.cursor() as cursor:
+            _stage(cursor, copy_payload(run_id, cols))
+            cursor.execute(_STORE_STAGED, {"run": run_id, "levels": LEVELS, "widths": list(SUMMARY_WIDTHS)})
+            (stored,) = cursor.fetchone()
+        return WriteResult(stored=stored, skipped=len(cols) - stored, keys=sorted({p["key"] for p in points}))
 
 
-def _copy_new_points(run_id: int, cols: Columns) -> Columns:
-    payload = copy_payload(run_id, cols)
-    try:
-        with transaction.atomic(), connection.cursor() as cursor:
-            _copy(cursor, "results_metricpoint (run_id, key_id, step, value, ts)", payload)
-        return cols
-    except (IntegrityError, psycopg.errors.UniqueViolation):
-        pass  # some points exist already (or the batch repeats one): keep the ones that do not
-    with connection.cursor() as cursor:
+# The batch's rows go to a temporary table first (one per database connection, emptied at each
+# commit), so that one statement can store the new ones and fold exactly those into the summaries
+# and latest values: a few round trips a batch whatever it holds (docs/reliability.md#ingestion-under-many-trainers).
+_STAGE_TABLE = "results_metric_stage"
+_staged: weakref.WeakSet[Any] = weakref.WeakSet()  # database connections that have the table
+LEVELS = list(range(1, len(SUMMARY_WIDTHS) + 1))
+
+
+def _stage(cursor: Any, payload: bytes) -> None:
+    raw = connection.connection
+    if raw not in _staged:
         cursor.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS results_metric_stage "
+            f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE_TABLE} "
             "(run_id bigint, key_id int, step int, value float8, ts float8) ON COMMIT DELETE ROWS"
         )
-        _copy(cursor, "results_metric_stage", payload)
-        # DISTINCT ON: a batch may repeat a (key, step); the first one logged wins, as a replay would.
-        cursor.execute(
-            "INSERT INTO results_metricpoint (run_id, key_id, step, value, ts) "
-            "SELECT DISTINCT ON (key_id, step) run_id, key_id, step, value, ts FROM results_metric_stage "
-            "ORDER BY key_id, step ON CONFLICT DO NOTHING RETURNING key_id, step, value, ts"
-        )
-        rows = cursor.fetchall()
-    if not rows:
-        return Columns(*(np.empty(0, dtype) for dtype in (np.int32, np.int32, np.float64, np.float64)))
-    key, step, value, ts = zip(*rows, strict=True)
-    return Columns(
-        np.array(key, np.int32),
-        np.array(step, np.int32),
-        np.array(value, np.float64),
-        np.array(ts, np.float64),
-    )
-
-
-def _copy(cursor: Any, target: str, payload: bytes) -> None:
-    with cursor.cursor.copy(f"COPY {target} FROM STDIN (FORMAT BINARY)") as copy:
+        # Only once it is committed: a rolled-back transaction takes the new table with it.
+        transaction.on_commit(lambda: _staged.add(raw))
+    with cursor.cursor.copy(f"COPY {_STAGE_TABLE} FROM STDIN (FORMAT BINARY)") as copy:
         copy.write(payload)
 
 
-def bucket_extremes(cols: Columns, width: int) -> list[tuple[Any, ...]]:
-    """Per (key, step // width): n, and the min and max with their step and time.
-
-    Ties go to the smallest step, so the result does not depend on the order points arrived in.
-    Non-finite values are left out: a chart cannot draw them.
-    """
-    finite = np.isfinite(cols.value)
-    key, step, value, ts = cols.key[finite], cols.step[finite], cols.value[finite], cols.ts[finite]
-    if not len(step):
-        return []
-    bucket = step // width
-    group = (key.astype(np.int64) << 32) | bucket.astype(np.int64)
-    lo_order = np.lexsort((step, value, group))
-    hi_order = np.lexsort((step, -value, group))
-    starts = np.flatnonzero(np.r_[True, np.diff(group[lo_order]) != 0])
-    counts = np.diff(np.r_[starts, len(group)])
-    lo, hi = lo_order[starts], hi_order[starts]
-    return list(
-        zip(
-            key[lo].tolist(), bucket[lo].tolist(), counts.tolist(),
-            value[lo].tolist(), step[lo].tolist(), ts[lo].tolist(),
-            value[hi].tolist(), step[hi].tolist(), ts[hi].tolist(),
-            strict=True,
-        )
-    )  # fmt: skip
-
-
-_MERGE_SUMMARY = """
-INSERT INTO results_metricsummary
-    (run_id, key_id, level, bucket, n, min_value, min_step, min_ts, max_value, max_step, max_ts)
-SELECT %s, key_id, %s, bucket, n, min_value, min_step, min_ts, max_value, max_step, max_ts
-FROM unnest(%s::int[], %s::int[], %s::int[], %s::float8[], %s::int[], %s::float8[], %s::float8[], %s::int[],
-            %s::float8[])
-     AS u(key_id, bucket, n, min_value, min_step, min_ts, max_value, max_step, max_ts)
-ON CONFLICT (run_id, key_id, level, bucket) DO UPDATE SET
-    n = results_metricsummary.n + EXCLUDED.n,
-    min_value = CASE WHEN (EXCLUDED.min_value, EXCLUDED.min_step) < (results_metricsummary.min_value,
-        results_metricsummary.min_step) THEN EXCLUDED.min_value ELSE results_metricsummary.min_value END,
-    min_step = CASE WHEN (EXCLUDED.min_value, EXCLUDED.min_step) < (results_metricsummary.min_value,
-        results_metricsummary.min_step) THEN EXCLUDED.min_step ELSE results_metricsummary.min_step END,
-    min_ts = CASE WHEN (EXCLUDED.min_value, EXCLUDED.min_step) < (results_metricsummary.min_value,
-        results_metricsummary.min_step) THEN EXCLUDED.min_ts ELSE results_metricsummary.min_ts END,
-    max_value = CASE WHEN (EXCLUDED.max_value, -EXCLUDED.max_step) > (results_metricsummary.max_value,
-        -results_metricsummary.max_step) THEN EXCLUDED.max_value ELSE results_metricsummary.max_value END,
-    max_step = CASE WHEN (EXCLUDED.max_value, -EXCLUDED.max_step) > (results_metricsummary.max_value,
-        -results_metricsummary.max_step) THEN EXCLUDED.max_step ELSE results_metricsummary.max_step END,
-    max_ts = CASE WHEN (EXCLUDED.max_value, -EXCLUDED.max_step) > (results_metricsummary.max_value,
-        -results_metricsummary.max_step) THEN EXCLUDED.max_ts ELSE results_metricsummary.max_ts END
+# ``new``: the staged points not stored before. DISTINCT ON: a batch may repeat a (key, step); the
+# first one logged (the lowest ctid in the freshly emptied stage) wins, as a replay would.
+# The summaries: per level, key and bucket, n and the minimum and maximum with their step and time,
+# ties to the smallest step so the result does not depend on the order points arrived in, non-finite
+# values left out (a chart cannot draw them). Rows go in sorted by (level, key, bucket): two batches
+# of one run touching the same buckets lock them in the same order, so their upserts wait for each
+# other instead of deadlocking. Latest values: batches arrive out of order after a retry; the WHERE
+# keeps the highest step.
+_STORE_STAGED = f"""
+WITH new AS (
+    INSERT INTO results_metricpoint (run_id, key_id, step, value, ts)
+    SELECT DISTINCT ON (key_id, step) %(run)s, key_id, step, value, ts FROM {_STAGE_TABLE}
+    ORDER BY key_id, step, ctid
+    ON CONFLICT DO NOTHING RETURNING key_id, step, value, ts
+), summary AS (
+    INSERT INTO results_metricsummary
+        (run_id, key_id, level, bucket, n, min_value, min_step, min_ts, max_value, max_step, max_ts)
+    SELECT %(run)s, key_id, level, bucket, n, lo[1], lo[2]::int, lo[3], hi[1], (-hi[2])::int, hi[3]
+    FROM (
+        SELECT key_id, w.level, step / w.width AS bucket, count(*) AS n,
+               min(ARRAY[value, step, ts]) AS lo, max(ARRAY[value, -step, ts]) AS hi
+        FROM new CROSS JOIN unnest(%(levels)s::int[], %(widths)s::int[]) AS w(level, width)
+        WHERE value > '-Infinity' AND value < 'Infinity'
+        GROUP BY key_id, w.level, bucket
+    ) AS b
+    ORDER BY level, key_id, bucket
+    ON CONFLICT (run_id, key_id, level, bucket) DO UPDATE SET
+        n = results_metricsummary.n + EXCLUDED.n,
+        min_value = CASE WHEN (EXCLUDED.min_value, EXCLUDED.min_step) < (results_metricsummary.min_value,
+            results_metricsummary.min_step) THEN EXCLUDED.min_value ELSE results_metricsummary.min_value END,
+        min_step = CASE WHEN (EXCLUDED.min_value, EXCLUDED.min_step) < (results_metricsummary.min_value,
+            results_metricsummary.min_step) THEN EXCLUDED.min_step ELSE results_metricsummary.min_step END,
+        min_ts = CASE WHEN (EXCLUDED.min_value, EXCLUDED.min_step) < (results_metricsummary.min_value,
+            results_metricsummary.min_step) THEN EXCLUDED.min_ts ELSE results_metricsummary.min_ts END,
+        max_value = CASE WHEN (EXCLUDED.max_value, -EXCLUDED.max_step) > (results_metricsummary.max_value,
+            -results_metricsummary.max_step) THEN EXCLUDED.max_value ELSE results_metricsummary.max_value END,
+        max_step = CASE WHEN (EXCLUDED.max_value, -EXCLUDED.max_step) > (results_metricsummary.max_value,
+            -results_metricsummary.max_step) THEN EXCLUDED.max_step ELSE results_metricsummary.max_step END,
+        max_ts = CASE WHEN (EXCLUDED.max_value, -EXCLUDED.max_step) > (results_metricsummary.max_value,
+            -results_metricsummary.max_step) THEN EXCLUDED.max_ts ELSE results_metricsummary.max_ts END
+), latest AS (
+    INSERT INTO results_metriclatest (run_id, key_id, step, value, ts)
+    SELECT DISTINCT ON (key_id) %(run)s, key_id, step, value, ts FROM new ORDER BY key_id, step DESC
+    ON CONFLICT (run_id, key_id) DO UPDATE SET step = EXCLUDED.step, value = EXCLUDED.value, ts = EXCLUDED.ts
+    WHERE EXCLUDED.step >= results_metriclatest.step
+)
+SELECT count(*) FROM new
 """
-
-
-def _update_summaries(run_id: int, cols: Columns) -> None:
-    with connection.cursor() as cursor:
-        for level, width in enumerate(SUMMARY_WIDTHS, start=1):
-            rows = bucket_extremes(cols, width)
-            if not rows:
-                return
-            # Rows sorted by (key, bucket): two batches of one run touching the same buckets lock
-            # them in the same order, so their upserts wait for each other instead of deadlocking.
-            rows.sort(key=lambda row: (row[0], row[1]))
-            cursor.execute(_MERGE_SUMMARY, [run_id, level, *map(list, zip(*rows, strict=True))])
-
-
-def _update_latest(run_id: int, cols: Columns) -> None:
-    if not len(cols):
-        return  # every point of the batch was stored before
-    order = np.lexsort((cols.step, cols.key))
-    last = np.flatnonzero(np.r_[np.diff(cols.key[order]) != 0, True])
-    pick = order[last]
-    with connection.cursor() as cursor:
-        # Race: batches arrive out of order after a retry; the WHERE keeps the highest step.
-        cursor.execute(
-            "INSERT INTO results_metriclatest (run_id, key_id, step, value, ts) "
-            "SELECT %s, * FROM unnest(%s::int[], %s::int[], %s::float8[], %s::float8[]) "
-            "ON CONFLICT (run_id, key_id) DO UPDATE SET step = EXCLUDED.step, value = EXCLUDED.value, "
-            "ts = EXCLUDED.ts WHERE EXCLUDED.step >= results_metriclatest.step",
-            [run_id, cols.key[pick].tolist(), cols.step[pick].tolist(),
-             cols.value[pick].tolist(), cols.ts[pick].tolist()],
-        )  # fmt: skip
 
 
 def rebuild_summaries(run_id: int) -> None:
