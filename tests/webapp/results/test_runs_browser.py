@@ -111,10 +111,10 @@ def test_a_seed_group_draws_its_mean_inside_a_min_max_band(
     page.goto(f"{live_server.url}/t/acme/experiments/{experiments['grpo'].pk}/curves/?smoothing=0")
     page.wait_for_function(f"() => window.studioCharts && window.studioCharts.get('{TOOLS_ERROR_RATE}')")
     y_ranges = page.evaluate(
-        f"""(keys) => keys.map((key) => {{
+        """(keys) => keys.map((key) => {
             const y = window.studioCharts.get(key).scales.y;
             return [y.min, y.max];
-        }})""",
+        })""",
         [TOOLS_ERROR_RATE, REWARD_MEAN],
     )
     assert y_ranges[0] == [-1, 1]  # a small range around 0, not uPlot's 0 to 100
