@@ -135,7 +135,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
         critic = "critic" if preset.use_critic else "no critic"
         print(
             f"{name:<10} {preset.estimator} + {preset.policy_loss}, {critic}, kl {preset.kl_mode}"
-            f"  {preset.description}"
+            f"  {preset.describe()}"
         )
     return EXIT_OK
 

@@ -160,6 +160,14 @@
     return ticks.map((v) => (Math.abs(v) >= 1e6 || (incr < 1e-6 && v !== 0) ? v.toExponential(2) : v.toFixed(decimals)));
   }
 
+  // uPlot pads a flat line by a share of its value, and a flat line at 0 (no KL yet, no tool
+  // errors) by a thousand: an axis of 0 to 100 for a curve that never leaves 0. Around 0 it gets
+  // -1 to 1; every other range is uPlot's own.
+  function yRange(u, min, max) {
+    if (min === 0 && max === 0) return [-1, 1];
+    return uPlot.rangeNum(min, max, 0.1, true);
+  }
+
   function start(root) {
     const status = document.getElementById("curves-status");
     const axisInput = document.getElementById("x-axis");
@@ -253,7 +261,7 @@
       const opts = {
         width: Math.max(holder.clientWidth, 300), height: 230, series, bands,
         legend: { show: false },
-        scales: { x: { time: built.view.axis === "time" }, y: built.view.log ? { distr: 3 } : {} },
+        scales: { x: { time: built.view.axis === "time" }, y: built.view.log ? { distr: 3 } : { range: yRange } },
         axes: [
           built.view.axis === "time" ? {} : { incrs: STEP_INCRS, values: (u, ticks) => ticks.map((v) => String(Math.round(v))) },
           { size: 60, values: yTicks },

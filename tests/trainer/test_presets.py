@@ -6,7 +6,7 @@ import pytest
 
 from trainer.algos.advantages import ESTIMATORS
 from trainer.algos.losses import AGG_MODES, KL_KINDS, POLICY_LOSSES
-from trainer.algos.presets import PRESETS, Preset
+from trainer.algos.presets import PRESETS, SMALL_MODEL_GROUP, SMALL_MODEL_MAX_PARAMETERS, Preset
 from trainer.registry import RegistryError
 
 # docs/algorithms.md#presets: name -> (estimator, policy loss, critic, where the KL goes).
@@ -44,6 +44,14 @@ def test_preset_defaults_follow_agent_r1(name: str) -> None:
 def test_group_presets_sample_eight_per_prompt() -> None:
     for name in ("grpo", "rloo", "gigpo"):
         assert PRESETS.get(name).defaults["rollout.n"] == 8
+
+
+def test_a_description_names_the_group_size_of_the_values_in_force() -> None:
+    grpo = PRESETS.get("grpo")
+    assert "n = 8 samples" in grpo.describe()  # the preset's own defaults (a 4B model)
+    small = grpo.defaults_for(SMALL_MODEL_MAX_PARAMETERS, {"rollout.n"})
+    assert f"n = {SMALL_MODEL_GROUP} samples" in grpo.describe(small)
+    assert all("{" not in PRESETS.get(name).describe() for name in PRESETS.names())
 
 
 def test_kl_goes_in_the_loss_as_low_var_kl_and_in_the_reward_as_k1() -> None:

@@ -35,6 +35,8 @@ class Preset:
     use_critic: bool
     kl_mode: KlMode
     defaults: Mapping[str, Any]  # RunConfig dotted path -> value
+    # What it does, in a sentence; a default it names is a placeholder ({n}: rollout.n) that
+    # describe() fills from the values in force, so the text never contradicts them.
     description: str
 
     def __post_init__(self) -> None:
@@ -51,6 +53,13 @@ class Preset:
                 f"preset {self.name!r}: kl_mode must be one of {get_args(KlMode)}, not {self.kl_mode!r}"
             )
         object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))
+        self.describe()  # a placeholder describe() cannot fill fails here, at import time
+
+    def describe(self, values: Mapping[str, Any] | None = None) -> str:
+        """The description with the defaults it names taken from ``values`` (a run's dotted-path
+        values, e.g. :meth:`defaults_for` a small model's) or, without, from the preset's own."""
+        values = self.defaults if values is None else values
+        return self.description.format(n=values.get("rollout.n", self.group_size))
 
     @property
     def group_size(self) -> int:
@@ -153,7 +162,7 @@ _add(
         use_critic=False,
         kl_mode="loss",
         defaults={**_COMMON, "rollout.n": 8},
-        description="GRPO: outcome advantage normalised over the n = 8 samples of a prompt; KL as a loss.",
+        description="GRPO: outcome advantage normalised over the n = {n} samples of a prompt; KL as a loss.",
     )
 )
 _add(
@@ -164,7 +173,7 @@ _add(
         use_critic=False,
         kl_mode="reward",
         defaults={**_COMMON, **_KL_IN_REWARD, "rollout.n": 8},
-        description="RLOO: leave-one-out baseline over the n samples of a prompt; KL as a reward penalty.",
+        description="RLOO: leave-one-out baseline over the n = {n} samples of a prompt; KL as a reward penalty.",
     )
 )
 _add(

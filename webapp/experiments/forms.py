@@ -45,6 +45,21 @@ MODEL_CHOICES = [
 ]
 
 
+def preset_choices(model_path: str, backend: str) -> list[tuple[str, str]]:
+    """Each preset with its description, the defaults it names being those this model and backend
+    get (docs/presets.md#defaults-by-model-size): a small model's grpo says n = 4, not 8."""
+    from trainer.algos.presets import PRESETS
+    from trainer.models import parameter_count
+
+    honoured = BACKENDS.get(backend).honoured if backend in BACKENDS else ()
+    parameters = parameter_count(model_path)
+    choices = []
+    for name in PRESETS.names():
+        preset = PRESETS.get(name)
+        choices.append((name, f"{name} — {preset.describe(preset.defaults_for(parameters, honoured))}"))
+    return choices
+
+
 def pydantic_field(path: str) -> FieldInfo:
     model: Any = RunConfig
     *sections, leaf = path.split(".")
@@ -123,11 +138,18 @@ class ExperimentForm(forms.Form):
     ) -> None:
         super().__init__(*args, **kwargs)
         self.team = team  # the team whose datasets, tools and rewards the config may name
-        for name in ("task", "preset", "train_dataset", "tools"):
+        for name in ("task", "train_dataset", "tools"):
             self.fields[name].choices = choices[name]  # type: ignore[attr-defined]
         self.fields["val_dataset"].choices = [("", "— none —"), *choices["train_dataset"]]  # type: ignore[attr-defined]
         for path in BASIC_PATHS + ADVANCED_PATHS:
             self.fields[path] = form_field(path)
+        self.fields["preset"].choices = preset_choices(self._chosen("model_path"), self._chosen("backend"))  # type: ignore[attr-defined]
+
+    def _chosen(self, name: str) -> str:
+        """The model folder (or alias) or the backend the form shows: sent, else initial."""
+        if name == "model_path" and self["model_choice"].value() != "path":
+            name = "model_choice"
+        return str(self[name].value() or "")
 
     @property
     def main_fields(self) -> list[forms.BoundField]:

@@ -61,14 +61,12 @@ def form_choices(team: Team, task: str | None = None) -> dict[str, list[tuple[st
     With a ``task`` (the page's, before anything is sent), only the datasets that fit it are listed;
     a sent form is checked against every dataset, so a mismatch gets a message, not "invalid choice"."""
     from tasks_lib.registry import load_recipes
-    from trainer.algos.presets import PRESETS
     from webapp.datasets.models import Dataset
     from webapp.tools.models import tool_choices
 
     datasets = [d for d in Dataset.offered_to(team) if task is None or d.task_mismatch(task) is None]
     return {
         "task": [(name, name) for name in load_recipes().names()],
-        "preset": [(name, f"{name} — {PRESETS.get(name).description}") for name in PRESETS.names()],
         "train_dataset": [(str(d.pk), str(d)) for d in datasets],
         "tools": tool_choices(team),
     }
@@ -107,7 +105,7 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
         "preview": preview,
         "launch_key": _form_key(request),
     }
-    partials = {"advanced": "advanced", "id_task": "task-defaults"}
+    partials = {"advanced": "refill", "id_task": "task-defaults"}
     return render(request, template_for(request, "experiments/new.html", partials), context)
 
 

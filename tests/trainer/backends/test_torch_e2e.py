@@ -62,7 +62,8 @@ def test_a_two_step_grpo_run_of_smollm2_checkpoints_and_resumes_through_the_cli(
         "preset": "grpo",
         "model": {"path": str(smollm2_path())},
         "data": {"train_path": str(tmp_path / "train.parquet"), "max_prompt_length": 256, "max_response_length": 32},
-        "rollout": {"n": 2, "max_new_tokens": 32, "max_steps": 1},
+        # 8 new tokens: a non-empty answer is all it checks; each one more is a SmolLM2 forward pass.
+        "rollout": {"n": 2, "max_new_tokens": 8, "max_steps": 1},
         "optim": {"lr": 1e-6, "mini_batch_size": 4, "micro_batch_size": 4},
         "trainer": {
             "total_steps": 2, "batch_size": 2, "seed": 1, "device": "cpu", "num_threads": 2,

@@ -123,6 +123,18 @@ def test_the_preset_and_task_switches_refill_the_advanced_fields(personas: Any, 
     assert critic_lr is not None and float(critic_lr.group(1)) == 1e-4
     # Choosing another model refills them (hx-trigger on #advanced) ...
     assert "change from:#id_model_choice" in html
+    # ... and the presets' descriptions, out of band: they name the group size this model gets.
+    preset_field = re.search(r'<div [^>]*id="field-preset" hx-swap-oob="true">.*?</div>', html, re.S)
+    assert (
+        preset_field
+        and "grpo — GRPO: outcome advantage normalised over the n = 4 samples" in preset_field.group(0)
+    )
+    unsized = client_for("alice").get(
+        f"/t/{personas['acme'].slug}/experiments/new/?preset=ppo&task=arithmetic&model_choice=path&model_path=",
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="advanced",
+    )
+    assert "over the n = 8 samples" in unsized.content.decode()  # a model of unknown size: the plain defaults
     # ... and so does another task (the task select's request names #id_task): HotpotQA's discount.
     hotpot = client_for("alice").get(
         f"/t/{personas['acme'].slug}/experiments/new/?preset=ppo&task=hotpotqa",

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from trainer.contract import ACTOR_KL, REWARD_MEAN
+from trainer.contract import ACTOR_KL, REWARD_MEAN, TOOLS_ERROR_RATE
 from webapp.experiments.models import Experiment, Run, RunStatus
 from webapp.results import metrics_store
 
@@ -105,9 +105,20 @@ def test_three_selected_runs_overlay_in_every_panel_each_in_one_colour(
 def test_a_seed_group_draws_its_mean_inside_a_min_max_band(
     signed_in: Callable[[str], Any], live_server: Any, experiments: dict[str, Any]
 ) -> None:
+    for run in experiments["seeds"]:  # no tool ever failed: a flat line at 0
+        metrics_store.write_points(run.pk, "tools", [{"key": TOOLS_ERROR_RATE, "step": s, "value": 0.0, "ts": 1.7e9 + s} for s in range(10)])  # fmt: skip
     page = signed_in("bob")
     page.goto(f"{live_server.url}/t/acme/experiments/{experiments['grpo'].pk}/curves/?smoothing=0")
-    page.wait_for_function(f"() => window.studioCharts && window.studioCharts.get('{REWARD_MEAN}')")
+    page.wait_for_function(f"() => window.studioCharts && window.studioCharts.get('{TOOLS_ERROR_RATE}')")
+    y_ranges = page.evaluate(
+        """(keys) => keys.map((key) => {
+            const y = window.studioCharts.get(key).scales.y;
+            return [y.min, y.max];
+        })""",
+        [TOOLS_ERROR_RATE, REWARD_MEAN],
+    )
+    assert y_ranges[0] == [-1, 1]  # a small range around 0, not uPlot's 0 to 100
+    assert 0 <= y_ranges[1][0] < 0.2 and 0.6 < y_ranges[1][1] < 1  # other curves keep uPlot's padding
     drawn = page.evaluate(
         f"""() => {{
             const u = window.studioCharts.get('{REWARD_MEAN}');

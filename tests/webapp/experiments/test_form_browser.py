@@ -1,0 +1,44 @@
+"""Real Chromium on the experiment form: another model refills the Advanced section and leaves it
+open, and a Save pressed while that refill is on its way saves what it brings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from trainer.algos.presets import PRESETS, SMALL_MODEL_GROUP
+from trainer.config import RunConfig
+from webapp.experiments.models import Experiment
+
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("quick_passwords")]
+
+
+def test_a_save_pressed_while_the_model_refill_is_on_its_way_saves_that_models_defaults(
+    signed_in: Callable[[str], Any], live_server: Any, personas: Any, arithmetic: Any
+) -> None:
+    acme = personas["acme"]
+    page = signed_in("alice")
+    page.goto(f"{live_server.url}/t/{acme.slug}/experiments/new/?task=arithmetic&preset=grpo")
+    page.fill("#id_name", "saved at once")
+    page.select_option("#id_train_dataset", str(arithmetic["train"].pk))
+    page.uncheck("#id_launch")
+    page.click("#advanced summary")
+    # A local folder not chosen yet: a model of unknown size gets the preset's plain (4B) defaults.
+    page.select_option("#id_model_choice", "path")
+    plain_n = PRESETS.get("grpo").defaults["rollout.n"]
+    page.wait_for_function(f"() => document.querySelector(\"[name='rollout.n']\").value === '{plain_n}'")
+    assert page.evaluate("() => document.getElementById('advanced').open")  # the refill left it open
+
+    held: list[Any] = []  # the next refill waits until Save has been clicked
+    page.route(lambda url: "model_choice=tiny-test" in url, lambda route: held.append(route))
+    with page.expect_request(lambda request: "model_choice=tiny-test" in request.url):
+        page.select_option("#id_model_choice", "tiny-test")
+    while not held:
+        page.wait_for_timeout(10)
+    page.click("#experiment-form button[type=submit]:not([name])")
+    held[0].continue_()
+    page.wait_for_url("**/experiments/*/")
+    config = RunConfig.model_validate(Experiment.objects.get(team=acme, name="saved at once").config)
+    assert (config.model.path, config.rollout.n) == ("tiny-test", SMALL_MODEL_GROUP)  # not the plain n
