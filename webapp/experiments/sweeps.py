@@ -107,7 +107,9 @@ def cells(spec: SweepSpec) -> list[Cell]:
     """The grid in launch order: presets, then tasks, then the hyperparameters' values."""
     base = flatten_paths(spec.config)
     presets = spec.presets or [str(base.get("preset") or "grpo")]
-    tasks = spec.tasks or [TaskAxis.model_validate({"task": str(base.get("task") or "")})]
+    tasks = spec.tasks or [
+        TaskAxis.model_construct(task=str(base.get("task") or ""), train_path="", val_path="")
+    ]
     axes = [[(axis.path, value) for value in axis.values] for axis in spec.params]
     settings = list(itertools.product(*axes))  # [()] without hyperparameters: one cell per preset x task
     return [Cell(preset, task, dict(values)) for preset in presets for task in tasks for values in settings]
