@@ -22,11 +22,13 @@ from webapp.experiments.models import MAX_ACTIVE_LIMIT, Experiment, TeamRunLimit
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps
 from webapp.results import analytics
 
-# What a sweep takes from its base experiment: the model, the data and the budget. The rest (the
-# estimator, the loss, the learning rate, the group size) is each cell's preset's, for its model.
+# What a sweep takes from its base experiment: the model, the data, the budget and the batch's shape
+# (group size and mini-batches, which must divide each other). The rest (the estimator, the loss,
+# the learning rates) is each cell's preset's, for its model (docs/sweeps.md#cells).
 BASE_PATHS = (
     "model.path", "executor", "backend", "resources.cpus", "resources.gpus_per_node", "resources.nodes",
     "trainer.total_steps", "trainer.batch_size", "trainer.val_every", "trainer.save_every",
+    "rollout.n", "optim.mini_batch_size", "optim.micro_batch_size",
     "trainer.num_threads", "rollout.max_steps", "rollout.max_new_tokens", "rollout.tools",
     "data.train_path", "data.val_path", "data.max_prompt_length", "data.max_response_length",
 )  # fmt: skip
