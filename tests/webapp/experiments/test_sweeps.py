@@ -116,3 +116,27 @@ def test_a_sweep_of_two_presets_by_two_seeds_trains_through_the_worker_and_fills
     client.force_login(personas["alice"])
     page = client.get(f"/t/{team.slug}/sweeps/{sweep.pk}/").content.decode()
     assert page.count("status-succeeded") >= 4 and 'id="sweep-matrix"' in page
+
+
+def test_the_rest_api_creates_reads_and_cancels_a_sweep(personas: Any, arithmetic: Any, client: Any) -> None:
+    from webapp.accounts.models import ApiToken
+
+    team, alice = personas["acme"], personas["alice"]
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {ApiToken.issue(alice, 'ci')[1]}"}
+    base = f"/api/t/{team.slug}/sweeps"
+    body = tiny_spec(arithmetic, presets=["grpo", "rloo"]).model_dump()
+    created = client.post(base, body, content_type="application/json", **headers)
+    assert created.status_code == 201, created.content
+    sweep = created.json()
+    assert [c["preset"] for c in sweep["cells"]] == ["grpo", "rloo"] and sweep["status"] == "queued"
+    assert sweep["queued_places"] == {
+        str(c["runs"][0]["id"]): i for i, c in enumerate(sweep["cells"], start=1)
+    }
+    again = client.post(base, body, content_type="application/json", **headers)
+    assert again.status_code == 409 and again.json()["field"] == "name"
+    cancelled = client.post(f"{base}/{sweep['id']}/cancel", **headers).json()
+    assert cancelled["status"] == "cancelled"
+    assert {r["message"] for c in cancelled["cells"] for r in c["runs"]} == {
+        "cancelled by alice before it started"
+    }
+    assert client.get(f"{base}/{sweep['id']}", **headers).json()["status"] == "cancelled"
