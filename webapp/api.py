@@ -272,6 +272,7 @@ def _register_routers() -> None:
     from webapp.datasets.api import router as datasets_router
     from webapp.datasets.api import team_router as datasets_team_router
     from webapp.experiments.api import router as experiments_router
+    from webapp.experiments.sweep_api import router as sweeps_router
     from webapp.experiments.trainer_api import router as lifecycle_router
     from webapp.results.api import router as results_router
     from webapp.results.ingest import router as ingest_router
@@ -282,6 +283,7 @@ def _register_routers() -> None:
     api.add_router("", datasets_router)
     api.add_router("", ingest_router)
     api.add_router("/t", experiments_router)
+    api.add_router("/t", sweeps_router)
     api.add_router("/t", results_router)
     api.add_router("/t", datasets_team_router)
     api.add_router("/t", tools_router)

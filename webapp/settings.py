@@ -419,6 +419,12 @@ RELAUNCH_AFTER_S = env.integer(
     minimum=5,
     help="A run still queued after this long has its launch task sent again.",
 )
+MAX_ACTIVE_RUNS = env.integer(
+    "STUDIO_MAX_ACTIVE_RUNS",
+    2,
+    minimum=1,
+    help="How many local runs of a team train at once unless its owner sets another limit; the rest wait queued.",
+)
 # How long a web process reuses /healthz's Celery ping (webapp/health.py).
 HEALTH_PING_CACHE_S = 5.0
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {

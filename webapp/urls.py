@@ -78,5 +78,6 @@ urlpatterns = [
     path("teams/switch/", accounts.switch_team, name="switch_team"),
     path("t/<slug:team_slug>/", include(team_patterns)),
     path("t/<slug:team_slug>/", include("webapp.results.urls")),
+    path("t/<slug:team_slug>/", include("webapp.experiments.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -22,7 +22,7 @@ from webapp.accounts.models import ApiToken, Role
 from webapp.datasets import files
 from webapp.datasets.models import Dataset
 from webapp.experiments.artifacts import artifact_root
-from webapp.experiments.models import Experiment, Run, RunStatus
+from webapp.experiments.models import Experiment, Run, RunStatus, Sweep
 from webapp.results.models import Trajectory
 from webapp.tools.models import TeamTool, ToolTrial
 
@@ -143,7 +143,9 @@ def _build_world(folder: Path) -> World:
         total_reward=1.0,
         success=True,
     )
+    sweep = Sweep.objects.create(team=acme, name="sweep", spec={"seeds": [1], "params": []})
     ids = {
+        "sweep": sweep.pk,
         "dataset": dataset.pk,
         "tool": tool.pk,
         "trial": trial.pk,
@@ -307,6 +309,10 @@ PAGES: dict[str, Page] = {
     "experiment_curves": Page("read", team(experiment_id=_id("experiment"))),
     "curves_layout": Page("read", team(), post="read", get=False),
     "curves_csv": Page("read", team(), query="?run={run}&key=reward/mean"),
+    "sweep_new": Page("write", team(), post="write", data=lambda w: {"name": "x"}),
+    "sweep": Page("read", team(pk=_id("sweep"))),
+    "sweep_cancel": Page("write", team(pk=_id("sweep")), post="write"),
+    "run_limit": Page("read", team(), post="owner", get=False, data=lambda w: {"max_active": "3"}),
 }
 # Found by the resolver but served by other tables of this module: the JSON API (from its OpenAPI
 # schema), the MLflow endpoint (from its ENDPOINTS), and the admin (staff only, every pattern).
@@ -371,6 +377,8 @@ def api_path(world: World, path: str) -> str:
     values = {"team_slug": world.slug, "run_id": world.ids["run"], "uid": "t0", "split": "train"}
     if "/experiments/{pk}" in path:
         values["pk"] = world.ids["experiment"]
+    elif "/sweeps/{pk}" in path:
+        values["pk"] = world.ids["sweep"]
     elif "/tools/{pk}" in path:
         values["pk"] = world.ids["tool"]
     elif "/datasets/{pk}" in path:
@@ -405,6 +413,17 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
         }
     },
     "/api/t/{team_slug}/experiments/{pk}/launch": lambda w: None,
+    "/api/t/{team_slug}/sweeps": lambda w: {
+        "name": "api sweep",
+        "config": {
+            "task": "arithmetic",
+            "model": {"path": "tiny-test"},
+            "data": {"train_path": f"dataset:{w.ids['dataset']}"},
+        },
+        "presets": ["grpo"],
+        "seeds": [1],
+    },
+    "/api/t/{team_slug}/sweeps/{pk}/cancel": lambda w: None,
     "/api/t/{team_slug}/runs/{run_id}/cancel": lambda w: None,
 }
 API_CALLERS = ("anonymous", "outsider", "viewer", "member", "owner", *RUN_TOKENS)

@@ -8,7 +8,7 @@ from django.shortcuts import get_object_or_404
 
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role
-from webapp.experiments.models import Experiment, Run
+from webapp.experiments.models import Experiment, Run, Sweep
 
 
 def get_experiment_for_user(
@@ -21,3 +21,8 @@ def get_experiment_for_user(
 def get_run_for_user(request: HttpRequest, team_slug: str, pk: int, *, write: bool = False) -> Run:
     team = get_team_for_user(request, team_slug, role=Role.MEMBER if write else Role.VIEWER)
     return get_object_or_404(Run.objects.select_related("experiment"), pk=pk, team=team)
+
+
+def get_sweep_for_user(request: HttpRequest, team_slug: str, pk: int, *, write: bool = False) -> Sweep:
+    team = get_team_for_user(request, team_slug, role=Role.MEMBER if write else Role.VIEWER)
+    return get_object_or_404(Sweep, pk=pk, team=team)

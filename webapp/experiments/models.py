@@ -45,6 +45,10 @@ class Experiment(models.Model):
     cloned_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="clones"
     )
+    # A sweep's cell (docs/sweeps.md#cells): the sweep it belongs to and its place in the grid
+    # ({"preset", "task", "params": {path: value}}); its runs are its seeds, as for any experiment.
+    sweep = models.ForeignKey("Sweep", null=True, blank=True, on_delete=models.CASCADE, related_name="cells")
+    cell = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-created"]
@@ -183,6 +187,9 @@ class Run(models.Model):
         default=0, help_text="Reports of the trainer the server refused (4xx); the trainer dropped them."
     )
     last_refusal = models.TextField(blank=True, help_text="Why the server refused the last one.")
+    held_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the team's limit on active runs first kept it queued."
+    )
 
     objects = RunQuerySet.as_manager()
 
@@ -297,6 +304,13 @@ class Run(models.Model):
     def enqueue(self) -> bool:
         # Race: a double-clicked "launch" would enqueue twice; only the first draft → queued wins.
         return self._transition((RunStatus.DRAFT,), status=RunStatus.QUEUED, queued_at=timezone.now())
+
+    def hold(self) -> bool:
+        """The team's limit keeps the queued run waiting (docs/sweeps.md#limit): the reaper starts it
+        as soon as it is first in line and a place is free."""
+        # Race: none worth a guard beyond the status: a run started or cancelled meanwhile is no
+        # longer held, and holding it twice keeps the first time.
+        return guarded_update(self, Q(status=RunStatus.QUEUED, held_at__isnull=True), held_at=timezone.now())
 
     def mark_starting(self, executor_ref: str) -> bool:
         # Race: a retried launch task must not start a second process for a run already started.
@@ -544,3 +558,86 @@ class RunTag(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key}={self.value}"
+
+
+# --- sweeps and the team's limit on active runs (docs/sweeps.md) ---------------------------------
+
+# The executor whose runs the team's limit counts: the trainers on this machine. A Ray cluster
+# places its jobs itself (a job waits PENDING for resources).
+LIMITED_EXECUTOR = "local"
+STARTED = (RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED)  # a trainer process exists
+MAX_ACTIVE_LIMIT = 64
+
+
+class TeamRunLimit(models.Model):
+    """How many of the team's local runs may be started at once; without a row, STUDIO_MAX_ACTIVE_RUNS."""
+
+    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="run_limit")
+    max_active = models.PositiveSmallIntegerField(
+        help_text="Local runs started at once; the rest wait queued."
+    )
+
+    def __str__(self) -> str:
+        return f"{self.team}: {self.max_active}"
+
+    @staticmethod
+    def of(team_id: int) -> int:
+        row = TeamRunLimit.objects.filter(team_id=team_id).values_list("max_active", flat=True).first()
+        return row if row is not None else settings.MAX_ACTIVE_RUNS
+
+    @staticmethod
+    def set(team: Team, max_active: int) -> None:
+        # Race: two owners saving at once; the last write wins, as for any setting.
+        TeamRunLimit.objects.update_or_create(team=team, defaults={"max_active": max_active})
+
+
+def waiting_line(team_id: int) -> models.QuerySet[Run]:
+    """The team's queued local runs in the order they start: first queued, first started."""
+    queued = Run.objects.filter(team_id=team_id, status=RunStatus.QUEUED, executor=LIMITED_EXECUTOR)
+    return queued.order_by("queued_at", "pk")
+
+
+def started_count(team_id: int) -> int:
+    return Run.objects.filter(team_id=team_id, status__in=STARTED, executor=LIMITED_EXECUTOR).count()
+
+
+def places_in_line(team_id: int) -> dict[int, int]:
+    """Run id → its place in the team's waiting line (1: starts next)."""
+    return {pk: place for place, pk in enumerate(waiting_line(team_id).values_list("pk", flat=True), start=1)}
+
+
+class Sweep(models.Model):
+    """One launch over a grid: each cell (presets x tasks x up to two hyperparameters) is an
+    experiment whose runs are the sweep's seeds (docs/sweeps.md). Its status is its runs'."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="sweeps")
+    name = models.CharField(max_length=200)
+    # The grid as sent (webapp.experiments.sweeps.SweepSpec): base config, axes, seeds.
+    spec = models.JSONField(default=dict)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="sweep_name_unique_per_team")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def runs(self) -> models.QuerySet[Run]:
+        return Run.objects.filter(experiment__sweep=self)
+
+    @property
+    def status(self) -> str:
+        """Derived from its runs: active while any is, else failed/cancelled if any did, else succeeded."""
+        statuses = set(self.runs().values_list("status", flat=True))
+        if not statuses:
+            return RunStatus.DRAFT
+        if statuses & set(STARTED):
+            return RunStatus.RUNNING
+        for status in (RunStatus.QUEUED, RunStatus.FAILED, RunStatus.CANCELLED):
+            if status in statuses:
+                return status
+        return RunStatus.SUCCEEDED

@@ -24,9 +24,20 @@ from pydantic import Field
 
 from trainer.config import RunConfig
 from trainer.contract import INT4_MAX
+from webapp.accounts.models import Team
 from webapp.experiments.confine import confined
 from webapp.experiments.executors import EXECUTORS, ClusterTooSmall, ExecutorState, job_for, submission_id
-from webapp.experiments.models import ACTIVE, EXTERNAL_EXECUTOR, Experiment, Run, RunStatus
+from webapp.experiments.models import (
+    ACTIVE,
+    EXTERNAL_EXECUTOR,
+    LIMITED_EXECUTOR,
+    Experiment,
+    Run,
+    RunStatus,
+    TeamRunLimit,
+    started_count,
+    waiting_line,
+)  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +55,7 @@ MAX_LAUNCH_ATTEMPTS = 3
 def start_run(run: Run) -> None:
     """queued → starting, then hand the run to its executor with a fresh per-run token."""
     planned_ref = f"ray:{submission_id(run)}" if run.executor == "ray" else ""
-    if not run.mark_starting(planned_ref):
-        logger.info("run %s is %s, not queued: not starting it again", run.pk, run.status)
+    if not _admit(run, planned_ref):
         return
     executor = EXECUTORS.get(run.executor)
     try:
@@ -59,6 +69,40 @@ def start_run(run: Run) -> None:
         run.finish(RunStatus.FAILED, f"could not start on the {run.executor} executor: {exc}")
         return
     run.record_executor_ref(ref)
+
+
+def _admit(run: Run, planned_ref: str) -> bool:
+    """queued → starting if the team's limit on active local runs has a place for it and it is first
+    in line; else it stays queued, held, for the reaper to start in turn (docs/sweeps.md#limit)."""
+    if run.executor != LIMITED_EXECUTOR:
+        return _mark_starting(run, planned_ref)
+    with transaction.atomic():
+        # Race: two workers starting two queued runs of one team at once would each count the same
+        # free place. The team's row lock makes the second count after the first's start commits.
+        Team.objects.select_for_update().filter(pk=run.team_id).first()
+        free = TeamRunLimit.of(run.team_id) - started_count(run.team_id)
+        ahead = list(waiting_line(run.team_id).values_list("pk", flat=True)[: max(free, 0)])
+        if run.pk not in ahead:
+            if run.hold():
+                logger.info("run %s waits queued: its team's limit of active runs is reached", run.pk)
+            return False
+        return _mark_starting(run, planned_ref)
+
+
+def _mark_starting(run: Run, planned_ref: str) -> bool:
+    if not run.mark_starting(planned_ref):
+        logger.info("run %s is %s, not queued: not starting it again", run.pk, run.status)
+        return False
+    return True
+
+
+def next_in_line(team_id: int) -> list[int]:
+    """The held runs of the team the limit has places for now, first in line first."""
+    free = TeamRunLimit.of(team_id) - started_count(team_id)
+    if free <= 0:
+        return []
+    heads = waiting_line(team_id)[:free]
+    return [run.pk for run in heads if run.held_at is not None]
 
 
 def reconcile(run: Run) -> None:
@@ -216,11 +260,15 @@ def recover_lost_start(run: Run) -> None:
 
 
 def requeue_lost_launches() -> list[int]:
-    """Queued runs whose launch task was lost (broker flushed, worker died) are sent again."""
+    """Queued runs whose launch task was lost (broker flushed, worker died) are sent again, and the
+    held runs whose turn has come (docs/sweeps.md#limit)."""
     cutoff = timezone.now() - timedelta(seconds=settings.RELAUNCH_AFTER_S)
-    return list(
-        Run.objects.filter(status=RunStatus.QUEUED, queued_at__lt=cutoff).values_list("pk", flat=True)
+    lost = Run.objects.filter(status=RunStatus.QUEUED, queued_at__lt=cutoff, held_at__isnull=True)
+    teams = Run.objects.filter(status=RunStatus.QUEUED, held_at__isnull=False).values_list(
+        "team_id", flat=True
     )
+    due = [pk for team_id in sorted(set(teams)) for pk in next_in_line(team_id)]
+    return list(lost.values_list("pk", flat=True)) + due
 
 
 # --- creating and launching ----------------------------------------------------------------------

@@ -18,6 +18,15 @@ def launch_run(run_id: int) -> None:
 
 
 @shared_task
+def start_next(team_id: int) -> None:
+    """A run of the team ended: start the held runs whose turn it is (docs/sweeps.md#limit)."""
+    for run_id in services.next_in_line(team_id):
+        run = Run.objects.filter(pk=run_id).first()
+        if run is not None:
+            services.start_run(run)
+
+
+@shared_task
 def cancel_run(run_id: int) -> None:
     run = Run.objects.filter(pk=run_id).first()
     if run is None:
@@ -28,7 +37,7 @@ def cancel_run(run_id: int) -> None:
 @shared_task
 def reap_runs() -> None:
     """Periodic: reconcile every active run with its executor (those whose start was never recorded
-    too: services.recover_lost_start); resend lost launches."""
+    too: services.recover_lost_start); resend lost launches and start the held runs whose turn it is."""
     for run in Run.objects.filter(status__in=ACTIVE).exclude(executor=EXTERNAL_EXECUTOR):
         services.reconcile(run)
     for run_id in services.requeue_lost_launches():

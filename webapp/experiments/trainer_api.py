@@ -28,6 +28,7 @@ from trainer.contract import (
 )
 from webapp.api import RunTokenAuth, api, get_run_for_claimant, get_run_for_token, route
 from webapp.experiments.models import CLAIMED, RunStatus
+from webapp.experiments.tasks import start_next
 
 router = Router(auth=RunTokenAuth(), tags=["run lifecycle (trainer)"])
 
@@ -57,6 +58,8 @@ def post_status(request: HttpRequest, run_id: int, update: StatusUpdate) -> Any:
     running → only the message is kept. 409 from any process but the claimant."""
     run = get_run_for_claimant(request, run_id)
     changed = run.report(update.status, update.message)
+    if changed and run.is_terminal:
+        start_next.delay_on_commit(run.team_id)  # its place goes to the next in line (docs/sweeps.md#limit)
     if update.status == RunStatus.RUNNING and run.status not in CLAIMED:
         return Status(
             409,

@@ -23,7 +23,8 @@ from webapp.experiments.confine import ConfigRefused
 from webapp.experiments.demo import start_demo
 from webapp.experiments.forms import ExperimentForm, RunEditForm, initial_from_config
 from webapp.experiments.logs import log_tail
-from webapp.experiments.models import ACTIVE, Experiment, Run, RunStatus
+from webapp.experiments.models import ACTIVE, Experiment, Run, RunStatus, TeamRunLimit, places_in_line
+from webapp.experiments.sweeps import ordinal
 from webapp.experiments.tasks import cancel_run
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
 from webapp.results.summary import summarize
@@ -81,7 +82,9 @@ def index(request: HttpRequest, team_slug: str) -> HttpResponse:
         succeeded_count=Count("runs", filter=Q(runs__status=RunStatus.SUCCEEDED)),
         failed_count=Count("runs", filter=Q(runs__status__in=(RunStatus.FAILED, RunStatus.CANCELLED))),
     )
-    return render(request, "experiments/index.html", {"team": team, "experiments": experiments})
+    context = {"team": team, "experiments": experiments.filter(sweep__isnull=True),
+               "sweeps": team.sweeps.all()[:20], "run_limit": TeamRunLimit.of(team.pk)}  # fmt: skip
+    return render(request, "experiments/index.html", context)
 
 
 @login_required
@@ -253,7 +256,14 @@ def _run_context(run: Run, edit_form: RunEditForm | None = None) -> dict[str, An
         "tags": run.tags.all(),
         "artifacts": stored_artifacts(run),
         "edit_form": edit_form or RunEditForm(initial=initial),
+        "place": place_text(run),
     }
+
+
+def place_text(run: Run) -> str:
+    """ "3rd" for a queued run third in its team's waiting line (docs/sweeps.md#limit), else ""."""
+    place = places_in_line(run.team_id).get(run.pk) if run.status == RunStatus.QUEUED else None
+    return ordinal(place) if place else ""
 
 
 @login_required

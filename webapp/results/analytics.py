@@ -259,11 +259,13 @@ class Matrix:
         return self.cells.get((task, algorithm))
 
 
-def comparison(team: Any) -> Matrix:
-    """Task x algorithm over the team's finished runs (mean and std over seeds, with the count)."""
-    runs = list(
-        Run.objects.filter(team=team, status=RunStatus.SUCCEEDED).select_related("experiment").order_by("pk")
-    )
+def comparison(team: Any, runs: Sequence[Run] | None = None) -> Matrix:
+    """Task x algorithm over the team's finished runs, or those of ``runs`` (a sweep's), as mean and
+    std over seeds, with the count."""
+    chosen = Run.objects.filter(team=team, status=RunStatus.SUCCEEDED)
+    if runs is not None:
+        chosen = chosen.filter(pk__in=[run.pk for run in runs])
+    runs = list(chosen.select_related("experiment").order_by("pk"))
     cells: dict[tuple[str, str], Cell] = {}
     for result in run_results(runs):
         task = result.run.experiment.task or "(no task)"
