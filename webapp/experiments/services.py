@@ -26,7 +26,7 @@ from trainer.config import RunConfig
 from trainer.contract import INT4_MAX
 from webapp.experiments.confine import confined
 from webapp.experiments.executors import EXECUTORS, ClusterTooSmall, ExecutorState, job_for, submission_id
-from webapp.experiments.models import ACTIVE, EXTERNAL_EXECUTOR, Experiment, Run, RunStatus
+from webapp.experiments.models import ACTIVE, EXTERNAL_EXECUTOR, Experiment, Run, RunKind, RunStatus
 
 logger = logging.getLogger(__name__)
 
@@ -332,7 +332,9 @@ class LaunchRefused(ValueError):
 
 
 def _refuse_active_seeds(experiment: Experiment, seeds: list[int]) -> None:
-    active = experiment.runs.filter(status__in=ACTIVE, seed__in=seeds).exclude(executor=EXTERNAL_EXECUTOR)
+    active = experiment.runs.filter(status__in=ACTIVE, seed__in=seeds, kind=RunKind.TRAINING).exclude(
+        executor=EXTERNAL_EXECUTOR
+    )
     busy = sorted(set(active.values_list("seed", flat=True)))
     if busy:
         raise LaunchRefused(
