@@ -7,13 +7,14 @@ launcher, the claim, the run token, the reaper, the logs and the rollout viewer 
 What cannot run is refused here, before anything is made: a deleted checkpoint, a split that is not
 a usable dataset of the team, a backend that does not evaluate.
 
-The page views (the form, reached from the run page's checkpoint list and the experiment page) and
-the REST API (create, read, list) sit beside the one service function they call.
+The form's view (reached from the run page's checkpoint list and the experiment page) sits beside the
+one service function it calls; the REST API is webapp.experiments.evaluations_api.
 """
 
 from __future__ import annotations
 
 import json
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +71,8 @@ def split_choices(experiment: Experiment) -> list[tuple[str, str]]:
 
     data = (experiment.config.get("data") or {}) if isinstance(experiment.config, dict) else {}
     own = {data.get("val_path"): "validation split", data.get("train_path"): "training split"}
-    choices, others = [], []
+    choices: list[tuple[str, str]] = []
+    others: list[tuple[str, str]] = []
     for dataset in Dataset.offered_to(experiment.team).order_by("-created", "-id"):
         role = own.get(dataset.reference)
         label = (
@@ -133,6 +135,8 @@ def create_evaluation(
     if source is not None:
         if source.experiment_id != experiment.pk:
             raise EvaluationRefused([("run", f"run {source.pk} is not a run of experiment {experiment.pk}")])
+        if step is None:
+            raise EvaluationRefused([("step", "a run's checkpoint is named by its step: set step")])
         checkpoint = source.checkpoints.filter(step=step).order_by("-received").first()
         if checkpoint is None:
             raise EvaluationRefused([("step", f"run {source.pk} has no checkpoint of step {step}")])
@@ -189,11 +193,21 @@ def eval_metrics(run: Run) -> dict[str, float]:
     return {key: value for key, (_, value) in latest_values(run.pk).items() if key in EVAL_KEYS}
 
 
+def dataset_names(references: set[str]) -> dict[str, str]:
+    """``dataset:<id>`` → "name (dataset:<id>)" of those that still exist."""
+    from webapp.datasets.models import DATASET_REF_PREFIX, Dataset
+
+    ids = [r.removeprefix(DATASET_REF_PREFIX) for r in references if r.startswith(DATASET_REF_PREFIX)]
+    found = Dataset.objects.filter(pk__in=[int(i) for i in ids if i.isdigit() and len(i) <= 18])
+    return {dataset.reference: f"{dataset.name} ({dataset.reference})" for dataset in found}
+
+
 def evaluation_summary(run: Run) -> dict[str, Any]:
     """What the run page shows of an evaluation: its settings and, once reported, its eval/... metrics."""
-    metrics = eval_metrics(run)
+    metrics, settings = eval_metrics(run), settings_of(run)
     return {
-        "settings": settings_of(run), "metrics": metrics, "acc": metrics.get(EVAL_ACC),
+        "settings": settings, "metrics": metrics,
+        "dataset": dataset_names({settings["dataset"]}).get(settings["dataset"], settings["dataset"]), "acc": metrics.get(EVAL_ACC),
         "pass_at_1": metrics.get(EVAL_PASS_AT_1), "pass_at_k": metrics.get(EVAL_PASS_AT_K),
         "reward_mean": metrics.get(EVAL_REWARD_MEAN), "prompts": metrics.get(EVAL_PROMPTS),
     }  # fmt: skip
@@ -219,7 +233,7 @@ class EvaluationForm(forms.Form):
 
     def __init__(self, *args: Any, choices: list[tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["dataset"].choices = choices
+        typing.cast(forms.ChoiceField, self.fields["dataset"]).choices = choices
 
     def settings(self) -> EvaluationSettings:
         data = self.cleaned_data

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trainer.contract import EVAL_ACC, EVAL_K, EVAL_PASS_AT_1, EVAL_PASS_AT_K, EVAL_REWARD_MEAN
-from webapp.experiments.evaluations import evaluated_model, settings_of
+from webapp.experiments.evaluations import dataset_names, evaluated_model, settings_of
 from webapp.experiments.models import Experiment, Run, RunKind, RunStatus
 from webapp.results.metrics_store import latest_points
 
@@ -76,19 +76,11 @@ def evaluation_table(experiment: Experiment) -> EvalTable:
     latest = latest_points([run.pk for run in chosen.values()])
     metrics = {pk: {key: value for key, value, _ts, _step in points} for pk, points in latest.items()}
     rows = []
-    names = _dataset_names({split for split, _ in chosen})
+    names = dataset_names({split for split, _ in chosen})
     for split in sorted({split for split, _ in chosen}):
         cells: list[EvalCell | None] = []
         for model in models:
-            run = chosen.get((split, model))
-            cells.append(EvalCell(run, metrics.get(run.pk, {})) if run is not None else None)
+            found = chosen.get((split, model))
+            cells.append(EvalCell(found, metrics.get(found.pk, {})) if found is not None else None)
         rows.append(EvalRow(split, names.get(split, split), cells))
     return EvalTable([labels[model] for model in models], rows)
-
-
-def _dataset_names(references: set[str]) -> dict[str, str]:
-    from webapp.datasets.models import DATASET_REF_PREFIX, Dataset
-
-    ids = [r.removeprefix(DATASET_REF_PREFIX) for r in references if r.startswith(DATASET_REF_PREFIX)]
-    found = Dataset.objects.filter(pk__in=[int(i) for i in ids if i.isdigit() and len(i) <= 18])
-    return {dataset.reference: f"{dataset.name} ({dataset.reference})" for dataset in found}
