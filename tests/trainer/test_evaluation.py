@@ -1,4 +1,6 @@
-"""pass@k (Chen et al. 2021) and the eval/... metrics of a batch of scored samples."""
+"""pass@k (Chen et al. 2021), the eval/... metrics of a batch of scored samples, and the evaluation
+section's rules. The torch backend's evaluation mode runs end to end, from a saved checkpoint through
+the worker and the trainer, in tests/webapp/experiments/test_evaluations.py."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import math
 
 import pytest
 
+from trainer.config import RunConfig
 from trainer.contract import EVAL_ACC, EVAL_PASS_AT_1, EVAL_PASS_AT_K, EVAL_PROMPTS, EVAL_REWARD_MEAN
 from trainer.evaluation import evaluation_metrics, pass_at_k
 
@@ -49,3 +52,10 @@ def test_evaluation_metrics_average_per_prompt_and_per_sample() -> None:
     assert metrics[EVAL_PASS_AT_K] == pytest.approx(1.0)
     assert metrics[EVAL_REWARD_MEAN] == pytest.approx(1.0)
     assert metrics[EVAL_PROMPTS] == 2.0
+
+
+def test_an_evaluation_needs_a_val_split_and_a_checkpoint_needs_an_evaluation() -> None:
+    with pytest.raises(ValueError, match=r"data\.val_path"):
+        RunConfig(evaluation={"enabled": True})
+    with pytest.raises(ValueError, match=r"evaluation\.enabled"):
+        RunConfig(evaluation={"checkpoint": "/x"})
