@@ -241,7 +241,9 @@ def _fetch_run(
             specs = (
                 api.fetch_specs() if needs_specs(config.rollout.tools, config.data.rewards) else RunSpecs()
             )
-            train = api.download_dataset("train", work_dir)
+            # An evaluation reads its val split only (docs/evaluations.md).
+            evaluating = config.evaluation.enabled
+            train = None if evaluating else api.download_dataset("train", work_dir)
             val = api.download_dataset("val", work_dir) if config.data.val_path else None
         except ValidationError as error:
             raise UsageError(validation_errors(error)) from None
@@ -253,12 +255,15 @@ def _fetch_run(
             logger.error("could not fetch run %s from %s: %s", args.run_id, args.api, error)
             http.set_status("failed", f"could not fetch the run's config or dataset: {error}")
             return None
-    if train is None:
+    if train is None and not evaluating:
         http.set_status("failed", "the run has no train split")
+        return None
+    if evaluating and val is None:
+        http.set_status("failed", "the evaluation has no val split to score")
         return None
     logger.info("run %s: dataset downloaded into %s", args.run_id, work_dir)
     config = config.with_overrides(
-        **{"data.train_path": str(train), "data.val_path": str(val) if val else None}
+        **{"data.train_path": str(train) if train else "", "data.val_path": str(val) if val else None}
     )
     return config, specs
 
@@ -392,10 +397,11 @@ def input_problems(config: RunConfig) -> dict[str, list[str]]:
     problems: dict[str, list[str]] = {}
     if not config.model.path:
         problems["model.path"] = ["no model: set model.path to a Hugging Face model folder"]
-    train = config.data.train_path
-    if not train:
+    # An evaluation reads data.val_path only, which RunConfig requires of it.
+    train = None if config.evaluation.enabled else config.data.train_path
+    if train == "":
         problems["data.train_path"] = ["no training data: set data.train_path to a parquet file"]
-    elif not Path(train).is_file():
+    elif train is not None and not Path(train).is_file():
         problems["data.train_path"] = [f"{train} does not exist: set data.train_path to a parquet file"]
     val = config.data.val_path
     if val and not Path(val).is_file():

@@ -248,6 +248,22 @@ class TrainerConfig(_Section):
     )
 
 
+class EvaluationConfig(_Section):
+    """An evaluation run: the model scored on a split with k samples per prompt, no update
+    (docs/evaluations.md)."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Evaluate instead of training: rollout.n samples of every row of data.val_path "
+        "(at most data.val_max_samples rows), scored, with no update; reports eval/... metrics.",
+    )
+    checkpoint: str | None = Field(
+        default=None,
+        description="A checkpoint folder (step_*) whose policy/ weights are evaluated; none evaluates "
+        "model.path itself.",
+    )
+
+
 class ResourcesConfig(_Section):
     gpus_per_node: int = Field(default=0, ge=0, description="GPUs the run needs on each node.")
     nodes: int = Field(default=1, ge=1, description="Nodes the run spans (verl backend only).")
@@ -287,6 +303,9 @@ class RunConfig(_Section):
     )
     resources: ResourcesConfig = Field(
         default_factory=ResourcesConfig, description="What the run asks the cluster for."
+    )
+    evaluation: EvaluationConfig = Field(
+        default_factory=EvaluationConfig, description="Evaluate a model or checkpoint instead of training."
     )
     report: ReportConfig = Field(
         default_factory=ReportConfig, description="Where results go besides the webapp."
@@ -400,6 +419,7 @@ def cross_field_problems(config: RunConfig) -> list[tuple[str, str]]:
     problems += _batch_problems(config)
     problems += _backend_problems(config)
     problems += _checkpoint_problems(config)
+    problems += _evaluation_problems(config)
     return problems
 
 
@@ -433,7 +453,9 @@ def _preset_problems(config: RunConfig) -> list[tuple[str, str]]:
 
 def _group_problems(config: RunConfig) -> list[tuple[str, str]]:
     estimator, n = config.algorithm.estimator, config.rollout.n
-    problems = []
+    problems: list[tuple[str, str]] = []
+    if config.evaluation.enabled:
+        return problems  # no advantage is computed: any k and any temperature will do
     if estimator in GROUP_NEEDS_TWO and n < 2:
         problems.append(("rollout.n", f"rollout.n must be ≥ 2 for {estimator}: set rollout.n to 2 or more"))
     if estimator in GROUP_ESTIMATORS and n >= 2 and config.rollout.temperature == 0:
@@ -451,7 +473,7 @@ def _batch_problems(config: RunConfig) -> list[tuple[str, str]]:
     problems = []
     trajectories = config.trainer.batch_size * config.rollout.n
     mini = config.optim.mini_batch_size
-    if trajectories % mini:
+    if trajectories % mini and not config.evaluation.enabled:  # an evaluation makes no update
         divisors = ", ".join(str(d) for d in range(1, trajectories + 1) if trajectories % d == 0)
         problems.append(
             (
@@ -496,6 +518,16 @@ def _checkpoint_problems(config: RunConfig) -> list[tuple[str, str]]:
                 "(or set trainer.save_every to 0)",
             )
         ]
+    return []
+
+
+def _evaluation_problems(config: RunConfig) -> list[tuple[str, str]]:
+    evaluation = config.evaluation
+    if evaluation.checkpoint and not evaluation.enabled:
+        return [("evaluation.checkpoint", "a checkpoint is only read by an evaluation: set evaluation.enabled "
+                 "to true, or set evaluation.checkpoint to none")]  # fmt: skip
+    if evaluation.enabled and not config.data.val_path:
+        return [("data.val_path", "an evaluation scores the rows of data.val_path: set data.val_path")]
     return []
 
 

@@ -85,6 +85,20 @@ VAL_PREFIX = "val/"
 VAL_METRIC = "acc"  # a trajectory's validation score: the reward function's acc, else its reward
 
 
+# What an evaluation run reports once, at its last step (docs/evaluations.md#metrics). k is its
+# samples per prompt (rollout.n); pass@1 and pass@k are the unbiased estimates of trainer.evaluation.
+EVAL_ACC = "eval/acc"  # the mean of every sample's acc (VAL_METRIC's rule)
+EVAL_PASS_AT_1 = "eval/pass@1"
+EVAL_PASS_AT_K = "eval/pass@k"
+EVAL_REWARD_MEAN = "eval/reward_mean"
+EVAL_PROMPTS = "eval/prompts"
+EVAL_K = "eval/k"
+EVAL_KEYS = (EVAL_ACC, EVAL_PASS_AT_1, EVAL_PASS_AT_K, EVAL_REWARD_MEAN, EVAL_PROMPTS, EVAL_K)
+# A sample passes (pass@k; a stored trajectory's success) when its acc is at least this.
+PASS_THRESHOLD = 0.5
+TRAJECTORY_ACC = "acc"  # the trajectory metric an evaluation records each sample's acc under
+
+
 def val_key(task: str, metric: str = VAL_METRIC) -> str:
     """The validation key of one task: ``val/<task>/acc``."""
     return f"{VAL_PREFIX}{task}/{metric}"

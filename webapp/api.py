@@ -272,9 +272,11 @@ def _register_routers() -> None:
     from webapp.datasets.api import router as datasets_router
     from webapp.datasets.api import team_router as datasets_team_router
     from webapp.experiments.api import router as experiments_router
+    from webapp.experiments.evaluations_api import router as evaluations_router
     from webapp.experiments.sweep_api import router as sweeps_router
     from webapp.experiments.trainer_api import router as lifecycle_router
     from webapp.results.api import router as results_router
+    from webapp.results.checkpoints_api import router as checkpoints_router
     from webapp.results.ingest import router as ingest_router
     from webapp.tools.api import router as tools_router
 
@@ -287,6 +289,8 @@ def _register_routers() -> None:
     api.add_router("/t", results_router)
     api.add_router("/t", datasets_team_router)
     api.add_router("/t", tools_router)
+    api.add_router("/t", evaluations_router)
+    api.add_router("/t", checkpoints_router)
 
 
 _register_routers()

@@ -11,6 +11,7 @@ from webapp import health
 from webapp.accounts import views as accounts
 from webapp.api import api
 from webapp.datasets import views as datasets
+from webapp.experiments import evaluations
 from webapp.experiments import artifacts as run_artifacts
 from webapp.experiments import views as experiments
 from webapp.results import views as results
@@ -47,6 +48,7 @@ team_patterns = [
     path("experiments/new/", experiments.new, name="experiment_new"),
     path("experiments/<int:pk>/", experiments.detail, name="experiment"),
     path("experiments/<int:pk>/launch/", experiments.launch, name="experiment_launch"),
+    path("experiments/<int:pk>/evaluate/", evaluations.evaluate, name="experiment_evaluate"),
     path("runs/<int:pk>/", experiments.run_detail, name="run"),
     path("runs/<int:pk>/cancel/", experiments.cancel, name="run_cancel"),
     path("runs/<int:pk>/edit/", experiments.run_edit, name="run_edit"),

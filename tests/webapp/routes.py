@@ -22,8 +22,9 @@ from webapp.accounts.models import ApiToken, Role
 from webapp.datasets import files
 from webapp.datasets.models import Dataset
 from webapp.experiments.artifacts import artifact_root
-from webapp.experiments.models import Experiment, Run, RunStatus, Sweep
-from webapp.results.models import Trajectory
+from webapp.experiments.models import Experiment, Run, RunKind, RunStatus, Sweep
+from webapp.experiments.services import checkpoint_dir
+from webapp.results.models import Checkpoint, Trajectory
 from webapp.tools.models import TeamTool, ToolTrial
 
 PERSONAS = ("anonymous", "outsider", "viewer", "member", "owner")
@@ -134,6 +135,15 @@ def _build_world(folder: Path) -> World:
     for name in ("own run", "other run"):
         assert runs[name].claim(f"host:{name}", claimant_of(name))
     runs["finished run"].finish(RunStatus.SUCCEEDED, "done")
+    # A checkpoint with its folder where the trainer writes it, and an evaluation of it.
+    folder = Path(checkpoint_dir(runs["own run"])) / "step_00000001"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "trainer_state.json").write_text('{"step": 1}')
+    Checkpoint.objects.create(run=runs["own run"], step=1, path=str(folder), size_bytes=11)
+    evaluation = Run.objects.create(
+        experiment=experiment, team=acme, seed=9, status=RunStatus.SUCCEEDED, kind=RunKind.EVALUATION,
+        evaluated_run=runs["own run"], evaluated_step=1, config={"data": {"val_path": f"dataset:{dataset.pk}"}},
+    )  # fmt: skip
     trajectory = Trajectory.objects.create(
         run=runs["own run"],
         uid="t0",
@@ -156,6 +166,7 @@ def _build_world(folder: Path) -> World:
         "group": "g0",
         "mlflow_run": runs["own run"].mlflow_run_id,
         "finished": runs["finished run"].pk,
+        "evaluation": evaluation.pk,
     }
     tokens = {persona: ApiToken.issue(user, "matrix")[1] for persona, user in users.items()}
     artifact = artifact_root(runs["own run"]) / "reports" / "eval.txt"
@@ -263,6 +274,13 @@ PAGES: dict[str, Page] = {
     "experiment_new": Page("write", team(), post="write", data=lambda w: {"name": "x"}),
     "experiment": Page("read", team(pk=_id("experiment"))),
     "experiment_launch": Page("read", team(pk=_id("experiment")), post="write", get=False),
+    "experiment_evaluate": Page(
+        "write",
+        team(pk=_id("experiment")),
+        post="write",
+        data=lambda w: {"dataset": f"dataset:{w.ids['dataset']}", "k": 2, "temperature": 1.0},
+    ),
+    "checkpoint_download": Page("read", team(run_id=_id("run"), step=lambda w: 1)),
     "run": Page("read", team(pk=_id("run"))),
     "run_cancel": Page("read", team(pk=_id("run")), post="write", get=False),
     "compare": Page("read", team()),
@@ -374,7 +392,7 @@ def operations(client: Client) -> list[tuple[str, str, str, dict[str, str]]]:
 
 
 def api_path(world: World, path: str) -> str:
-    values = {"team_slug": world.slug, "run_id": world.ids["run"], "uid": "t0", "split": "train"}
+    values = {"team_slug": world.slug, "run_id": world.ids["run"], "uid": "t0", "split": "train", "step": 1}
     if "/experiments/{pk}" in path:
         values["pk"] = world.ids["experiment"]
     elif "/sweeps/{pk}" in path:
@@ -383,6 +401,8 @@ def api_path(world: World, path: str) -> str:
         values["pk"] = world.ids["tool"]
     elif "/datasets/{pk}" in path:
         values["pk"] = world.ids["dataset"]
+    elif "/evaluations/{pk}" in path:
+        values["pk"] = world.ids["evaluation"]
     return path.format(**values)
 
 
@@ -425,6 +445,7 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     },
     "/api/t/{team_slug}/sweeps/{pk}/cancel": lambda w: None,
     "/api/t/{team_slug}/runs/{run_id}/cancel": lambda w: None,
+    "/api/t/{team_slug}/evaluations": lambda w: {"experiment": w.ids["experiment"], "k": 2},
 }
 API_CALLERS = ("anonymous", "outsider", "viewer", "member", "owner", *RUN_TOKENS)
 

@@ -9,6 +9,9 @@ A run's trainer runs as the service's own user, so a config must not point it at
 - ``data.train_path`` / ``data.val_path`` name usable datasets of the team as ``dataset:<id>``,
   which the trainer downloads over the API: webapp.experiments.checks refuses any other (422).
 
+- ``evaluation`` must be unset: an evaluation's checkpoint folder is the server's choice
+  (webapp.experiments.evaluations), from a checkpoint the run reported.
+
 ``trainer.checkpoint_dir`` is the server's choice at launch (webapp.experiments.services.checkpoint_dir),
 whatever the config says. Refusals carry the field's dotted path, as RunConfig's own checks do.
 """
@@ -50,6 +53,11 @@ def confined(config: RunConfig) -> RunConfig:
         problems.append(
             ("report.jsonl_path", "runs of the web app write no files a config names (their results "
              "are stored by the web app): leave report.jsonl_path empty")
+        )  # fmt: skip
+    if config.evaluation.enabled or config.evaluation.checkpoint:
+        problems.append(
+            ("evaluation.enabled", "an experiment's config trains; an evaluation is made from a checkpoint's "
+             "Evaluate link or POST /api/t/<team>/evaluations, which pick the weights: leave evaluation unset")
         )  # fmt: skip
     model = config.model.path
     folder = model if model in OFFLINE_MODELS else model_folder(model) if model else None

@@ -88,6 +88,15 @@ CLAIMED = (RunStatus.RUNNING, RunStatus.STALLED)  # the statuses of a run its tr
 EXTERNAL_EXECUTOR = "external"
 
 
+class RunKind(models.TextChoices):
+    """What a run does. An evaluation is a run (docs/evaluations.md#an-evaluation-is-a-run): it is
+    launched, claimed, reaped and cancelled as any run, and reports logs, metrics and trajectories
+    through the same contract, so every page that reads a run reads it."""
+
+    TRAINING = "training"
+    EVALUATION = "evaluation"
+
+
 REFUSAL_MESSAGE_MAX = 1000
 
 
@@ -183,6 +192,14 @@ class Run(models.Model):
         null=True, blank=True, help_text="Archived runs are hidden from the runs table by default."
     )
 
+    kind = models.CharField(max_length=10, choices=RunKind.choices, default=RunKind.TRAINING, db_index=True)
+    # An evaluation's model: the checkpoint of evaluated_step of this run, or (none) the experiment's
+    # base model. The checkpoint's folder is in the frozen config (evaluation.checkpoint).
+    evaluated_run = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="evaluations"
+    )
+    evaluated_step = models.IntegerField(null=True, blank=True)
+
     refused_records = models.IntegerField(
         default=0, help_text="Reports of the trainer the server refused (4xx); the trainer dropped them."
     )
@@ -228,6 +245,10 @@ class Run(models.Model):
     @property
     def progress(self) -> float:
         return self.step / self.total_steps if self.total_steps else 0.0
+
+    @property
+    def is_evaluation(self) -> bool:
+        return self.kind == RunKind.EVALUATION
 
     @property
     def is_external(self) -> bool:

@@ -33,6 +33,7 @@ from webapp.experiments.models import (
     LIMITED_EXECUTOR,
     Experiment,
     Run,
+    RunKind,
     RunStatus,
     TeamRunLimit,
     started_count,
@@ -380,7 +381,9 @@ class LaunchRefused(ValueError):
 
 
 def _refuse_active_seeds(experiment: Experiment, seeds: list[int]) -> None:
-    active = experiment.runs.filter(status__in=ACTIVE, seed__in=seeds).exclude(executor=EXTERNAL_EXECUTOR)
+    active = experiment.runs.filter(status__in=ACTIVE, seed__in=seeds, kind=RunKind.TRAINING).exclude(
+        executor=EXTERNAL_EXECUTOR
+    )
     busy = sorted(set(active.values_list("seed", flat=True)))
     if busy:
         raise LaunchRefused(

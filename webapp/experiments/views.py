@@ -21,12 +21,14 @@ from webapp.experiments.access import get_experiment_for_user, get_run_for_user
 from webapp.experiments.artifacts import stored as stored_artifacts
 from webapp.experiments.confine import ConfigRefused
 from webapp.experiments.demo import start_demo
+from webapp.experiments.evaluations import evaluation_summary
 from webapp.experiments.forms import ExperimentForm, RunEditForm, initial_from_config
 from webapp.experiments.logs import log_tail
 from webapp.experiments.models import ACTIVE, Experiment, Run, RunStatus, TeamRunLimit, places_in_line
 from webapp.experiments.sweeps import ordinal
 from webapp.experiments.tasks import cancel_run
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
+from webapp.results.eval_table import evaluation_table
 from webapp.results.summary import summarize
 from webapp.results.views import render_runs_table
 
@@ -208,7 +210,8 @@ def detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
         source = stored_config(experiment.cloned_from.config)[0]
         changes = diff(source, config) if source is not None else None
     context = {"experiment": experiment, "config_yaml": config_yaml, "config_problem": config_problem,
-               "changes": changes, "launch_key": new_launch_key()}  # fmt: skip
+               "changes": changes, "launch_key": new_launch_key(),
+               "evaluations": evaluation_table(experiment)}  # fmt: skip
     return render_runs_table(request, experiment.team, experiment, "experiments/detail.html", context)
 
 
@@ -257,6 +260,7 @@ def _run_context(run: Run, edit_form: RunEditForm | None = None) -> dict[str, An
         "artifacts": stored_artifacts(run),
         "edit_form": edit_form or RunEditForm(initial=initial),
         "place": place_text(run),
+        "evaluation": evaluation_summary(run) if run.is_evaluation else None,
     }
 
 

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
+from django.db.models import QuerySet
 
 from trainer.contract import VAL_METRIC, VAL_PREFIX, val_key
-from webapp.experiments.models import Run, RunStatus
+from webapp.experiments.models import Run, RunKind, RunStatus
 from webapp.results.models import ReferenceResult
 
 MAX_STEP_BUCKETS = 20
@@ -259,10 +260,16 @@ class Matrix:
         return self.cells.get((task, algorithm))
 
 
+def _trained(team: Any) -> QuerySet[Run]:
+    """The team's succeeded training runs: an evaluation scores a model, it is no seed of a training
+    result (docs/evaluations.md#comparing)."""
+    return Run.objects.filter(team=team, status=RunStatus.SUCCEEDED, kind=RunKind.TRAINING)
+
+
 def comparison(team: Any, runs: Sequence[Run] | None = None) -> Matrix:
-    """Task x algorithm over the team's finished runs, or those of ``runs`` (a sweep's), as mean and
-    std over seeds, with the count."""
-    chosen = Run.objects.filter(team=team, status=RunStatus.SUCCEEDED)
+    """Task x algorithm over the team's finished training runs, or those of ``runs`` (a sweep's), as
+    mean and std over seeds, with the count."""
+    chosen = _trained(team)
     if runs is not None:
         chosen = chosen.filter(pk__in=[run.pk for run in runs])
     runs = list(chosen.select_related("experiment").order_by("pk"))
@@ -305,7 +312,7 @@ def reference_tables() -> list[ReferenceTable]:
 
 def best_per_task(team: Any) -> list[RunResult]:
     """For each task, the finished run with the highest final primary validation metric."""
-    runs = list(Run.objects.filter(team=team, status=RunStatus.SUCCEEDED).select_related("experiment"))
+    runs = list(_trained(team).select_related("experiment"))
     best: dict[str, RunResult] = {}
     for result in run_results(runs):
         task = result.run.experiment.task or "(no task)"

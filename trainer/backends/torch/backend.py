@@ -36,11 +36,16 @@ class TorchBackend:
         "trainer.device", "trainer.num_threads",
         "resources.gpus_per_node",  # one GPU at most (see problems), held by the job's entrypoint
         "report.jsonl_path", "report.console",
+        "evaluation.enabled", "evaluation.checkpoint",
     }  # fmt: skip
 
     def train(
         self, config: RunConfig, reporter: Reporter, *, stop_event: threading.Event | None = None
     ) -> Any:
+        if config.evaluation.enabled:
+            from trainer.backends.torch.evaluate import evaluate
+
+            return evaluate(config, reporter, stop_event=stop_event)
         from trainer.backends.torch.loop import train
 
         return train(config, reporter, stop_event=stop_event)

@@ -33,6 +33,10 @@ _REFUSED_WHEN_SET = {
     "trainer.num_threads": "backend verl leaves CPU threads to verl's workers: set trainer.num_threads "
     "to none, or use backend torch",
     # Its metrics leave through MLflow and its trajectories from the Ray workers, not the CLI's reporters.
+    "evaluation.enabled": "backend verl does not evaluate (its trainer always updates): set "
+    "evaluation.enabled to false, or use backend torch for an evaluation",
+    "evaluation.checkpoint": "backend verl does not evaluate checkpoints: set evaluation.checkpoint to none, "
+    "or use backend torch for an evaluation",
     "report.jsonl_path": "backend verl reports to the web app only (metrics through MLflow, trajectories "
     "from the Ray workers): set report.jsonl_path to none, or use backend torch",
 }
