@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from webapp.results import views
+from webapp.results import health_views, views
 
 urlpatterns = [
     path("runs/", views.runs, name="runs"),
@@ -27,4 +27,7 @@ urlpatterns = [
     path("runs/<int:run_id>/groups/<str:group_id>/", views.group, name="rollout_group"),
     path("runs/<int:run_id>/tools/", views.tools, name="run_tools"),
     path("runs/<int:run_id>/prompts/", views.prompts, name="run_prompts"),
+    path("runs/<int:run_id>/time.json", health_views.run_time, name="run_time"),
+    path("health/", health_views.health_settings, name="health_settings"),
+    path("notifications/", health_views.notifications, name="notifications"),
 ]
