@@ -406,8 +406,9 @@ class Run(models.Model):
     def _cancel_message(self, message: str) -> str:
         """A run someone cancelled ends with "cancelled by <user>", whatever the trainer or the
         executor said about how the process went away (SIGTERM, a vanished process group)."""
-        requested = Run.objects.filter(pk=self.pk, cancel_requested=True)
-        requested = requested.values_list("cancelled_by__username", "cancel_reason")
+        requested = Run.objects.filter(pk=self.pk, cancel_requested=True).values_list(
+            "cancelled_by__username", "cancel_reason"
+        )
         username, reason = requested.first() or (None, "")
         return f"cancelled by {username}" if username else reason or message
 

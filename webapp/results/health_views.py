@@ -98,7 +98,7 @@ def health_settings(request: HttpRequest, team_slug: str) -> HttpResponse:
 def notifications(request: HttpRequest, team_slug: str) -> HttpResponse:
     """The member's alerts of this team, newest first; POST marks them read."""
     team = get_team_for_user(request, team_slug)
-    mine = Notification.objects.filter(user=request.user, alert__run__team=team)
+    mine = Notification.objects.filter(user_id=request.user.pk, alert__run__team=team)
     if request.method == "POST":
         # Race: two tabs marking at once; the filter on read_at makes the second change nothing.
         mine.filter(read_at__isnull=True).update(read_at=timezone.now())
