@@ -33,7 +33,9 @@
     box.textContent = "";
     const stack = stacked(data);
     state.plot = new uPlot({ width: width, height: 260, series: stack.series,
-      axes: [{ label: "training step" }, { label: "seconds" }], scales: { x: { time: false } } }, stack.data, box);
+      axes: [{ label: "training step" }, { label: "seconds" }],
+      // Bars stand on zero, whatever the smallest step.
+      scales: { x: { time: false }, y: { range: (u, min, max) => [0, max > 0 ? max * 1.05 : 1] } } }, stack.data, box);
     if (data.tokens_per_s.some((v) => v != null)) {
       state.tokens = new uPlot({ width: width, height: 160, scales: { x: { time: false } },
         axes: [{ label: "training step" }, { label: "tokens / s" }],

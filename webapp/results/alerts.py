@@ -23,7 +23,6 @@ from trainer.tools.allowlist import OutboundRefused
 from trainer.tools.http import HttpToolError, post_checked
 from webapp.experiments.models import Run
 from webapp.guarded import guarded_update
-from webapp.results.health_checks import CHECKS
 from webapp.results.models import AlertChannels, HealthAlert
 from webapp.tools.models import outbound_policy
 
@@ -41,7 +40,7 @@ def step_url(alert: HealthAlert) -> str:
 
 
 def summary(alert: HealthAlert) -> str:
-    label = CHECKS.get(alert.check_name).label if alert.check_name in CHECKS else alert.check_name
+    label = alert.check_label
     stopped = " The run was stopped." if alert.stopped_run else ""
     return (
         f"{label} on run {alert.run} (#{alert.run.pk}) since step {alert.step}: "
@@ -70,11 +69,8 @@ def stop_run(run: Run, alert: HealthAlert) -> None:
     """The existing cancel path, with the check named as the reason."""
     from webapp.experiments.tasks import cancel_run
 
-    label = CHECKS.get(alert.check_name).label
-    if (
-        run.request_cancel(reason=f"stopped by the health check {label!r} at step {alert.step}")
-        and not run.is_terminal
-    ):
+    reason = f"stopped by the health check {alert.check_label!r} at step {alert.step}"
+    if run.request_cancel(reason=reason) and not run.is_terminal:
         cancel_run.delay_on_commit(run.pk)
 
 

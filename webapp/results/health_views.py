@@ -98,13 +98,17 @@ def health_settings(request: HttpRequest, team_slug: str) -> HttpResponse:
 def notifications(request: HttpRequest, team_slug: str) -> HttpResponse:
     """The member's alerts of this team, newest first; POST marks them read."""
     team = get_team_for_user(request, team_slug)
-    mine = Notification.objects.filter(user_id=request.user.pk, alert__run__team=team)
+    mine = _notifications_of(request.user, team)
     if request.method == "POST":
         # Race: two tabs marking at once; the filter on read_at makes the second change nothing.
         mine.filter(read_at__isnull=True).update(read_at=timezone.now())
         return redirect("notifications", team_slug=team.slug)
     shown = mine.select_related("alert__run")[:MAX_SHOWN_ALERTS]
     return render(request, "results/notifications.html", {"team": team, "notes": shown})
+
+
+def _notifications_of(user: Any, team: Team) -> Any:
+    return Notification.objects.filter(user=user, alert__run__team=team)
 
 
 @login_required

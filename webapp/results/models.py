@@ -414,6 +414,12 @@ class HealthAlert(models.Model):
         ]
         ordering = ["-created", "-id"]
 
+    @property
+    def check_label(self) -> str:
+        from webapp.results.health_checks import CHECKS
+
+        return CHECKS.get(self.check_name).label if self.check_name in CHECKS else self.check_name
+
 
 class Notification(models.Model):
     """An alert in a member's in-app list."""
