@@ -62,7 +62,7 @@ def test_the_run_page_the_runs_table_and_the_alert_list_show_a_firing_check(
     assert timing["series"] == {TIMING_GENERATE_S: [1.25], TIMING_REWARD_S: [0.25], "waiting": [0.5]}
 
     alerts = client.get(reverse("notifications", args=[slug])).content.decode()
-    assert "kl_blowup" in alerts and "new" in alerts
+    assert "KL blow-up" in alerts and "new" in alerts
     client.post(reverse("notifications", args=[slug]))
     assert not Notification.objects.filter(user=personas["bob"], read_at__isnull=True).exists()
     assert Notification.objects.filter(user=personas["alice"], read_at__isnull=True).count() == 1
