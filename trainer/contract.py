@@ -79,8 +79,27 @@ TIMING_ROLLOUT_S = "timing/rollout_s"
 TIMING_UPDATE_S = "timing/update_s"
 TIMING_STEP_S = "timing/step_s"
 TIMING_VAL_S = "timing/val_s"
+# Where a step's time goes (docs/health.md#time-breakdown): both backends report these parts of
+# timing/step_s; what they leave unexplained is shown as waiting.
+TIMING_GENERATE_S = "timing/generate_s"  # the model generating (engine or vLLM busy)
+TIMING_ENV_S = "timing/env_s"  # environments and tools, between generations
+TIMING_REWARD_S = "timing/reward_s"  # the reward function
+TIMING_OLD_LOG_PROB_S = "timing/old_log_prob_s"  # the no-grad pass for π_old
+TIMING_REF_S = "timing/ref_s"  # the reference model's pass
+TIMING_VALUES_S = "timing/values_s"  # the critic's no-grad pass
+TIMING_ADV_S = "timing/adv_s"  # the advantage estimator
+TIMING_UPDATE_CRITIC_S = "timing/update_critic_s"
+TIMING_UPDATE_ACTOR_S = "timing/update_actor_s"
+TIMING_SYNC_WEIGHTS_S = "timing/sync_weights_s"  # verl: new weights to the rollout servers
+TIMING_CHECKPOINT_S = "timing/checkpoint_s"
+TIME_BREAKDOWN_KEYS: tuple[str, ...] = (
+    TIMING_GENERATE_S, TIMING_ENV_S, TIMING_REWARD_S, TIMING_OLD_LOG_PROB_S, TIMING_REF_S, TIMING_VALUES_S,
+    TIMING_ADV_S, TIMING_UPDATE_CRITIC_S, TIMING_UPDATE_ACTOR_S, TIMING_SYNC_WEIGHTS_S, TIMING_CHECKPOINT_S,
+)  # fmt: skip
 PERF_SAMPLES_PER_S = "perf/samples_per_s"
 PERF_GENERATED_TOKENS = "perf/generated_tokens"
+PERF_TOKENS_PER_S = "perf/tokens_per_s"  # generated tokens per second of generation time
+ROLLOUT_ZERO_VARIANCE_GROUPS = "rollout/zero_variance_groups"  # share of groups whose rewards are all equal
 VAL_PREFIX = "val/"
 VAL_METRIC = "acc"  # a trajectory's validation score: the reward function's acc, else its reward
 
@@ -119,6 +138,21 @@ VERL_KEY_ALIASES: Mapping[str, str] = {
     "timing_s/gen": TIMING_ROLLOUT_S,
     "timing_s/step": TIMING_STEP_S,
     "timing_s/testing": TIMING_VAL_S,
+    # verl's phases: the marked_timer names of trainer/ppo/v1/trainer_base.py and ray_trainer.py (its
+    # reference pass is str(Role.RefPolicy), "ref"); the agent loop's per-trajectory means of
+    # experimental/agent_loop/agent_loop.py reach timing_s/ only through ray_trainer.py
+    # (docs/health.md#time-breakdown).
+    "timing_s/agent_loop/generate_sequences/mean": TIMING_GENERATE_S,
+    "timing_s/agent_loop/tool_calls/mean": TIMING_ENV_S,
+    "timing_s/reward": TIMING_REWARD_S,
+    "timing_s/old_log_prob": TIMING_OLD_LOG_PROB_S,
+    "timing_s/ref": TIMING_REF_S,
+    "timing_s/values": TIMING_VALUES_S,
+    "timing_s/adv": TIMING_ADV_S,
+    "timing_s/update_critic": TIMING_UPDATE_CRITIC_S,
+    "timing_s/update_actor": TIMING_UPDATE_ACTOR_S,
+    "timing_s/update_weights": TIMING_SYNC_WEIGHTS_S,
+    "timing_s/save_checkpoint": TIMING_CHECKPOINT_S,
 }
 # verl's validation key: val-core/<data_source>/<var>/mean@N, where var is acc when the reward
 # function gives one, else reward (our rule for val/<task>/acc too) and N the samples per prompt;

@@ -22,6 +22,7 @@ from trainer.contract import (
     REWARD_MIN,
     REWARD_STD,
     ROLLOUT_EMPTY_TRAJECTORIES,
+    ROLLOUT_ZERO_VARIANCE_GROUPS,
     TOOLS_CALLS_PER_TRAJ,
     TOOLS_ERROR_RATE,
     TOOLS_MALFORMED_RATE,
@@ -141,7 +142,20 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         NUM_TURNS_MEAN: _mean([float(len(t.steps)) for t in trajectories]),
         ROLLOUT_EMPTY_TRAJECTORIES: float(sum(not t.steps for t in trajectories)),
         REWARD_ERRORS: float(sum("reward_error" in s.info for t in trajectories for s in t.steps)),
+        ROLLOUT_ZERO_VARIANCE_GROUPS: zero_variance_share(trajectories),
     }
+
+
+def zero_variance_share(trajectories: Sequence[Trajectory]) -> float:
+    """The share of groups (of two or more samples) whose rewards are all equal: their advantages are
+    zero under GRPO-like estimators, so they teach nothing (docs/health.md#checks)."""
+    groups: dict[str, set[float]] = {}
+    sizes: dict[str, int] = {}
+    for trajectory in trajectories:
+        groups.setdefault(trajectory.group_id, set()).add(trajectory.total_reward)
+        sizes[trajectory.group_id] = sizes.get(trajectory.group_id, 0) + 1
+    judged = [group for group, size in sizes.items() if size > 1]
+    return sum(len(groups[group]) == 1 for group in judged) / len(judged) if judged else 0.0
 
 
 def accuracy(trajectory: Trajectory) -> float:

@@ -295,6 +295,11 @@ PAGES: dict[str, Page] = {
     "rollout_group": Page("read", team(run_id=_id("run"), group_id=_id("group"))),
     "run_tools": Page("read", team(run_id=_id("run"))),
     "run_prompts": Page("read", team(run_id=_id("run"))),
+    "run_time": Page("read", team(run_id=_id("run"))),
+    "health_settings": Page(
+        "read", team(), post="owner", data=lambda w: {"kl_blowup-enabled": "on", "kl_blowup-threshold": "2"}
+    ),
+    "notifications": Page("read", team(), post="read"),
     "mlflow_browse": Page("public"),
     "mlflow_open": Page("read", query="?run={mlflow_run}"),
     "password_change": Page("user", post="user"),

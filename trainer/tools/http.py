@@ -236,6 +236,9 @@ def _post_sync(
         return response.status_code, b"".join(chunks)
 
 
+post_checked = _post_sync  # the same checked POST for the web app's own outbound calls (alert webhooks)
+
+
 def remote_reward(spec: TeamRewardSpec, policy: OutboundPolicy | None = None) -> RewardFn:
     """A reward function that POSTs ``{data_source, response, ground_truth, extra_info}`` to the
     spec's endpoint and reads ``{"score": x, ...}`` (or a bare number) back, with ``retries`` more

@@ -183,6 +183,11 @@ class Run(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
         help_text="Who asked for the cancel; the run's final message names them.",
     )  # fmt: skip
+    cancel_reason = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Why the product cancelled it (a health check), when no user did.",
+    )
     # The user's own bookkeeping (the runs table): never read by the executor or the reaper.
     labels = ArrayField(
         models.CharField(max_length=MAX_LABEL_LENGTH), default=list, blank=True, help_text="The run's tags."
@@ -450,25 +455,32 @@ class Run(models.Model):
         """A run someone cancelled ends with "cancelled by <user>", whatever the trainer or the
         executor said about how the process went away (SIGTERM, a vanished process group)."""
         requested = Run.objects.filter(pk=self.pk, cancel_requested=True).values_list(
-            "cancelled_by__username", flat=True
+            "cancelled_by__username", "cancel_reason"
         )
-        username = requested.first()
-        return f"cancelled by {username}" if username else message
+        username, reason = requested.first() or (None, "")
+        return f"cancelled by {username}" if username else reason or message
 
-    def request_cancel(self, by: Any = None) -> bool:
-        """Ask for cancellation on behalf of the user ``by``; a run that never started is cancelled at once."""
+    def request_cancel(self, by: Any = None, reason: str = "") -> bool:
+        """Ask for cancellation on behalf of the user ``by`` (or for ``reason``, when the product asks);
+        a run that never started is cancelled at once."""
         # Race: cancelling a draft/queued run while the launcher picks it up; the launcher's
         # mark_starting then finds it cancelled and does nothing.
         now = timezone.now()
         who = by if by is not None and by.is_authenticated else None
-        message = f"cancelled by {who.username} before it started" if who else "cancelled before it started"
+        message = (
+            f"cancelled by {who.username} before it started"
+            if who
+            else reason or "cancelled before it started"
+        )
+        reason = reason[:200]
         if self._transition((RunStatus.DRAFT, RunStatus.QUEUED), status=RunStatus.CANCELLED, cancel_requested=True,
-                            cancel_requested_at=now, finished_at=now, message=message, cancelled_by=who):  # fmt: skip
+                            cancel_requested_at=now, finished_at=now, message=message, cancelled_by=who,
+                            cancel_reason=reason):  # fmt: skip
             return True
         # Race: a second cancel (another user, a double click) must not change who cancelled or
         # restart the grace period; the request already stands.
         Run.objects.filter(pk=self.pk, status__in=ACTIVE, cancel_requested=False).update(
-            cancel_requested=True, cancel_requested_at=now, cancelled_by=who
+            cancel_requested=True, cancel_requested_at=now, cancelled_by=who, cancel_reason=reason
         )
         self.refresh_from_db()
         return self.status in ACTIVE and self.cancel_requested

@@ -27,7 +27,7 @@ from trainer.contract import (
     TrajectoryBatch,
 )
 from webapp.api import RunTokenAuth, api, get_run_for_claimant, route
-from webapp.results import metrics_store, rollouts
+from webapp.results import health, metrics_store, rollouts
 from webapp.results.metrics_store import BadBatch
 from webapp.results.models import Checkpoint
 from webapp.results.models import LogChunk as StoredLogChunk
@@ -65,6 +65,8 @@ def post_metrics(request: HttpRequest, run_id: int) -> dict[str, Any]:
     if points:
         # A trainer draining a backlog of metrics is alive and working (docs/reliability.md#stalls).
         run.note_progress(max(point["step"] for point in points))
+    if not result.duplicate_batch:
+        health.observe(run, metrics_store.with_our_keys(points))  # docs/health.md#at-ingestion
     return {"stored": result.stored, "skipped": result.skipped, "duplicate": result.duplicate_batch}
 
 

@@ -34,6 +34,7 @@ from django.db.models import (
     FilteredRelation,
     FloatField,
     Func,
+    IntegerField,
     Max,
     Min,
     OuterRef,
@@ -51,7 +52,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from webapp.experiments.models import Run, RunParam, RunStatus
 from webapp.results import metrics_store
-from webapp.results.models import SUMMARY_WIDTHS, MetricSummary
+from webapp.results.models import SUMMARY_WIDTHS, MetricSummary, RunHealth
 
 PAGE_SIZE = 50
 MAX_COLUMNS = 40
@@ -167,6 +168,12 @@ def _duration() -> Any:
     )
 
 
+def _health_firing() -> Any:
+    """How many health checks fire on the run (docs/health.md#checks)."""
+    firing = RunHealth.objects.filter(run=OuterRef("pk"), firing=True).values("run").annotate(n=Count("pk"))
+    return Coalesce(Subquery(firing.values("n"), output_field=IntegerField()), 0)
+
+
 _ATTRIBUTE_EXPRESSIONS: Mapping[str, Any] = {
     "name": lambda: F("name"),
     "status": lambda: F("status"),
@@ -182,6 +189,7 @@ _ATTRIBUTE_EXPRESSIONS: Mapping[str, Any] = {
     "executor": lambda: F("executor"),
     "tags": lambda: F("labels"),
     "note": lambda: F("note"),
+    "health": _health_firing,
 }
 
 ATTRIBUTES: Mapping[str, Column] = {
@@ -201,6 +209,7 @@ ATTRIBUTES: Mapping[str, Column] = {
         Column("executor", "Executor", TEXT, "attribute", groupable=True),
         Column("tags", "Tags", TAGS, "attribute"),
         Column("note", "Note", TEXT, "attribute"),
+        Column("health", "Health", NUMBER, "attribute", aggregate=False),
     )
 }
 
@@ -243,7 +252,7 @@ def default_column_ids(task: str | None) -> list[str]:
     validation accuracy."""
     from trainer.contract import REWARD_MEAN, val_key
 
-    ids = ["name", "status"]
+    ids = ["name", "status", "health"]
     ids += ["preset", "task", "seed"] if task else ["experiment", "preset", "task", "seed"]
     ids += ["started", "duration", "steps", f"last:{REWARD_MEAN}", f"max:{REWARD_MEAN}"]
     if task:

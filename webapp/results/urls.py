@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from webapp.results import checkpoints, views
+from webapp.results import checkpoints, health_views, views
 
 urlpatterns = [
     path("runs/", views.runs, name="runs"),
@@ -30,4 +30,7 @@ urlpatterns = [
     path(
         "runs/<int:run_id>/checkpoints/<int:step>/download/", checkpoints.download, name="checkpoint_download"
     ),
+    path("runs/<int:run_id>/time.json", health_views.run_time, name="run_time"),
+    path("health/", health_views.health_settings, name="health_settings"),
+    path("notifications/", health_views.notifications, name="notifications"),
 ]

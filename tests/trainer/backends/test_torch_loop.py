@@ -16,6 +16,19 @@ from trainer.backends.torch.checkpoint import latest_checkpoint
 from trainer.backends.torch.data import batch_for_step, load_rows
 from trainer.backends.torch.loop import setup_run, train, train_step
 from trainer.config import RunConfig
+from trainer.contract import (
+    PERF_GENERATED_TOKENS,
+    PERF_TOKENS_PER_S,
+    TIME_BREAKDOWN_KEYS,
+    TIMING_ADV_S,
+    TIMING_CHECKPOINT_S,
+    TIMING_ENV_S,
+    TIMING_GENERATE_S,
+    TIMING_OLD_LOG_PROB_S,
+    TIMING_REWARD_S,
+    TIMING_STEP_S,
+    TIMING_UPDATE_ACTOR_S,
+)
 from trainer.registry import Registry
 from trainer.report.reporters import MemoryReporter
 from trainer.rewards import REWARDS
@@ -73,6 +86,19 @@ def test_it_reports_metrics_trajectories_and_heartbeats_every_step(
                 "response_length/mean", "num_turns/mean", "perf/samples_per_s", "tools/error_rate"):  # fmt: skip
         assert key in reporter.metrics[-1][1], key
     assert reporter.heartbeats == [(0, 2), (1, 2), (2, 2)]
+    # Where the step's time went (docs/health.md#time-breakdown): the parts a GRPO step has, within it.
+    last = reporter.metrics[-1][1]
+    parts = [
+        TIMING_GENERATE_S,
+        TIMING_ENV_S,
+        TIMING_REWARD_S,
+        TIMING_OLD_LOG_PROB_S,
+        TIMING_ADV_S,
+        TIMING_UPDATE_ACTOR_S,
+    ]
+    assert all(last[key] >= 0 for key in parts) and last[TIMING_GENERATE_S] > 0
+    assert sum(last[key] for key in TIME_BREAKDOWN_KEYS if key in last) <= last[TIMING_STEP_S]
+    assert last[PERF_TOKENS_PER_S] == pytest.approx(last[PERF_GENERATED_TOKENS] / last[TIMING_GENERATE_S])
     step, trajectories = reporter.trajectories[0]
     assert step == 1 and len(trajectories) == 4
     assert [t.group_id for t in trajectories] == ["step1-p0", "step1-p0", "step1-p1", "step1-p1"]
@@ -109,7 +135,9 @@ def test_a_resumed_run_continues_exactly_where_it_stopped(
     train(interrupted, first)
     result = train(interrupted.with_overrides(**{"trainer.total_steps": 3}), second)
 
-    assert [step for step, _ in second.metrics] == [3]
+    assert [step for step, metrics in second.metrics if TIMING_STEP_S in metrics] == [
+        3
+    ]  # then its checkpoint's time
     assert result.last_step == 3 and result.steps_run == 1
     assert second.heartbeats[0] == (2, 3)
     for key in ("reward/mean", "actor/pg_loss", "actor/grad_norm", "actor/entropy"):
@@ -147,6 +175,7 @@ def test_checkpoints_hold_the_weights_only_and_only_the_newest_k_are_kept(
         assert not (folder / "optimizer.pt").exists() and not (folder / "rng.pt").exists()
     saved = [(r.step, r.size_bytes) for r in reporter.checkpoint_records if not r.deleted]
     assert [step for step, _ in saved] == [1, 2, 3]
+    assert [step for step, seconds in reporter.series(TIMING_CHECKPOINT_S) if seconds > 0] == [1, 2, 3]
     weights_bytes = (root / "step_00000003" / "policy" / "model.safetensors").stat().st_size
     assert all(size is not None and size > weights_bytes for _, size in saved)
     assert [(r.step, Path(r.path).name) for r in reporter.checkpoint_records if r.deleted] == [

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,6 +92,7 @@ class TorchGenerationEngine:
         self._arrived: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
         self.stats = {"batches": 0, "requests": 0, "generated_tokens": 0}
+        self.busy_s = 0.0  # wall time spent generating, so a step can tell it from env and tool time
 
     # -- asyncio side -------------------------------------------------------------------------
 
@@ -178,11 +180,13 @@ class TorchGenerationEngine:
         )
         was_training = self.model.training
         self.model.eval()
+        started = time.perf_counter()
         try:
             with torch.no_grad():
                 results = self._decode(prompts, sampling, limits)
         finally:
             self.model.train(was_training)
+            self.busy_s += time.perf_counter() - started
         self.stats["batches"] += 1
         self.stats["requests"] += len(prompts)
         self.stats["generated_tokens"] += sum(len(g.token_ids) for g in results)

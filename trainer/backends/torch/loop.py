@@ -29,6 +29,7 @@ from trainer.backends.torch.data import Row, batch_for_step, load_rows
 from trainer.backends.torch.engine import TorchGenerationEngine
 from trainer.backends.torch.optim import adamw
 from trainer.backends.torch.rollout import rollout
+from trainer.backends.torch.timing import timed
 from trainer.backends.torch.update import (
     Models,
     is_on_policy,
@@ -40,6 +41,11 @@ from trainer.contract import (
     ACTOR_LR,
     PERF_GENERATED_TOKENS,
     PERF_SAMPLES_PER_S,
+    PERF_TOKENS_PER_S,
+    TIMING_CHECKPOINT_S,
+    TIMING_ENV_S,
+    TIMING_GENERATE_S,
+    TIMING_REWARD_S,
     TIMING_ROLLOUT_S,
     TIMING_STEP_S,
     TIMING_UPDATE_S,
@@ -218,7 +224,7 @@ def set_learning_rates(run: Run, step: int) -> float:
 
 def train_step(run: Run, step: int, reporter: Reporter) -> dict[str, float]:
     config = run.config
-    started = time.perf_counter()
+    started, generating = time.perf_counter(), run.engine.busy_s
     prompts = batch_for_step(
         run.train_rows, step, config.trainer.batch_size, seed=config.trainer.seed, shuffle=config.data.shuffle
     )
@@ -233,9 +239,12 @@ def train_step(run: Run, step: int, reporter: Reporter) -> dict[str, float]:
         tag=f"step{step}",
     )
     rollout_s = time.perf_counter() - started
+    generate_s = run.engine.busy_s - generating  # the rest of the rollout: envs and tools
+    timings = {TIMING_GENERATE_S: generate_s, TIMING_ENV_S: max(0.0, rollout_s - generate_s)}
     # 2. reward: the reward function scores every final answer
-    score_rewards(trajectories, prompts, config.rollout.n)
-    metrics = rollout_metrics(trajectories)
+    with timed(timings, TIMING_REWARD_S):
+        score_rewards(trajectories, prompts, config.rollout.n)
+    metrics = rollout_metrics(trajectories) | timings
     updated = time.perf_counter()
     trainable = [t for t in trajectories if t.steps]
     if trainable:
@@ -251,13 +260,15 @@ def train_step(run: Run, step: int, reporter: Reporter) -> dict[str, float]:
         )
     update_s = time.perf_counter() - updated
     # 5. log
+    generated = float(sum(len(s.response_ids) for t in trajectories for s in t.steps))
     metrics.update(
         {
             TIMING_ROLLOUT_S: rollout_s,
             TIMING_UPDATE_S: update_s,
             TIMING_STEP_S: time.perf_counter() - started,
             PERF_SAMPLES_PER_S: len(trajectories) / max(rollout_s + update_s, 1e-9),
-            PERF_GENERATED_TOKENS: float(sum(len(s.response_ids) for t in trajectories for s in t.steps)),
+            PERF_GENERATED_TOKENS: generated,
+            PERF_TOKENS_PER_S: generated / generate_s if generate_s > 0 else 0.0,
         }
     )
     reporter.log_metrics(step, metrics)
@@ -357,7 +368,12 @@ def train(config: RunConfig, reporter: Reporter, *, stop_event: threading.Event 
             reporter.log_metrics(step, val_metrics)
             run.last_metrics.update(val_metrics)
         if _is_due(step, config.trainer.save_every, total):
-            checkpoint = _save(run, step, reporter)
+            # After the step's own time was taken: stacked on top of it (docs/health.md#time-breakdown).
+            saving: dict[str, float] = {}
+            with timed(saving, TIMING_CHECKPOINT_S):
+                checkpoint = _save(run, step, reporter)
+            if checkpoint is not None:
+                reporter.log_metrics(step, saving)
         reporter.heartbeat(step, total)
     return TrainResult("succeeded", last_step, last_step - run.start_step + 1, run.last_metrics, checkpoint)
 

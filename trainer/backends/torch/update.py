@@ -17,7 +17,17 @@ from transformers import DynamicCache
 
 from trainer.algos import ESTIMATORS, POLICY_LOSSES, agg_loss, kl_penalty, value_loss
 from trainer.backends.torch.batch import Inputs, SharedPrefixInputs, StepRows, micro_batches, model_inputs
-from trainer.contract import ACTOR_GRAD_NORM, CRITIC_VALUE_LOSS
+from trainer.backends.torch.timing import timed
+from trainer.contract import (
+    ACTOR_GRAD_NORM,
+    CRITIC_VALUE_LOSS,
+    TIMING_ADV_S,
+    TIMING_OLD_LOG_PROB_S,
+    TIMING_REF_S,
+    TIMING_UPDATE_ACTOR_S,
+    TIMING_UPDATE_CRITIC_S,
+    TIMING_VALUES_S,
+)
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -243,21 +253,24 @@ def prepare_update(rows: StepRows, models: Models, config: RunConfig) -> Prepare
     metrics: dict[str, float] = {}
     values = None
     if models.critic is not None:
-        values = batch_values(models.critic, rows, models, micro_batch_size=micro)
+        with timed(metrics, TIMING_VALUES_S):
+            values = batch_values(models.critic, rows, models, micro_batch_size=micro)
     token_rewards = rows.token_rewards()
     old = ref = None
     if kl_enabled(config, "reward") and models.has_reference:
-        old = batch_log_probs(
-            models.policy, rows, all_rows, models, micro_batch_size=micro, temperature=temperature
-        )
-        with models.reference_model() as reference:
+        with timed(metrics, TIMING_OLD_LOG_PROB_S):
+            old = batch_log_probs(
+                models.policy, rows, all_rows, models, micro_batch_size=micro, temperature=temperature
+            )
+        with timed(metrics, TIMING_REF_S), models.reference_model() as reference:
             ref = batch_log_probs(
                 reference, rows, all_rows, models, micro_batch_size=micro, temperature=temperature
             )
         kl = kl_penalty(old, ref, kind=config.algorithm.kl_kind) * rows.response_mask
         token_rewards = token_rewards - config.algorithm.kl_coef * kl
         metrics["actor/reward_kl"] = float(kl.sum() / rows.response_mask.sum().clamp(min=1))
-    advantages, returns = _estimate(rows, token_rewards, values, config)
+    with timed(metrics, TIMING_ADV_S):
+        advantages, returns = _estimate(rows, token_rewards, values, config)
     live = list(range(len(rows.trajectories)))
     if config.algorithm.skip_zero_advantage_groups:
         skipped = zero_advantage_trajectories(rows, advantages)
@@ -268,11 +281,12 @@ def prepare_update(rows: StepRows, models: Models, config: RunConfig) -> Prepare
     recompute_old = old is None and bool(live) and not is_on_policy(config, len(live))
     metrics["actor/old_log_prob_pass"] = float(recompute_old or old is not None)
     if recompute_old:
-        old = batch_log_probs(
-            models.policy, rows, live_rows, models, micro_batch_size=micro, temperature=temperature
-        )
+        with timed(metrics, TIMING_OLD_LOG_PROB_S):
+            old = batch_log_probs(
+                models.policy, rows, live_rows, models, micro_batch_size=micro, temperature=temperature
+            )
     if ref is None and live and kl_enabled(config, "loss") and models.has_reference:
-        with models.reference_model() as reference:
+        with timed(metrics, TIMING_REF_S), models.reference_model() as reference:
             ref = batch_log_probs(
                 reference, rows, live_rows, models, micro_batch_size=micro, temperature=temperature
             )
@@ -459,9 +473,11 @@ def update_policy(
     """The critic update, then the actor update on the trajectories that carry a learning signal."""
     metrics = dict(prepared.metrics)
     metrics.update(_advantage_metrics(rows, prepared))
-    metrics.update(update_critic(rows, prepared, models, config, generator=generator))
+    with timed(metrics, TIMING_UPDATE_CRITIC_S):
+        metrics.update(update_critic(rows, prepared, models, config, generator=generator))
     if prepared.live:
-        metrics.update(update_actor(rows, prepared, models, config, generator=generator))
+        with timed(metrics, TIMING_UPDATE_ACTOR_S):
+            metrics.update(update_actor(rows, prepared, models, config, generator=generator))
     else:
         logger.info("every group has zero advantages: no actor update this step")
         metrics["actor/updates"] = 0.0

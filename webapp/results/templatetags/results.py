@@ -125,6 +125,11 @@ def _cell_html(cell: Any, run: Any, team_slug: str, name: str) -> str:
         return f'<a href="{url}">{escape(cell.text)}</a>'
     if column == "tags":
         return " ".join(f'<span class="tag">{escape(label)}</span>' for label in cell.value or ())
+    if column == "health":
+        if not cell.value:
+            return '<span class="health-ok">ok</span>'
+        url = escape(reverse("run", args=[team_slug, run.pk]))
+        return f'<a class="badge danger" href="{url}#health">{int(cell.value)} firing</a>'
     if column == "note":
         short = cell.text if len(cell.text) <= 60 else cell.text[:59] + "…"
         return f'<span title="{escape(cell.text)}">{escape(short)}</span>'
@@ -143,3 +148,11 @@ def clip(value: Any, limit: int = SHOWN_TEXT_MAX) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}\n… {len(text) - limit:,} more characters (the REST API returns the whole text)"
+
+
+@register.inclusion_tag("results/_health_panel.html", takes_context=True)
+def health_panel(context: Any, run: Any) -> dict[str, Any]:
+    """Every health check's state on the run (docs/health.md#checks)."""
+    from webapp.results.health import panel
+
+    return {"team": context["team"], "run": run, "rows": panel(run)}

@@ -1,0 +1,154 @@
+"""Health checks as a run reports (docs/health.md#at-ingestion): each metric batch moves the windows
+of the checks that watch its keys and records each check's verdict on the run.
+
+A check that starts firing opens an *episode*: one :class:`HealthAlert` row (unique per run, check and
+episode), the in-app notifications of the team's members, one delivery task for the webhook and the
+email, and, where the team asked for it, a cancel of the run. A check that stops firing closes the
+episode; firing again opens the next.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from webapp.accounts.models import Team
+from webapp.experiments.models import Run
+from webapp.results.health_checks import (
+    CHECKS,
+    NON_FINITE_KEY,
+    Context,
+    HealthCheck,
+    Point,
+    all_checks,
+    merge_window,
+)
+from webapp.results.models import HealthAlert, HealthRule, Notification, RunHealth
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A check as one team runs it."""
+
+    check: HealthCheck
+    enabled: bool
+    threshold: float
+    stop_run: bool
+
+
+def team_rules(team: Team) -> dict[str, Rule]:
+    """Every check with the team's setting, the check's defaults where the team set nothing."""
+    stored = {rule.check_name: rule for rule in HealthRule.objects.filter(team=team)}
+    rules: dict[str, Rule] = {}
+    for health_check in all_checks():
+        row = stored.get(health_check.name)
+        rules[health_check.name] = (
+            Rule(health_check, row.enabled, row.threshold, row.stop_run)
+            if row
+            else Rule(health_check, True, health_check.threshold, False)
+        )
+    return rules
+
+
+def save_rule(team: Team, name: str, *, enabled: bool, threshold: float, stop_run: bool) -> None:
+    CHECKS.get(name)  # RegistryError for a name that is no check
+    # Race: two owners saving at once; the unique constraint keeps one row and the last write wins.
+    HealthRule.objects.update_or_create(
+        team=team,
+        check_name=name,
+        defaults={"enabled": enabled, "threshold": threshold, "stop_run": stop_run},
+    )
+
+
+def series_of(points: Iterable[Mapping[str, Any]]) -> dict[str, list[Point]]:
+    """A batch's points by key, in step order, with the derived count of non-finite values per step."""
+    series: dict[str, list[Point]] = defaultdict(list)
+    non_finite: dict[int, int] = {}
+    for point in points:
+        step, value = point["step"], point["value"]
+        series[point["key"]].append((step, value))
+        non_finite[step] = non_finite.get(step, 0) + (not math.isfinite(value))
+    for points_of_key in series.values():
+        points_of_key.sort(key=lambda point: point[0])
+    series[NON_FINITE_KEY] = sorted((step, float(count)) for step, count in non_finite.items())
+    return series
+
+
+def context_of(run: Run) -> Context:
+    data = run.config.get("data") if isinstance(run.config, dict) else None
+    limit = data.get("max_response_length") if isinstance(data, dict) else None
+    return Context(max_response_length=limit if isinstance(limit, int) and limit > 0 else None)
+
+
+def observe(run: Run, points: Sequence[Mapping[str, Any]]) -> list[HealthAlert]:
+    """Judge the new points of one batch; the alerts of the episodes they opened."""
+    if not points:
+        return []
+    new = series_of(points)
+    rules = [rule for rule in team_rules(run.team).values() if rule.enabled]
+    touched = [rule for rule in rules if any(rule.check.watches(key) for key in new)]
+    if not touched:
+        return []
+    context = context_of(run)
+    names = [rule.check.name for rule in touched]
+    with transaction.atomic():
+        RunHealth.objects.bulk_create(
+            [RunHealth(run=run, check_name=name) for name in names], ignore_conflicts=True
+        )
+        # Race: two batches of one run judged at once; the row locks make the second wait and read the
+        # first's windows and episode counts, so an episode is opened once.
+        rows = {
+            row.check_name: row
+            for row in RunHealth.objects.select_for_update().filter(run=run, check_name__in=names)
+        }
+        opened = [rule for rule in touched if _judge(rows[rule.check.name], rule, new, context)]
+        RunHealth.objects.bulk_update(
+            rows.values(), ["firing", "since_step", "step", "value", "episodes", "window"]
+        )
+        alerts = [_open_episode(run, rows[rule.check.name], rule) for rule in opened]
+    return alerts
+
+
+def _judge(row: RunHealth, rule: Rule, new: Mapping[str, Sequence[Point]], context: Context) -> bool:
+    """Move the row's window and verdict; True when the check started firing."""
+    window = merge_window(row.window, new, rule.check)
+    row.window = {key: [list(point) for point in points] for key, points in window.items()}
+    reading = rule.check.evaluate(window, rule.threshold, context)
+    if reading is None:
+        return False
+    started = reading.firing and not row.firing
+    if started:
+        row.episodes += 1
+        row.since_step = reading.step
+    elif not reading.firing:
+        row.since_step = None
+    row.firing, row.step, row.value = reading.firing, reading.step, reading.value
+    return started
+
+
+def _open_episode(run: Run, row: RunHealth, rule: Rule) -> HealthAlert:
+    from webapp.results import alerts
+
+    alert, created = HealthAlert.objects.get_or_create(
+        run=run, check_name=row.check_name, episode=row.episodes,
+        defaults={"step": row.since_step or 0, "value": row.value or 0.0, "threshold": rule.threshold,
+                  "stopped_run": rule.stop_run},
+    )  # fmt: skip
+    if created:
+        members = run.team.memberships.values_list("user_id", flat=True)
+        Notification.objects.bulk_create([Notification(user_id=user, alert=alert) for user in members])
+        alerts.dispatch(alert)
+        if rule.stop_run:
+            alerts.stop_run(run, alert)
+    return alert
+
+
+def panel(run: Run) -> list[tuple[HealthCheck, RunHealth | None, Rule]]:
+    """Every check with its state on the run (None: no data yet), for the run page."""
+    rows = {row.check_name: row for row in RunHealth.objects.filter(run=run).defer("window")}
+    return [(rule.check, rows.get(name), rule) for name, rule in team_rules(run.team).items()]
