@@ -271,6 +271,8 @@ PAGES: dict[str, Page] = {
     "rollout_group": Page("read", team(run_id=_id("run"), group_id=_id("group"))),
     "run_tools": Page("read", team(run_id=_id("run"))),
     "run_prompts": Page("read", team(run_id=_id("run"))),
+    "prompt_compare": Page("read", team(run_id=_id("run"), sample=lambda w: 0)),
+    "search": Page("read", team(), query="?q=answer&run={run}"),
     "mlflow_browse": Page("public"),
     "mlflow_open": Page("read", query="?run={mlflow_run}"),
     "password_change": Page("user", post="user"),

@@ -27,4 +27,6 @@ urlpatterns = [
     path("runs/<int:run_id>/groups/<str:group_id>/", views.group, name="rollout_group"),
     path("runs/<int:run_id>/tools/", views.tools, name="run_tools"),
     path("runs/<int:run_id>/prompts/", views.prompts, name="run_prompts"),
+    path("runs/<int:run_id>/prompts/<int:sample>/compare/", views.prompt_compare, name="prompt_compare"),
+    path("search/", views.search, name="search"),
 ]
