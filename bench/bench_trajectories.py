@@ -54,9 +54,9 @@ def load(user_name: str) -> tuple[str, int, int, int]:
     team = Team.create_with_owner("bench search", user)
     experiment = Experiment.objects.create(team=team, name="search", task="gsm8k", preset="grpo")
     run = Run.objects.create(experiment=experiment, team=team, seed=0, name="search run")
-    hashes = list(TextBlob.store_many([*_texts(), "prompt"]).values())
-    prompt = TextBlob.store_many(["prompt"])["prompt"]
-    responses = [h for h in hashes if h != prompt]
+    texts = _texts()
+    hashes = TextBlob.store_many([*texts, "prompt"])
+    prompt = hashes["prompt"]
     with connection.cursor() as cursor:
         cursor.execute(
             """INSERT INTO results_trajectory (run_id, uid, group_id, sample_index, rollout_index, training_step,
@@ -68,9 +68,9 @@ def load(user_name: str) -> tuple[str, int, int, int]:
             {"run": run.pk, "n": STEPS},
         )
         cursor.execute(
-            "CREATE TEMP TABLE bench_docs AS SELECT n - 1 AS k, sha256, to_tsvector(%s, b.text) AS doc "
-            "FROM unnest(%s::text[]) WITH ORDINALITY AS u(sha256, n) JOIN results_textblob b USING (sha256)",
-            [SEARCH_CONFIG, responses],
+            "CREATE TEMP TABLE bench_docs AS SELECT n - 1 AS k, sha256, to_tsvector(%s, text) AS doc "
+            "FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(sha256, text, n)",
+            [SEARCH_CONFIG, [hashes[t] for t in texts], texts],
         )
         cursor.execute(
             """INSERT INTO results_trajectorystep (trajectory_id, index, prompt_id, response_id, reward, done,
