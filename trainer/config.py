@@ -277,6 +277,15 @@ class ReportConfig(_Section):
     console: bool = Field(
         default=True, description="Log metrics to the console (and a progress bar on a TTY)."
     )
+    token_signals: Literal["all", "sample", "none"] | None = Field(
+        default=None,
+        description="Which trajectories keep their per-token signals (advantage, log-prob, ratio, entropy, "
+        "clipped, KL) for the trajectory page: all, a sample of report.token_signals_per_step each step, or "
+        "none. None is the backend's default: a sample on torch, none on verl.",
+    )
+    token_signals_per_step: int = Field(
+        default=4, ge=1, description="Trajectories per step that keep their per-token signals when sampling."
+    )
 
 
 class RunConfig(_Section):

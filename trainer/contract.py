@@ -23,11 +23,15 @@ Only the process that claimed the run may change it: the claim records the launc
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 import re
+import sys
 import uuid
-from collections.abc import Mapping
+from array import array
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, model_validator
@@ -304,6 +308,73 @@ class ToolCallWire(_Wire):
     info: JsonObject = Field(default_factory=dict)
 
 
+# -- per-token signals (docs/rollouts.md#token-signals) ----------------------------------------------
+# What the update computed for each response token, so the trajectory page can colour the tokens:
+# the advantage, the log-prob under the rollout policy (π_old, as the update used it), the importance
+# ratio and the entropy at update time, whether the clipped surrogate was taken (1/0), and the KL to
+# the reference. Each travels as base64 of little-endian float32 (4 bytes a token, exact), the same
+# bytes the web app stores, compressed.
+
+TokenSignal = Literal["advantage", "log_prob", "ratio", "entropy", "clipped", "kl"]
+TOKEN_SIGNALS: tuple[TokenSignal, ...] = ("advantage", "log_prob", "ratio", "entropy", "clipped", "kl")
+TOKEN_SIGNALS_MAX_TOKENS = 65_536  # tokens of one step's response that signals are kept for
+TOKEN_TEXT_MAX = 200  # characters of one token's text (a token is a few characters; the rest is noise)
+
+
+def encode_floats(values: Sequence[float]) -> str:
+    """base64 of little-endian float32: the one encoding of a per-token array on the wire."""
+    packed = array("f", values)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return base64.b64encode(packed.tobytes()).decode("ascii")
+
+
+def decode_floats(text: str) -> list[float]:
+    """The floats of :func:`encode_floats`; ValueError when the text is not such an array."""
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except binascii.Error:
+        raise ValueError("is not base64") from None
+    if len(raw) % 4:
+        raise ValueError("is not a float32 array (length not a multiple of 4 bytes)")
+    packed = array("f")
+    packed.frombytes(raw)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tolist()
+
+
+class TokenSignalsWire(_Wire):
+    """One step's response tokens (their text) and what the update computed for each of them."""
+
+    tokens: list[Annotated[str, _cut(TOKEN_TEXT_MAX)]] = Field(
+        max_length=TOKEN_SIGNALS_MAX_TOKENS, description="Each response token's text, in order."
+    )
+    signals: dict[TokenSignal, str] = Field(
+        description="Per signal: base64 of little-endian float32, one value per token."
+    )
+
+    @model_validator(mode="after")
+    def _one_value_per_token(self) -> TokenSignalsWire:
+        for name, encoded in self.signals.items():
+            try:
+                count = len(decode_floats(encoded))
+            except ValueError as error:
+                raise ValueError(f"signals.{name} {error}") from None
+            if count != len(self.tokens):
+                raise ValueError(f"signals.{name} has {count} values for {len(self.tokens)} tokens")
+        return self
+
+    def decoded(self) -> dict[str, list[float]]:
+        return {name: decode_floats(encoded) for name, encoded in self.signals.items()}
+
+    @classmethod
+    def of(cls, tokens: Sequence[str], signals: Mapping[str, Sequence[float]]) -> TokenSignalsWire:
+        return cls.model_validate(
+            {"tokens": list(tokens), "signals": {k: encode_floats(v) for k, v in signals.items()}}
+        )
+
+
 class StepWire(_Wire):
     """One LLM call of a trajectory, as the rollout viewer shows it. Token ids are optional (size)."""
 
@@ -324,6 +395,10 @@ class StepWire(_Wire):
     response_ids: list[int] | None = None
     response_mask: list[int] | None = None
     rollout_log_probs: list[JsonFloat] | None = None
+    token_signals: TokenSignalsWire | None = Field(
+        default=None,
+        description="Per-token signals of the update, for the trajectories the run keeps them of.",
+    )
 
 
 class TrajectoryWire(_Wire):
@@ -390,6 +465,9 @@ def _step_wire(index: int, step: Step, include_token_ids: bool) -> StepWire:
         info=to_jsonable(step.info),
         timings=to_floats(step.timings),
         tool_calls=[_tool_call_wire(call) for call in step.tool_calls],
+        token_signals=(
+            TokenSignalsWire.of(step.token_texts, step.token_signals) if step.token_signals else None
+        ),
         **tokens,
     )
 

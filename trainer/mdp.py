@@ -71,6 +71,10 @@ class Step:
     advantage: float | None = None
     value: float | None = None
     anchor: str | None = None  # observation key shared across a group's steps (GiGPO)
+    # Filled by the trainer for the trajectories whose per-token signals it keeps (report.token_signals):
+    # each response token's text and {signal: one value per token} (trainer.contract.TOKEN_SIGNALS).
+    token_texts: list[str] = field(default_factory=list)
+    token_signals: dict[str, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.response_mask) != len(self.response_ids):

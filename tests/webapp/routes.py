@@ -300,6 +300,8 @@ PAGES: dict[str, Page] = {
         "read", team(), post="owner", data=lambda w: {"kl_blowup-enabled": "on", "kl_blowup-threshold": "2"}
     ),
     "notifications": Page("read", team(), post="read"),
+    "prompt_compare": Page("read", team(run_id=_id("run"), sample=lambda w: 0)),
+    "search": Page("read", team(), query="?q=answer&run={run}"),
     "mlflow_browse": Page("public"),
     "mlflow_open": Page("read", query="?run={mlflow_run}"),
     "password_change": Page("user", post="user"),

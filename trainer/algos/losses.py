@@ -102,10 +102,19 @@ class PolicyLoss(Protocol):
         clip_high: float = 0.2,
         dual_clip_c: float = 3.0,
         agg_mode: str = "token-mean",
+        token_out: dict[str, Tensor] | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]: ...
 
 
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
+
+
+def _tokens(token_out: dict[str, Tensor] | None, ratio: Tensor, clipped: Tensor) -> None:
+    """Hand the per-token ratio and whether the clipped term was taken to a caller that asked for them
+    (the trajectory page's token view, docs/rollouts.md#token-signals)."""
+    if token_out is not None:
+        token_out["ratio"] = ratio.detach()
+        token_out["clipped"] = clipped.detach().float()
 
 
 @POLICY_LOSSES.register("vanilla")
@@ -119,6 +128,7 @@ def vanilla(
     clip_high: float = 0.2,
     dual_clip_c: float = 3.0,
     agg_mode: str = "token-mean",
+    token_out: dict[str, Tensor] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate with dual clip, per token.
 
@@ -147,6 +157,8 @@ def vanilla(
         ).detach(),
         "ppo_kl": masked_mean(-log_ratio, response_mask).detach(),
     }
+    # A token is clipped when either clip took its gradient away (the clipped term, or the dual clip).
+    _tokens(token_out, ratio, (clipped > unclipped) | ((pessimistic > lower_bound) & (advantages < 0)))
     return agg_loss(losses, response_mask, agg_mode), metrics
 
 
@@ -161,6 +173,7 @@ def gspo(
     clip_high: float = 0.2,
     dual_clip_c: float = 3.0,
     agg_mode: str = "token-mean",
+    token_out: dict[str, Tensor] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO: one importance ratio per step (row), the length-normalised sequence ratio.
 
@@ -183,6 +196,7 @@ def gspo(
         "clipfrac": masked_mean((clipped > unclipped).float(), mask).detach(),
         "ppo_kl": masked_mean(-log_ratio, mask).detach(),
     }
+    _tokens(token_out, ratio, clipped > unclipped)
     return agg_loss(losses, mask, agg_mode), metrics
 
 
@@ -197,6 +211,7 @@ def reinforce(
     clip_high: float = 0.2,
     dual_clip_c: float = 3.0,
     agg_mode: str = "token-mean",
+    token_out: dict[str, Tensor] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Plain policy gradient: L = -A * log_prob per token, no ratio and no clipping.
 
@@ -207,6 +222,7 @@ def reinforce(
         "clipfrac": torch.zeros((), dtype=log_prob.dtype, device=log_prob.device),
         "ppo_kl": masked_mean(old_log_prob - log_prob, response_mask).detach(),
     }
+    _tokens(token_out, torch.exp(log_prob - old_log_prob), torch.zeros_like(log_prob, dtype=torch.bool))
     return agg_loss(-advantages * log_prob, response_mask, agg_mode), metrics
 
 

@@ -67,3 +67,23 @@ class RunsActionForm(forms.Form):
         if cleaned.get("action") in ("tag", "untag") and not cleaned.get("tag"):
             self.add_error("tag", "Type the tag to add or remove.")
         return cleaned
+
+
+class SearchForm(RolloutFilterForm):
+    """Full-text search over the stored steps, within the rollout list's filters; ``run`` narrows it
+    to one run of the team."""
+
+    q = forms.CharField(max_length=200, strip=True, label="Search for")
+    run = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+    field_order = ["q"]
+
+
+class PromptCompareForm(forms.Form):
+    """Which two rollouts of one dataset row to set side by side: two training steps (of this run,
+    or the second of another run of the team) and which of the n samples."""
+
+    a = forms.IntegerField(required=False, min_value=0, label="Step")
+    b = forms.IntegerField(required=False, min_value=0, label="against step")
+    run_b = forms.IntegerField(required=False, min_value=1, label="of run (id)")
+    rollout = forms.IntegerField(required=False, min_value=0, initial=0, label="Sample #")

@@ -18,6 +18,8 @@ import zlib
 from collections.abc import Iterable
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVectorField
 from django.db import connection, models, transaction
 
 from trainer.contract import CheckpointRecord
@@ -201,9 +203,15 @@ class TrajectoryStep(models.Model):
     timings = models.JSONField(default=dict)
     # prompt_ids, response_ids, response_mask, rollout_log_probs when the trainer sent them.
     tokens = models.JSONField(null=True)
+    # Per-token signals of the update (rollouts.pack_token_signals: zlib of typed arrays), for the
+    # trajectories the run keeps them of (docs/rollouts.md#token-signals).
+    token_signals = models.BinaryField(null=True)
+    # Full-text search over the response, the tool calls' arguments and results (docs/rollouts.md#search).
+    search = SearchVectorField(null=True)
 
     class Meta:
         ordering = ["trajectory_id", "index"]
+        indexes = [GinIndex(fields=["search"], name="step_search")]
 
 
 class ToolCall(models.Model):

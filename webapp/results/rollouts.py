@@ -2,21 +2,38 @@
 
 from __future__ import annotations
 
+import base64
 import difflib
+import json
+import math
 import re
+import sys
+import zlib
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.contrib.postgres.search import SearchQuery
+from django.db import connection, transaction
 from django.db.models import Q, QuerySet
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 from ninja import Schema
 
-from trainer.contract import StepWire, TrajectoryBatch, TrajectoryWire
+from trainer.contract import (
+    TOKEN_SIGNALS,
+    StepWire,
+    TokenSignalsWire,
+    TrajectoryBatch,
+    TrajectoryWire,
+)
 from webapp.experiments.models import Run
 from webapp.results.models import IngestBatch, TextBlob, ToolCall, Trajectory, TrajectoryStep
 
 TOKEN_FIELDS = ("prompt_ids", "response_ids", "response_mask", "rollout_log_probs")
+SEARCH_CONFIG = "simple"  # no stemming, no stop words: tool names and identifiers are found as typed
+SEARCH_DOC_MAX = 200_000  # characters of one step indexed (a tsvector holds at most 1 MB)
 # Above this many characters two prompts are not line-diffed (difflib is quadratic on long lines): the
 # new prompt is shown whole instead.
 DIFF_MAX_CHARS = 50_000
@@ -86,6 +103,62 @@ def _store(run: Run, training_step: int, wires: Sequence[TrajectoryWire]) -> Non
             )  # fmt: skip
     TrajectoryStep.objects.bulk_create(steps, batch_size=1000)
     ToolCall.objects.bulk_create(calls, batch_size=1000)
+    _index_for_search(
+        [row.pk for row, wire in zip(rows, wires, strict=True) for _ in wire.steps],
+        [step.index for wire in wires for step in wire.steps],
+        [search_document(step) for wire in wires for step in wire.steps],
+    )
+
+
+def search_document(step: StepWire) -> str:
+    """What search finds a step by: its response, then each tool call's arguments and result."""
+    parts = [step.response_text]
+    for call in step.tool_calls:
+        parts += [call.name, json.dumps(call.arguments, ensure_ascii=False), call.result]
+    return "\n".join(parts)[:SEARCH_DOC_MAX]
+
+
+def _index_for_search(trajectory_ids: list[int], indexes: list[int], documents: list[str]) -> None:
+    # One statement for the whole batch: Postgres builds each tsvector from the text it is handed.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""UPDATE {TrajectoryStep._meta.db_table} AS s SET search = to_tsvector(%s, v.doc)
+            FROM unnest(%s::bigint[], %s::int[], %s::text[]) AS v(tid, idx, doc)
+            WHERE s.trajectory_id = v.tid AND s.index = v.idx""",
+            [SEARCH_CONFIG, trajectory_ids, indexes, documents],
+        )
+
+
+# -- per-token signals (docs/rollouts.md#token-signals) ----------------------------------------------
+
+
+def pack_token_signals(wire: TokenSignalsWire) -> bytes:
+    """zlib of: a 4-byte header length, a JSON header (token texts, signal names), then each signal's
+    float32 little-endian array as it came over the wire (4 bytes a token before compression)."""
+    names = [name for name in TOKEN_SIGNALS if name in wire.signals]
+    header = json.dumps({"tokens": wire.tokens, "signals": names}, ensure_ascii=False).encode()
+    arrays = b"".join(base64.b64decode(wire.signals[name]) for name in names)
+    return zlib.compress(len(header).to_bytes(4, "little") + header + arrays, 6)
+
+
+@dataclass
+class TokenSignals:
+    tokens: list[str]
+    signals: dict[str, list[float]]
+
+
+def unpack_token_signals(blob: bytes) -> TokenSignals:
+    raw = zlib.decompress(blob)
+    size = int.from_bytes(raw[:4], "little")
+    header = json.loads(raw[4 : 4 + size])
+    values = array("f")
+    values.frombytes(raw[4 + size :])
+    if sys.byteorder != "little":
+        values.byteswap()
+    n = len(header["tokens"])
+    floats = values.tolist()
+    signals = {name: floats[i * n : (i + 1) * n] for i, name in enumerate(header["signals"])}
+    return TokenSignals(header["tokens"], signals)
 
 
 def _trajectory_row(run: Run, training_step: int, wire: TrajectoryWire) -> Trajectory:
@@ -128,6 +201,7 @@ def _step_row(trajectory: Trajectory, step: StepWire, hashes: dict[str, str]) ->
         info=step.info,
         timings=step.timings,
         tokens=tokens or None,
+        token_signals=pack_token_signals(step.token_signals) if step.token_signals else None,
     )
 
 
@@ -191,6 +265,23 @@ class StepView:
     prompt_new: list[tuple[str, str]]  # (kind, text): kind is "same", "added" or "removed"
     response_parts: list[tuple[bool, str]]  # (is a tool call, text)
     calls: list[tuple[ToolCall, str]]  # each call with its result text
+    token_signals: TokenSignals | None = None
+
+    @property
+    def token_script_id(self) -> str:
+        return f"tokens-{self.step.index}"
+
+    @property
+    def token_data(self) -> dict[str, Any]:
+        """The token view's data: four significant digits are plenty for a colour and a hover, and
+        keep a 4,000-token response's page small; JSON has no NaN, so non-finite values are null."""
+        if self.token_signals is None:
+            return {}
+        signals = {
+            name: [float(f"{v:.4g}") if math.isfinite(v) else None for v in values]
+            for name, values in self.token_signals.signals.items()
+        }
+        return {"tokens": self.token_signals.tokens, "signals": signals}
 
 
 def step_views(trajectory: Trajectory) -> list[StepView]:
@@ -205,7 +296,8 @@ def step_views(trajectory: Trajectory) -> list[StepView]:
         kept, new = prompt_change(previous, prompt)
         own = [c for c in calls if c.step_index == step.index]
         pairs = [(c, texts.get(c.result_id, "")) for c in own]
-        views.append(StepView(step, prompt, response, kept, new, split_tool_calls(response), pairs))
+        signals = unpack_token_signals(bytes(step.token_signals)) if step.token_signals else None
+        views.append(StepView(step, prompt, response, kept, new, split_tool_calls(response), pairs, signals))
         previous = prompt
     return views
 
@@ -336,3 +428,173 @@ def as_json(trajectory: Trajectory, *, with_steps: bool) -> dict[str, Any]:
             for v in step_views(trajectory)
         ]  # fmt: skip
     return data
+
+
+# -- search (docs/rollouts.md#search) ---------------------------------------------------------------
+
+SEARCH_RESULTS = 50
+# ts_headline marks hits with these; the snippet is escaped, then they become <mark> (so nothing the
+# model wrote is ever markup). Control characters no response keeps: they are stripped from it first.
+_HIT_START, _HIT_STOP = "\x01", "\x02"
+
+
+@dataclass
+class SearchHit:
+    trajectory: Trajectory
+    step_index: int
+    snippet: SafeString
+
+
+def search_query(text: str) -> SearchQuery:
+    """Web-search syntax: words, "quoted phrases", or, -word."""
+    return SearchQuery(text, config=SEARCH_CONFIG, search_type="websearch")
+
+
+def search_steps(
+    runs: QuerySet[Run], filters: RolloutFilter, text: str, *, limit: int = SEARCH_RESULTS
+) -> QuerySet[TrajectoryStep]:
+    """Steps of ``runs`` whose response, tool arguments or tool results match ``text``, newest
+    training step first, within the rollout list's filters; served by the step_search GIN index."""
+    trajectories = filters.apply(Trajectory.objects.filter(run__in=runs)).values("pk")
+    return (
+        TrajectoryStep.objects.filter(search=search_query(text), trajectory__in=trajectories)
+        .select_related("trajectory__run")
+        .defer("tokens", "token_signals", "search", "info", "timings")
+        .order_by("-trajectory__training_step", "-trajectory_id", "index")[:limit]
+    )
+
+
+def search_hits(runs: QuerySet[Run], filters: RolloutFilter, text: str) -> list[SearchHit]:
+    steps = list(search_steps(runs, filters, text))
+    calls = ToolCall.objects.filter(trajectory_id__in={s.trajectory_id for s in steps}).order_by(
+        "trajectory_id", "step_index", "position"
+    )
+    texts = TextBlob.texts_for([s.response_id for s in steps] + [c.result_id for c in calls])
+    by_step: dict[tuple[int, int], list[ToolCall]] = {}
+    for call in calls:
+        by_step.setdefault((call.trajectory_id, call.step_index), []).append(call)
+    documents = []
+    for step in steps:
+        parts = [texts.get(step.response_id, "")]
+        for call in by_step.get((step.trajectory_id, step.index), []):
+            parts += [
+                call.name,
+                json.dumps(call.arguments, ensure_ascii=False),
+                texts.get(call.result_id, ""),
+            ]
+        documents.append("\n".join(parts)[:SEARCH_DOC_MAX])
+    snippets = headlines(documents, text)
+    return [SearchHit(s.trajectory, s.index, snippet) for s, snippet in zip(steps, snippets, strict=True)]
+
+
+def headlines(documents: list[str], text: str) -> list[SafeString]:
+    """Postgres' ts_headline of each document: some 35 words around the first hits, escaped."""
+    if not documents:
+        return []
+    cleaned = [d.replace(_HIT_START, " ").replace(_HIT_STOP, " ") for d in documents]
+    options = f"StartSel={_HIT_START}, StopSel={_HIT_STOP}, MaxWords=35, MinWords=15"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """SELECT ts_headline(%s, d.doc, websearch_to_tsquery(%s, %s), %s)
+            FROM unnest(%s::text[]) WITH ORDINALITY AS d(doc, n) ORDER BY d.n""",
+            [SEARCH_CONFIG, SEARCH_CONFIG, text, options, cleaned],
+        )
+        marked = [row[0] for row in cursor.fetchall()]
+    return [
+        mark_safe(
+            escape(h).replace(_HIT_START, '<mark class="hit">').replace(_HIT_STOP, "</mark>")
+        )  # escaped first
+        for h in marked
+    ]
+
+
+# -- the same prompt at two training steps (docs/rollouts.md#same-prompt) --------------------------
+
+
+def steps_of_prompt(run: Run, sample_index: int) -> list[int]:
+    """The training steps that have rollouts of dataset row ``sample_index``."""
+    return list(
+        Trajectory.objects.filter(run=run, sample_index=sample_index)
+        .order_by("training_step")
+        .values_list("training_step", flat=True)
+        .distinct()
+    )
+
+
+def rollout_of_prompt(run: Run, sample_index: int, step: int, rollout_index: int) -> Trajectory | None:
+    """Rollout ``rollout_index`` of the row at ``step`` (the first one when it has fewer)."""
+    found = Trajectory.objects.filter(run=run, sample_index=sample_index, training_step=step).order_by(
+        "rollout_index", "id"
+    )
+    return found.filter(rollout_index=rollout_index).first() or found.first()
+
+
+@dataclass
+class RolloutSide:
+    trajectory: Trajectory
+    response: str  # every step's response, in order
+    advantage: float | None
+    tool_path: list[str]  # the names of the tools it called, in order
+
+
+@dataclass
+class RolloutComparison:
+    before: RolloutSide
+    after: RolloutSide
+    diff: list[tuple[str, str]] | None  # (kind, text), kind "same", "added" or "removed"; None: too long
+    tool_path: list[tuple[str, str]]  # (kind, tool name) from the earlier call path to the later one
+
+    @property
+    def reward_delta(self) -> float:
+        return self.after.trajectory.total_reward - self.before.trajectory.total_reward
+
+    @property
+    def advantage_delta(self) -> float | None:
+        if self.before.advantage is None or self.after.advantage is None:
+            return None
+        return self.after.advantage - self.before.advantage
+
+
+def rollout_side(trajectory: Trajectory) -> RolloutSide:
+    steps = list(trajectory.steps.defer("tokens", "token_signals", "search").order_by("index"))
+    texts = TextBlob.texts_for(s.response_id for s in steps)
+    path = list(trajectory.tool_calls.order_by("step_index", "position").values_list("name", flat=True))
+    response = "\n".join(texts.get(s.response_id, "") for s in steps)
+    advantage = next((s.advantage for s in reversed(steps) if s.advantage is not None), None)
+    return RolloutSide(trajectory, response, advantage, path)
+
+
+def compare_rollouts(before: Trajectory, after: Trajectory) -> RolloutComparison:
+    a, b = rollout_side(before), rollout_side(after)
+    return RolloutComparison(a, b, word_diff(a.response, b.response), sequence_diff(a.tool_path, b.tool_path))
+
+
+_WORDS = re.compile(r"\S+|\s+")
+
+
+def word_diff(before: str, after: str) -> list[tuple[str, str]] | None:
+    """A word-level diff of two responses (None when they are too long to diff quickly)."""
+    if len(before) + len(after) > DIFF_MAX_CHARS:
+        return None
+    return sequence_diff(_WORDS.findall(before), _WORDS.findall(after), joined=True)
+
+
+def sequence_diff(
+    before: Sequence[str], after: Sequence[str], *, joined: bool = False
+) -> list[tuple[str, str]]:
+    """(kind, item) from ``before`` to ``after`` by difflib's matching; ``joined`` merges each run of
+    items into one text."""
+    parts: list[tuple[str, str]] = []
+    matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        pieces: list[tuple[str, Sequence[str]]] = []
+        if tag == "equal":
+            pieces = [("same", before[i1:i2])]
+        else:
+            pieces = [("removed", before[i1:i2]), ("added", after[j1:j2])]
+        for kind, items in pieces:
+            if joined and items:
+                parts.append((kind, "".join(items)))
+            elif not joined:
+                parts.extend((kind, item) for item in items)
+    return parts

@@ -33,4 +33,6 @@ urlpatterns = [
     path("runs/<int:run_id>/time.json", health_views.run_time, name="run_time"),
     path("health/", health_views.health_settings, name="health_settings"),
     path("notifications/", health_views.notifications, name="notifications"),
+    path("runs/<int:run_id>/prompts/<int:sample>/compare/", views.prompt_compare, name="prompt_compare"),
+    path("search/", views.search, name="search"),
 ]

@@ -27,7 +27,7 @@ from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
 from webapp.results import analytics, export, metrics_store, onboarding, runs_table, workspace
 from webapp.results import rollouts as viewer
 from webapp.results.access import get_trajectory_for_user
-from webapp.results.forms import RolloutFilterForm, RunsActionForm
+from webapp.results.forms import PromptCompareForm, RolloutFilterForm, RunsActionForm, SearchForm
 from webapp.results.models import MetricLatest, Trajectory
 
 PAGE_SIZE = 50
@@ -510,3 +510,54 @@ def prompts(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse:
     rows = [(c, prompts_.get(c.sample_index, "")) for c in page.object_list]
     context = {"team": run.team, "run": run, "counts": counts, "verdict": verdict, "page": page, "rows": rows}
     return render(request, "results/prompts.html", context)
+
+
+# -- search and the same prompt across steps (docs/rollouts.md) -------------------------------------
+
+
+@login_required
+def search(request: HttpRequest, team_slug: str) -> HttpResponse:
+    """Full-text search over the team's stored steps (or one run's), within the rollout filters."""
+    team = get_team_for_user(request, team_slug)
+    run_id = request.GET.get("run", "")
+    run = (
+        get_run_for_user(request, team_slug, int(run_id))
+        if run_id.isdigit() and int(run_id) <= INT4_MAX
+        else None
+    )
+    form = SearchForm(
+        request.GET if "q" in request.GET else None,
+        data_sources=viewer.data_sources(run) if run else [],
+        initial={"run": run.pk if run else None},
+    )
+    hits = None
+    if form.is_valid():
+        runs = Run.objects.filter(pk=run.pk) if run else Run.objects.filter(team=team)
+        hits = viewer.search_hits(runs, form.to_filter(), form.cleaned_data["q"])
+    context = {"team": team, "run": run, "form": form, "hits": hits, "limit": viewer.SEARCH_RESULTS}
+    return render(request, "results/search.html", context)
+
+
+@login_required
+def prompt_compare(request: HttpRequest, team_slug: str, run_id: int, sample: int) -> HttpResponse:
+    """One dataset row's rollouts at two training steps (or in two runs) side by side."""
+    run = get_run_for_user(request, team_slug, run_id)
+    form = PromptCompareForm(request.GET)
+    data = form.cleaned_data if form.is_valid() else {}
+    other = get_run_for_user(request, team_slug, data["run_b"]) if data.get("run_b") else run
+    steps, other_steps = viewer.steps_of_prompt(run, sample), viewer.steps_of_prompt(other, sample)
+    if not steps or not other_steps:
+        raise Http404("no rollouts of this dataset row")
+    a: int = data["a"] if data.get("a") in steps else steps[0]
+    b: int = data["b"] if data.get("b") in other_steps else other_steps[-1]
+    rollout_index: int = data.get("rollout") or 0
+    before = viewer.rollout_of_prompt(run, sample, a, rollout_index)
+    after = viewer.rollout_of_prompt(other, sample, b, rollout_index)
+    assert before is not None and after is not None  # both steps have rollouts of the row
+    context = {
+        "team": run.team, "run": run, "other": other, "sample": sample, "steps": steps,
+        "other_steps": other_steps, "a": a, "b": b, "rollout": rollout_index, "form": form,
+        "prompt": viewer.first_prompts(run, [sample]).get(sample, ""),
+        "comparison": viewer.compare_rollouts(before, after),
+    }  # fmt: skip
+    return render(request, "results/prompt_compare.html", context)

@@ -66,7 +66,9 @@ def _candidates(annotation: Any, default: Any) -> list[Any]:
     values: list[Any] = []
     for option in options:
         number = default if isinstance(default, int | float) and not isinstance(default, bool) else 1
-        if option in (int, float):
+        if typing.get_origin(option) is typing.Literal:  # an optional choice
+            values += list(typing.get_args(option))
+        elif option in (int, float):
             values += [option(number * 2), option(number + 1), option(number / 2), option(1)]
         elif option is str:
             values.append("x")

@@ -35,7 +35,7 @@ class TorchBackend:
         "trainer.save_every", "trainer.checkpoint_dir", "trainer.resume", "trainer.keep_checkpoints",
         "trainer.device", "trainer.num_threads",
         "resources.gpus_per_node",  # one GPU at most (see problems), held by the job's entrypoint
-        "report.jsonl_path", "report.console",
+        "report.jsonl_path", "report.console", "report.token_signals", "report.token_signals_per_step",
         "evaluation.enabled", "evaluation.checkpoint",
     }  # fmt: skip
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from trainer.backends.torch.batch import flatten
+from trainer.backends.torch.batch import StepRows, flatten
 from trainer.backends.torch.checkpoint import (
     checkpoint_step,
     folder_size,
@@ -32,9 +32,12 @@ from trainer.backends.torch.rollout import rollout
 from trainer.backends.torch.timing import timed
 from trainer.backends.torch.update import (
     Models,
+    Prepared,
     is_on_policy,
+    keeps_token_signals,
     kl_enabled,
     prepare_update,
+    token_signals_of,
     update_policy,
 )
 from trainer.contract import (
@@ -254,6 +257,7 @@ def train_step(run: Run, step: int, reporter: Reporter) -> dict[str, float]:
         # 4. update: critic, then actor over mini-batches of whole trajectories
         metrics[ACTOR_LR] = set_learning_rates(run, step)
         metrics.update(update_policy(rows, prepared, run.models, config, generator=run.minibatch_generator))
+        keep_token_signals(run, rows, prepared)
     else:
         logger.warning(
             "step %d: no trajectory has a step (every prompt is over data.max_prompt_length?)", step
@@ -274,6 +278,26 @@ def train_step(run: Run, step: int, reporter: Reporter) -> dict[str, float]:
     reporter.log_metrics(step, metrics)
     reporter.log_trajectories(step, trajectories)
     return metrics
+
+
+def token_signal_trajectories(config: RunConfig, count: int) -> list[int]:
+    """Which of a step's ``count`` trajectories keep their per-token signals (report.token_signals):
+    all, none, or report.token_signals_per_step spread evenly over the batch (so over its groups)."""
+    if not keeps_token_signals(config):
+        return []
+    if config.report.token_signals == "all" or count <= config.report.token_signals_per_step:
+        return list(range(count))
+    k = config.report.token_signals_per_step
+    return sorted({i * count // k for i in range(k)})
+
+
+def keep_token_signals(run: Run, rows: StepRows, prepared: Prepared) -> None:
+    """Put the per-token signals and each token's text on the steps of the kept trajectories."""
+    for t in token_signal_trajectories(run.config, len(rows.trajectories)):
+        for row in rows.rows_of_traj[t]:
+            step = rows.steps[row]
+            step.token_texts = run.tokenizer.batch_decode([[token] for token in step.response_ids])
+            step.token_signals = token_signals_of(rows, prepared, row)
 
 
 def validate(run: Run, step: int) -> dict[str, float]:

@@ -83,6 +83,18 @@ class Prepared:
     values: torch.Tensor | None  # [S, T]; None without a critic
     live: list[int]  # trajectories the actor trains on (zero-advantage groups left out)
     metrics: dict[str, float] = field(default_factory=dict)
+    # Per-token signals as the actor update computes them, [S, T] each (docs/rollouts.md#token-signals);
+    # None when the run keeps none. The last pass over a row wins (its final epoch).
+    tokens: dict[str, torch.Tensor] | None = None
+    trained_rows: set[int] = field(default_factory=set)  # rows the actor update saw
+
+
+CAPTURED = ("log_prob", "ratio", "entropy", "clipped", "kl")  # what the actor update fills in
+
+
+def keeps_token_signals(config: RunConfig) -> bool:
+    """The torch backend's default (None) is a sample per step."""
+    return config.report.token_signals != "none"
 
 
 # -- forward passes ---------------------------------------------------------------------------
@@ -291,6 +303,10 @@ def prepare_update(rows: StepRows, models: Models, config: RunConfig) -> Prepare
                 reference, rows, live_rows, models, micro_batch_size=micro, temperature=temperature
             )
     prepared = Prepared(advantages, returns, token_rewards, old, ref, values, live, metrics)
+    if keeps_token_signals(config):
+        prepared.tokens = {name: torch.zeros_like(rows.response_mask) for name in CAPTURED}
+        if kl_enabled(config, "reward") and old is not None and ref is not None:
+            prepared.tokens["kl"] = kl  # the KL in the reward, as subtracted above
     write_back(rows, prepared)
     return prepared
 
@@ -369,6 +385,7 @@ def actor_micro_loss(
         if prepared.old_log_probs is None
         else _rows_slice(prepared.old_log_probs, row_ids, width, device)
     )
+    captured: dict[str, torch.Tensor] | None = None if prepared.tokens is None else {}
     loss, metrics = POLICY_LOSSES.get(algorithm.policy_loss)(
         log_prob,
         old,
@@ -378,6 +395,7 @@ def actor_micro_loss(
         clip_high=algorithm.clip_high,
         dual_clip_c=algorithm.dual_clip_c,
         agg_mode=algorithm.loss_agg_mode,
+        token_out=captured,
     )
     metrics = {key: value.detach() for key, value in metrics.items()}
     metrics["pg_loss"] = loss.detach()
@@ -387,11 +405,39 @@ def actor_micro_loss(
     metrics["entropy"] = entropy.detach()
     if prepared.ref_log_probs is not None:
         ref = _rows_slice(prepared.ref_log_probs, row_ids, width, device)
-        kl = agg_loss(kl_penalty(log_prob, ref, kind=algorithm.kl_kind), mask, algorithm.loss_agg_mode)
+        token_kl = kl_penalty(log_prob, ref, kind=algorithm.kl_kind)
+        kl = agg_loss(token_kl, mask, algorithm.loss_agg_mode)
         if kl_enabled(config, "loss"):
             loss = loss + algorithm.kl_coef * kl
+            if captured is not None:
+                captured["kl"] = token_kl
         metrics["kl"] = kl.detach()
+    if captured is not None:
+        _capture(prepared, row_ids, width, captured | {"log_prob": old, "entropy": token_entropy})
     return loss, metrics
+
+
+def _capture(prepared: Prepared, row_ids: list[int], width: int, values: dict[str, torch.Tensor]) -> None:
+    """Keep what this micro-batch computed per token: the same tensors the loss used, detached."""
+    assert prepared.tokens is not None
+    for name, value in values.items():
+        prepared.tokens[name][row_ids, :width] = value.detach().float().cpu()
+    prepared.trained_rows.update(row_ids)
+
+
+def token_signals_of(rows: StepRows, prepared: Prepared, row: int) -> dict[str, list[float]]:
+    """{signal: one value per response token} of one step row: its advantages, and what the actor update
+    computed when it trained on the row (a row of a skipped group has its rollout log-probs only)."""
+    step = rows.steps[row]
+    n = len(step.response_ids)
+    signals = {"advantage": prepared.advantages[row, :n].tolist()}
+    if prepared.tokens is not None and row in prepared.trained_rows:
+        signals.update({name: prepared.tokens[name][row, :n].tolist() for name in CAPTURED})
+        if prepared.ref_log_probs is None:
+            del signals["kl"]  # no reference, no KL
+    elif len(step.rollout_log_probs) == n:
+        signals["log_prob"] = [float(x) for x in step.rollout_log_probs]
+    return signals
 
 
 def update_actor(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from torch import Tensor
 
@@ -58,7 +58,13 @@ def micro_batch_scale(layout: StepLayout, agg_mode: str, batch_info: Mapping[str
     return here / max(float(total), 1.0) * dp_size
 
 
-def clip_parameters(config: Any) -> dict[str, float]:
+class ClipParameters(TypedDict):
+    clip_low: float
+    clip_high: float
+    dual_clip_c: float
+
+
+def clip_parameters(config: Any) -> ClipParameters:
     """clip_low, clip_high and dual_clip_c from verl's actor config, read as verl's vanilla loss does."""
     if config is None:
         raise ValueError("verl called an agent_r1 policy loss without the actor config")

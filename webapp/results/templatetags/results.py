@@ -68,6 +68,8 @@ def run_nav(context: Any, run: Any) -> dict[str, Any]:
         for name, label in labels.items()
         if shown[name]
     ]
+    if has_rollouts:  # a team-wide page, narrowed to this run
+        tabs.append((reverse("search", args=[team.slug]) + f"?run={run.pk}", "Search", "search"))
     current = request.resolver_match.url_name if request.resolver_match else ""
     return {"team": team, "run": run, "tabs": tabs, "current": current}
 
