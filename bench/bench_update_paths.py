@@ -93,11 +93,13 @@ def timed_update(run: Any, rows: Any) -> tuple[float, dict[str, torch.Tensor]]:
     from trainer.backends.torch.loop import set_learning_rates
     from trainer.backends.torch.update import prepare_update, update_policy
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     prepared = prepare_update(rows, run.models, run.config)
     set_learning_rates(run, 1)
     update_policy(rows, prepared, run.models, run.config, generator=torch.Generator().manual_seed(2))
     seconds = time.perf_counter() - started
+    # CPU seconds too: on a shared machine wall-clock time follows the load, CPU time much less so.
+    print(f"    {time.process_time() - cpu_started:.1f} CPU s", flush=True)
     return seconds, {k: v.detach().clone() for k, v in run.models.policy.state_dict().items()}
 
 
