@@ -200,9 +200,10 @@ def run_trl(workdir: Path, *, budget_s: float, val_rows: int) -> dict[str, Any]:
     return {"points": points, "val_before": before, "val_after": after, "samples_per_step": samples}
 
 
-def _score(compute_score: Any, text: str, truth: str) -> float:
+def _score(compute_score: Any, text: str, truth: str, key: str = "score") -> float:
+    """The task's reward (``score``, what training maximises) or its ``acc`` (correctness alone)."""
     result = compute_score(text, truth, {})
-    return float(result["score"] if isinstance(result, dict) else result)
+    return float(result.get(key, result["score"]) if isinstance(result, dict) else result)
 
 
 @torch.no_grad()
@@ -223,7 +224,8 @@ def greedy_accuracy(
         texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
         chunk = rows[start : start + 16]
         right += sum(
-            _score(score, t, r["reward_model"]["ground_truth"]) for t, r in zip(texts, chunk, strict=True)
+            _score(score, t, r["reward_model"]["ground_truth"], "acc")
+            for t, r in zip(texts, chunk, strict=True)
         )
     return right / len(rows)
 
