@@ -188,7 +188,10 @@ def summarise(name: str, result: Mapping[str, Any]) -> dict[str, float]:
     samples = PROMPTS_PER_STEP * SAMPLES_PER_PROMPT
     summary = {"median_step_s": median, "samples_per_s": samples / median}
     steps = ", ".join(f"{s:.2f}" for s in result["step_s"])
-    print(f"{name:<5} step s: [{steps}]  median {median:.2f} s  ->  {samples / median:.3f} samples/s")
+    print(
+        f"{name:<5} step s: [{steps}]  median {median:.2f} s  ->  {samples / median:.3f} samples/s",
+        flush=True,
+    )
     return summary
 
 
@@ -213,22 +216,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.warmup} warm-up + {args.steps} timed steps each (torch {torch.__version__})"
     )
     results: dict[str, Any] = {}
+    summaries: dict[str, dict[str, float]] = {}
+    # Each side's figures are printed as soon as it finishes: on a loaded machine the run may be cut short.
     with tempfile.TemporaryDirectory() as tmp:
         if args.only in (None, "ours"):
-            results["ours"] = run_ours(
+            ours = results["ours"] = run_ours(
                 model_dir, rows, steps=args.steps, warmup=args.warmup, workdir=Path(tmp)
             )
+            summaries["ours"] = summarise("ours", ours)
+            print(
+                "ours  rollout s: " + ", ".join(f"{s:.2f}" for s in ours["rollout_s"])
+                + "  update s: " + ", ".join(f"{s:.2f}" for s in ours["update_s"])
+                + "  groups skipped (all-equal rewards): "
+                + ", ".join(f"{g:.0f}/4" for g in ours["skipped_groups"]),
+                flush=True,
+            )  # fmt: skip
             gc.collect()
         if args.only in (None, "trl"):
             results["trl"] = run_trl(model_dir, rows, steps=args.steps, warmup=args.warmup, workdir=Path(tmp))
-    summaries = {name: summarise(name, result) for name, result in results.items()}
-    if "ours" in results:
-        ours = results["ours"]
-        print(
-            "ours  rollout s: " + ", ".join(f"{s:.2f}" for s in ours["rollout_s"])
-            + "  update s: " + ", ".join(f"{s:.2f}" for s in ours["update_s"])
-            + "  groups skipped (all-equal rewards): " + ", ".join(f"{g:.0f}/4" for g in ours["skipped_groups"])
-        )  # fmt: skip
+            summaries["trl"] = summarise("trl", results["trl"])
     if len(summaries) == 2:
         ratio = summaries["ours"]["samples_per_s"] / summaries["trl"]["samples_per_s"]
         print(f"ratio ours/TRL (samples/s): {ratio:.2f}x")

@@ -39,6 +39,10 @@ sys.path.insert(0, str(ROOT))
 
 VAL_ROWS = 50
 SEED = 1
+# The issue's goals: ours rises by this much within the budget, and reaches TRL's final reward in at
+# most this fraction of TRL's time.
+RISE_GOAL = 0.25
+TIME_GOAL = 0.5
 
 
 def demo_config(workdir: Path, val_rows: int) -> Any:
@@ -78,8 +82,10 @@ def run_ours(workdir: Path, *, budget_s: float, val_rows: int) -> dict[str, Any]
         f"temperature {config.rollout.temperature}",
         flush=True,
     )
+    val, score = _val_rows(config, val_rows), _task_score()
     run = setup_run(config)
-    before = val_accuracy(validate(run, 0))
+    before = greedy_accuracy(run.models.policy, run.tokenizer, val, config.rollout.max_new_tokens, score)
+    tool_before = val_accuracy(validate(run, 0))
     reporter = MemoryReporter()
     started = time.perf_counter()
     points: list[tuple[float, float]] = []
@@ -89,8 +95,29 @@ def run_ours(workdir: Path, *, budget_s: float, val_rows: int) -> dict[str, Any]
         metrics = train_step(run, step, reporter)
         points.append((time.perf_counter() - started, metrics["reward/mean"]))
         print(f"  ours step {step}: {points[-1][0]:.0f} s, reward {points[-1][1]:.2f}", flush=True)
-    after = val_accuracy(validate(run, step))
-    return {"points": points, "val_before": before, "val_after": after, "samples_per_step": _samples(config)}
+    after = greedy_accuracy(run.models.policy, run.tokenizer, val, config.rollout.max_new_tokens, score)
+    tool_after = val_accuracy(validate(run, step))
+    print(f"ours: val acc with the calculator loop (the run page's) {tool_before:.3f} -> {tool_after:.3f}")
+    return {
+        "points": points,
+        "val_before": before,
+        "val_after": after,
+        "tool_val_before": tool_before,
+        "tool_val_after": tool_after,
+        "samples_per_step": _samples(config),
+    }
+
+
+def _val_rows(config: Any, count: int) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    return list(pq.read_table(config.data.val_path).to_pylist()[:count])
+
+
+def _task_score() -> Any:
+    from tasks_lib.arithmetic.reward import compute_score
+
+    return compute_score
 
 
 def _samples(config: Any) -> int:
@@ -111,7 +138,7 @@ def run_trl(workdir: Path, *, budget_s: float, val_rows: int) -> dict[str, Any]:
 
     config = demo_config(workdir, val_rows)
     rows = pq.read_table(config.data.train_path).to_pylist()
-    val = pq.read_table(config.data.val_path).to_pylist()[:val_rows]
+    val = _val_rows(config, val_rows)
 
     def to_trl(row: dict[str, Any]) -> dict[str, Any]:
         return {"prompt": list(row["prompt"]), "ground_truth": row["reward_model"]["ground_truth"]}
@@ -173,9 +200,10 @@ def run_trl(workdir: Path, *, budget_s: float, val_rows: int) -> dict[str, Any]:
     return {"points": points, "val_before": before, "val_after": after, "samples_per_step": samples}
 
 
-def _score(compute_score: Any, text: str, truth: str) -> float:
+def _score(compute_score: Any, text: str, truth: str, key: str = "score") -> float:
+    """The task's reward (``score``, what training maximises) or its ``acc`` (correctness alone)."""
     result = compute_score(text, truth, {})
-    return float(result["score"] if isinstance(result, dict) else result)
+    return float(result.get(key, result["score"]) if isinstance(result, dict) else result)
 
 
 @torch.no_grad()
@@ -183,6 +211,7 @@ def greedy_accuracy(
     model: Any, tokenizer: Any, rows: list[dict[str, Any]], new_tokens: int, score: Any
 ) -> float:
     """Single-turn greedy answers to ``rows``, scored by the task's reward (TRL's side has no tool loop)."""
+    model.eval()
     tokenizer.padding_side = "left"
     prompts = [
         tokenizer.apply_chat_template(list(r["prompt"]), tokenize=False, add_generation_prompt=True)
@@ -195,7 +224,8 @@ def greedy_accuracy(
         texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
         chunk = rows[start : start + 16]
         right += sum(
-            _score(score, t, r["reward_model"]["ground_truth"]) for t, r in zip(texts, chunk, strict=True)
+            _score(score, t, r["reward_model"]["ground_truth"], "acc")
+            for t, r in zip(texts, chunk, strict=True)
         )
     return right / len(rows)
 
@@ -213,6 +243,10 @@ def summarise(name: str, result: dict[str, Any], window: int) -> dict[str, float
         f"(change {last - first:+.3f}); val acc {result['val_before']:.3f} -> {result['val_after']:.3f}"
     )
     return {"first": first, "last": last, "gain": last - first}
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "not met"
 
 
 def time_to_reach(points: list[tuple[float, float]], target: float, window: int) -> float | None:
@@ -237,7 +271,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from trainer.plugins import load_plugins
 
     load_plugins()
-    print(f"demo task on SmolLM2-135M-Instruct, CPU, {args.threads} threads, {args.budget_s:.0f} s each")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"demo task on SmolLM2-135M-Instruct, CPU, {args.threads} threads, {args.budget_s:.0f} s each; "
+        f"load average {load}; val acc: greedy single-turn answers on {args.val_rows} held-out rows",
+        flush=True,
+    )
     results: dict[str, Any] = {}
     summaries: dict[str, dict[str, float]] = {}
     for name, runner in (("ours", run_ours), ("trl", run_trl)):
@@ -246,16 +285,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 results[name] = runner(Path(tmp), budget_s=args.budget_s, val_rows=args.val_rows)
             gc.collect()
             summaries[name] = summarise(name, results[name], args.window)
+    if "ours" in summaries:
+        gain = summaries["ours"]["gain"]
+        print(
+            f"goal 1, ours' reward rises by >= +{RISE_GOAL:.2f} in the budget: {gain:+.3f} ({_met(gain >= RISE_GOAL)})"
+        )
     if len(summaries) == 2:
         trl_final = summaries["trl"]["last"]
         ours_at = time_to_reach(results["ours"]["points"], trl_final, args.window)
         trl_time = results["trl"]["points"][-1][0]
-        shown = (
-            "never"
-            if ours_at is None
-            else f"{ours_at:.0f} s ({ours_at / trl_time:.2f}x TRL's {trl_time:.0f} s)"
+        fraction = None if ours_at is None else ours_at / trl_time
+        shown = "never" if ours_at is None else f"at {ours_at:.0f} s, {fraction:.2f}x TRL's {trl_time:.0f} s"
+        met = _met(fraction is not None and fraction <= TIME_GOAL)
+        print(
+            f"goal 2, ours reaches TRL's final reward ({trl_final:.3f}, mean of its last {args.window} steps) "
+            f"in <= {TIME_GOAL:.1f}x TRL's time: {shown} ({met})"
         )
-        print(f"ours reaches TRL's final reward {trl_final:.3f} at: {shown}")
+        summaries["ratios"] = {"ours_gain": gain, "time_to_trl_final": -1.0 if fraction is None else fraction}
     if args.json:
         args.json.write_text(json.dumps({"results": results, "summaries": summaries}, indent=2))
     return 0

@@ -2,19 +2,22 @@
 
 One rollout of the demo experiment (arithmetic, SmolLM2-135M-Instruct, GRPO with the small-model
 defaults of docs/presets.md: 4 prompts x 4 samples, one on-policy mini-batch, KL in the loss), then
-the advantage + update phase on that same batch, from the same weights, three ways:
+the advantage + update phase on that same batch, from the same weights, several ways:
 
-- ``recomputed π_old``: the previous code path, a separate no-grad forward for the old log-probs
-  even though the batch is one on-policy mini-batch (``is_on_policy`` forced false);
-- ``reused π_old``: the current path, the detached current log-probs serve as π_old (ratio 1), so
-  the update is the same: the bench prints the largest weight difference between the two;
+- ``recomputed π_old``: an earlier path, a separate no-grad forward for the old log-probs even
+  though the batch is one on-policy mini-batch (``is_on_policy`` forced false), rows padded;
+- ``padded``: π_old reused (the detached current log-probs, ratio 1), micro-batches padded (shared
+  prompts, responses padded to the longest);
+- ``packed``: the current path, π_old reused and micro-batches packed without padding
+  (docs/performance.md#packed-batches). All three are the same update: the bench prints the largest
+  weight difference of each against ``padded``;
 - ``LoRA r16``: ``model.lora_rank: 16``, adapters trained instead of every weight, and π_ref is the
   policy with its adapters off (no second model). A different training method, so only its speed
   is compared.
 
-    .venv/bin/python bench/bench_update_paths.py [--repeats 2] [--threads 2]
+    .venv/bin/python bench/bench_update_paths.py [--repeats 2] [--threads 2] [--paths padded,packed]
 
-Prints the median seconds of each and the ratios against the recomputed-π_old path.
+Prints the median seconds of each and the ratios against the first path named.
 """
 
 from __future__ import annotations
@@ -88,13 +91,15 @@ def rollout_batch(run: Any) -> Any:
 def timed_update(run: Any, rows: Any) -> tuple[float, dict[str, torch.Tensor]]:
     """Seconds of advantages + update on ``rows``, and the policy's weights after it."""
     from trainer.backends.torch.loop import set_learning_rates
-    from trainer.backends.torch.update import estimate_advantages, update_policy
+    from trainer.backends.torch.update import prepare_update, update_policy
 
-    started = time.perf_counter()
-    prepared = estimate_advantages(rows, run.models, run.config)
+    started, cpu_started = time.perf_counter(), time.process_time()
+    prepared = prepare_update(rows, run.models, run.config)
     set_learning_rates(run, 1)
     update_policy(rows, prepared, run.models, run.config, generator=torch.Generator().manual_seed(2))
     seconds = time.perf_counter() - started
+    # CPU seconds too: on a shared machine wall-clock time follows the load, CPU time much less so.
+    print(f"    {time.process_time() - cpu_started:.1f} CPU s", flush=True)
     return seconds, {k: v.detach().clone() for k, v in run.models.policy.state_dict().items()}
 
 
@@ -103,11 +108,21 @@ def restore(run: Any, weights: dict[str, torch.Tensor], optimizer_state: dict[st
     run.models.actor_optimizer.load_state_dict(copy.deepcopy(optimizer_state))
 
 
+# name -> (π_old forced to its own pass, packed micro-batches)
+PATHS = {"recomputed π_old": (True, False), "padded": (False, False), "packed": (False, True)}
+LORA = "LoRA r16"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--paths", default=",".join([*PATHS, LORA]), help="comma-separated, in order")
     args = parser.parse_args(argv)
+    names = [name.strip() for name in args.paths.split(",")]
+    unknown = set(names) - {*PATHS, LORA}
+    if unknown:
+        parser.error(f"unknown paths {sorted(unknown)}; choose from {[*PATHS, LORA]}")
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
 
@@ -117,7 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     load_plugins()
     on_policy = update.is_on_policy
-    seconds: dict[str, list[float]] = {"recomputed π_old": [], "reused π_old": [], "LoRA r16": []}
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    after: dict[str, dict[str, torch.Tensor]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         run = setup_run(demo_config(Path(tmp)))
         rows = rollout_batch(run)
@@ -129,31 +145,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         start_weights = {k: v.detach().clone() for k, v in run.models.policy.state_dict().items()}
         start_optimizer = copy.deepcopy(run.models.actor_optimizer.state_dict())
-        after: dict[str, dict[str, torch.Tensor]] = {}
-        for _ in range(args.repeats):
-            for name, forced in (("recomputed π_old", False), ("reused π_old", None)):
+        for _ in range(args.repeats):  # alternate the paths, so a change in load hits each alike
+            for name in [n for n in names if n in PATHS]:
+                forced, pack = PATHS[name]
                 restore(run, start_weights, start_optimizer)
-                update.is_on_policy = on_policy if forced is None else (lambda *a, **k: False)  # type: ignore[assignment]
+                update.is_on_policy = (lambda *a, **k: False) if forced else on_policy  # type: ignore[assignment]
+                run.models.pack_sequences = pack
                 took, after[name] = timed_update(run, rows)
                 seconds[name].append(took)
                 print(f"  {name}: {took:.2f} s", flush=True)
         update.is_on_policy = on_policy  # type: ignore[assignment]
-        difference = max(
-            float((after["recomputed π_old"][k] - after["reused π_old"][k]).abs().max())
-            for k in start_weights
-        )
         del run
-        lora = setup_run(demo_config(Path(tmp), **{"model.lora_rank": 16, "model.lora_alpha": 32}))
-        for _ in range(args.repeats):
-            took, _weights = timed_update(lora, rows)
-            seconds["LoRA r16"].append(took)
-            print(f"  LoRA r16: {took:.2f} s", flush=True)
-    baseline = statistics.median(seconds["recomputed π_old"])
-    print("\nadvantages + update of one demo batch (median s, speed-up against recomputed π_old):")
+        if LORA in names:
+            lora = setup_run(demo_config(Path(tmp), **{"model.lora_rank": 16, "model.lora_alpha": 32}))
+            for _ in range(args.repeats):
+                took, _weights = timed_update(lora, rows)
+                seconds[LORA].append(took)
+                print(f"  {LORA}: {took:.2f} s", flush=True)
+    baseline = statistics.median(seconds[names[0]])
+    print(f"\nadvantages + update of one demo batch (median s, speed-up against {names[0]}):")
     for name, values in seconds.items():
         median = statistics.median(values)
         print(f"  {name:<18} {median:7.2f} s   {baseline / median:5.2f}x")
-    print(f"same update either way: largest weight difference recomputed vs reused π_old = {difference:.2e}")
+    if "padded" in after:
+        for name in [n for n in after if n != "padded"]:
+            difference = max(float((after[name][k] - after["padded"][k]).abs().max()) for k in start_weights)
+            print(f"same update: largest weight difference {name} vs padded = {difference:.2e}")
     return 0
 
 

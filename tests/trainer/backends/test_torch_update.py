@@ -10,9 +10,17 @@ import pytest
 import torch
 
 from trainer.algos import entropy_from_logits
-from trainer.backends.torch.batch import ModelInputs, SharedPrefixInputs, flatten, micro_batches, model_inputs
+from trainer.backends.torch.batch import (
+    ModelInputs,
+    PackedInputs,
+    SharedPrefixInputs,
+    flatten,
+    micro_batches,
+    model_inputs,
+)
 from trainer.backends.torch.update import (
     Models,
+    actor_micro_loss,
     log_probs_and_entropy,
     mini_batches,
     prepare_update,
@@ -99,11 +107,16 @@ def test_a_step_that_names_its_anchor_is_grouped_by_that_name() -> None:
     assert anchors[1] == anchors[2] != anchors[0]  # different prompts, one named observation
 
 
-@pytest.mark.parametrize("share_prefixes", [True, False])
-def test_the_response_only_lm_head_matches_a_full_forward(policy: Any, share_prefixes: bool) -> None:
+@pytest.mark.parametrize(
+    ("share_prefixes", "pack", "kind"),
+    [(True, False, SharedPrefixInputs), (False, False, ModelInputs), (False, True, PackedInputs)],
+)
+def test_the_response_only_lm_head_matches_a_full_forward(
+    policy: Any, share_prefixes: bool, pack: bool, kind: type
+) -> None:
     rows = flatten(batch())
-    inputs = model_inputs(rows.steps, range(5), pad_token_id=0, share_prefixes=share_prefixes)
-    assert isinstance(inputs, SharedPrefixInputs if share_prefixes else ModelInputs)
+    inputs = model_inputs(rows.steps, range(5), pad_token_id=0, share_prefixes=share_prefixes, pack=pack)
+    assert isinstance(inputs, kind)
     if isinstance(inputs, SharedPrefixInputs):
         assert inputs.prompt_ids.shape[0] == 3  # five rows, three distinct prompts
     with torch.no_grad():
@@ -114,6 +127,46 @@ def test_the_response_only_lm_head_matches_a_full_forward(policy: Any, share_pre
             start = len(s.prompt_ids) - 1
             expected = torch.stack([full[start + t, tok] for t, tok in enumerate(s.response_ids)])
             assert torch.allclose(log_probs[row, : len(s.response_ids)], expected, atol=1e-5)
+
+
+def test_packing_holds_each_prompt_once_and_no_padding_beyond_the_longest_segment() -> None:
+    rows = flatten(batch())
+    inputs = model_inputs(rows.steps, range(5), pad_token_id=0, pack=True)
+    assert isinstance(inputs, PackedInputs)
+    # Segments: [5,6,7]+[8]+[] (4 tokens), [5..10]+[11,12] (8), [20,21]+[22,23,24]+[] (5); capacity 8,
+    # so 4 and 5 cannot share a sequence.
+    assert inputs.input_ids.tolist() == [
+        [5, 6, 7, 8, 9, 10, 11, 12],
+        [20, 21, 22, 23, 24, 0, 0, 0],
+        [5, 6, 7, 8, 0, 0, 0, 0],
+    ]
+    assert inputs.position_ids[1, :5].tolist() == [0, 1, 2, 3, 4]
+    # Row 4's only token is predicted by the prompt's last token, which row 3's tokens follow but
+    # cannot be seen by it; row 3's tokens see the prompt and each other.
+    mask = inputs.attention_mask[1, 0]
+    assert mask[4, :5].tolist() == [True, True, True, True, True]
+    assert len(inputs.row) == int(rows.response_mask.sum())  # one predicting position per token
+
+
+def test_a_packed_update_gives_the_padded_update_loss_and_gradients(policy: Any) -> None:
+    cfg = config(**{"algorithm.skip_zero_advantage_groups": False, "algorithm.entropy_coef": 0.01})
+    grads = []
+    for pack, share in ((True, True), (False, True), (False, False)):
+        model = copy.deepcopy(policy)
+        rows = flatten(batch())
+        models = models_for(model)
+        models.pack_sequences, models.share_prefixes = pack, share
+        prepared = prepare_update(rows, models, cfg)
+        inputs = model_inputs(rows.steps, list(range(5)), 0, share_prefixes=share, pack=pack)
+        loss, _ = actor_micro_loss(
+            response_logits(model, inputs), list(range(5)), inputs.width, rows, prepared, cfg
+        )
+        loss.backward()
+        grads.append((loss.detach(), torch.cat([p.grad.flatten() for p in model.parameters()])))
+    for loss, grad in grads[1:]:
+        assert torch.allclose(grads[0][0], loss, atol=1e-6)
+        assert float((grads[0][1] - grad).abs().max()) < 1e-5 * float(grad.abs().max())
+    assert grads[0][1].abs().sum() > 0
 
 
 def test_log_probs_and_entropy_share_one_logsumexp() -> None:
@@ -171,12 +224,14 @@ def test_gradient_accumulation_gives_the_same_step_for_any_micro_batch_size(
 ) -> None:
     cfg = config(**{"algorithm.loss_agg_mode": agg_mode, "algorithm.skip_zero_advantage_groups": False})
     results = []
-    # Micro-batches of 5 and 2 rows share prompt prefixes, 1 row cannot; the last run shares nothing.
-    for micro, share in ((5, True), (2, True), (1, True), (5, False)):
+    # Micro-batches of 5 and 2 rows share prompt prefixes, 1 row cannot; the run without sharing pads
+    # every row; the packed one pads nothing.
+    for micro, share, pack in ((5, True, False), (2, True, False), (1, True, False), (5, False, False),
+                               (2, True, True)):  # fmt: skip
         model = copy.deepcopy(policy)
         rows = flatten(batch())
         models = models_for(model)
-        models.share_prefixes = share
+        models.share_prefixes, models.pack_sequences = share, pack
         prepared = prepare_update(rows, models, cfg)
         run_cfg = cfg.with_overrides(**{"optim.micro_batch_size": micro})
         update_actor(rows, prepared, models, run_cfg, generator=torch.Generator().manual_seed(0))

@@ -133,14 +133,56 @@ class SharedPrefixInputs:
         )
 
 
-Inputs = ModelInputs | SharedPrefixInputs
+@dataclass
+class PackedInputs:
+    """A micro-batch without padding between sequences (docs/performance.md#packed-batches).
+
+    Each distinct prompt is a segment: the prompt once, then each of its rows' responses (less the
+    last token, which predicts nothing) back to back. Segments are packed into a few sequences of
+    about the longest segment's length; the attention mask lets a token see its own prompt and the
+    earlier tokens of its own response only, and position ids restart at each segment, so every
+    response is computed exactly as if it ran alone after its prompt.
+    """
+
+    rows: list[int]
+    input_ids: torch.Tensor  # [p, C] packed sequences, the last ones right-padded
+    position_ids: torch.Tensor  # [p, C] each token's position in its own prompt + response
+    attention_mask: torch.Tensor  # [p, 1, C, C] bool, True where a query token sees a key token
+    pack: torch.Tensor  # [N] the packed sequence of each response-predicting position
+    offset: torch.Tensor  # [N] its column there
+    row: torch.Tensor  # [N] the micro-batch row (0..b-1) whose response token it predicts
+    column: torch.Tensor  # [N] which token of that response
+    width: int  # Tm, the longest response in this micro-batch
+
+    def to(self, device: torch.device) -> PackedInputs:
+        return PackedInputs(
+            self.rows,
+            self.input_ids.to(device),
+            self.position_ids.to(device),
+            self.attention_mask.to(device),
+            self.pack.to(device),
+            self.offset.to(device),
+            self.row.to(device),
+            self.column.to(device),
+            self.width,
+        )
+
+
+Inputs = ModelInputs | SharedPrefixInputs | PackedInputs
 
 
 def model_inputs(
-    steps: Sequence[Step], rows: Sequence[int], pad_token_id: int, *, share_prefixes: bool = True
+    steps: Sequence[Step],
+    rows: Sequence[int],
+    pad_token_id: int,
+    *,
+    share_prefixes: bool = True,
+    pack: bool = False,
 ) -> Inputs:
-    """Inputs for ``rows``: shared-prefix form when some rows repeat a prompt (and sharing is on), else
-    one plain sequence per row."""
+    """Inputs for ``rows``: packed when asked; else shared-prefix form when some rows repeat a prompt
+    (and sharing is on), else one plain sequence per row."""
+    if pack:
+        return packed_inputs(steps, rows, pad_token_id)
     distinct: dict[tuple[int, ...], int] = {}
     row_prompt = [distinct.setdefault(tuple(steps[row].prompt_ids), len(distinct)) for row in rows]
     if share_prefixes and len(distinct) < len(rows):
@@ -188,6 +230,84 @@ def _shared_prefix_inputs(
         response_ids,
         width,
     )
+
+
+@dataclass
+class _Segment:
+    """One distinct prompt of a micro-batch and the micro-batch rows that continue it."""
+
+    prompt: list[int]
+    members: list[int]  # indices into the micro-batch's rows
+
+    def length(self, steps: Sequence[Step], rows: Sequence[int]) -> int:
+        return len(self.prompt) + sum(len(steps[rows[i]].response_ids) - 1 for i in self.members)
+
+
+def _segments(steps: Sequence[Step], rows: Sequence[int]) -> list[_Segment]:
+    by_prompt: dict[tuple[int, ...], _Segment] = {}
+    for i, row in enumerate(rows):
+        prompt = steps[row].prompt_ids
+        by_prompt.setdefault(tuple(prompt), _Segment(list(prompt), [])).members.append(i)
+    return list(by_prompt.values())
+
+
+def _first_fit(lengths: list[int]) -> list[list[int]]:
+    """Segment ids per packed sequence: longest first, each into the first sequence it fits, with the
+    longest segment's length as the capacity (so packing never makes a sequence longer)."""
+    capacity = max(lengths)
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for segment in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        fits = next((b for b, free in enumerate(room) if free >= lengths[segment]), None)
+        if fits is None:
+            bins.append([])
+            room.append(capacity)
+            fits = len(bins) - 1
+        bins[fits].append(segment)
+        room[fits] -= lengths[segment]
+    return bins
+
+
+def packed_inputs(steps: Sequence[Step], rows: Sequence[int], pad_token_id: int) -> PackedInputs:
+    """Pack ``rows`` padding-free (see :class:`PackedInputs`)."""
+    segments = _segments(steps, rows)
+    lengths = [segment.length(steps, rows) for segment in segments]
+    bins = _first_fit(lengths)
+    capacity = max(lengths)
+    input_ids = torch.full((len(bins), capacity), pad_token_id, dtype=torch.long)
+    position_ids = torch.zeros((len(bins), capacity), dtype=torch.long)
+    # Per token: its segment (-1 for padding) and its response (-1 for prompt tokens and padding).
+    segment_of = torch.full((len(bins), capacity), -1, dtype=torch.long)
+    response_of = torch.full((len(bins), capacity), -1, dtype=torch.long)
+    predicts: list[tuple[int, int, int, int]] = []  # (pack, offset, row, column)
+    for b, members in enumerate(bins):
+        at = 0
+        for s in members:
+            prompt = segments[s].prompt
+            end = at + len(prompt)
+            input_ids[b, at:end] = torch.tensor(prompt)
+            position_ids[b, at:end] = torch.arange(len(prompt))
+            segment_of[b, at:end] = s
+            prompt_last = end - 1
+            for i in segments[s].members:
+                response = steps[rows[i]].response_ids
+                start, stop = end, end + len(response) - 1
+                input_ids[b, start:stop] = torch.tensor(response[:-1])
+                position_ids[b, start:stop] = torch.arange(len(prompt), len(prompt) + len(response) - 1)
+                segment_of[b, start:stop] = s
+                response_of[b, start:stop] = i
+                predicts.append((b, prompt_last, i, 0))
+                predicts.extend((b, start + t - 1, i, t) for t in range(1, len(response)))
+                end = stop
+            at = end
+    causal = torch.ones(capacity, capacity, dtype=torch.bool).tril()
+    same_segment = segment_of[:, :, None] == segment_of[:, None, :]
+    # A key is visible when it is a prompt (or padding) token or a token of the query's own response.
+    visible = (response_of[:, None, :] == -1) | (response_of[:, :, None] == response_of[:, None, :])
+    mask = (causal & same_segment & visible)[:, None]
+    pack, offset, row, column = torch.tensor(predicts, dtype=torch.long).unbind(-1)
+    width = max(len(steps[r].response_ids) for r in rows)
+    return PackedInputs(list(rows), input_ids, position_ids, mask, pack, offset, row, column, width)
 
 
 def micro_batches(steps: Sequence[Step], rows: Sequence[int], size: int) -> list[list[int]]:

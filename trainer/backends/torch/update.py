@@ -16,7 +16,14 @@ import torch
 from transformers import DynamicCache
 
 from trainer.algos import ESTIMATORS, POLICY_LOSSES, agg_loss, kl_penalty, value_loss
-from trainer.backends.torch.batch import Inputs, SharedPrefixInputs, StepRows, micro_batches, model_inputs
+from trainer.backends.torch.batch import (
+    Inputs,
+    PackedInputs,
+    SharedPrefixInputs,
+    StepRows,
+    micro_batches,
+    model_inputs,
+)
 from trainer.backends.torch.timing import timed
 from trainer.contract import (
     ACTOR_GRAD_NORM,
@@ -52,6 +59,8 @@ class Models:
     critic_optimizer: torch.optim.Optimizer | None = None
     # Run each distinct prompt once per micro-batch (off with gradient checkpointing, which drops caches).
     share_prefixes: bool = True
+    # Pack micro-batches padding-free (docs/performance.md#packed-batches); shares prompts too.
+    pack_sequences: bool = True
     # LoRA: π_ref is the policy with its adapters switched off, so no second copy of the model is held.
     reference_is_base: bool = False
 
@@ -105,10 +114,30 @@ def response_hidden(decoder: Any, inputs: Inputs) -> torch.Tensor:
 
     ``decoder`` is a transformers base model (the policy's ``get_decoder()``, the critic's backbone).
     """
+    if isinstance(inputs, PackedInputs):
+        return to_rows(packed_hidden(decoder, inputs), inputs)
     if isinstance(inputs, SharedPrefixInputs):
         return _shared_prefix_hidden(decoder, inputs)
     hidden = decoder(input_ids=inputs.input_ids, use_cache=False).last_hidden_state
     return hidden.gather(1, inputs.positions[..., None].expand(-1, -1, hidden.shape[-1]))
+
+
+def packed_hidden(decoder: Any, inputs: PackedInputs) -> torch.Tensor:
+    """Final hidden states [N, H] at the N response-predicting positions of a packed micro-batch."""
+    dtype = decoder.dtype
+    # An additive mask in the model's dtype: what both SDPA and eager attention take as given.
+    mask = torch.zeros(inputs.attention_mask.shape, dtype=dtype, device=inputs.attention_mask.device)
+    mask = mask.masked_fill(~inputs.attention_mask, torch.finfo(dtype).min)
+    hidden = decoder(
+        input_ids=inputs.input_ids, attention_mask=mask, position_ids=inputs.position_ids, use_cache=False
+    ).last_hidden_state
+    return hidden[inputs.pack, inputs.offset]
+
+
+def to_rows(flat: torch.Tensor, inputs: PackedInputs) -> torch.Tensor:
+    """[N, ...] per response-predicting position -> [b, Tm, ...] per row, zero past each response."""
+    out = flat.new_zeros((len(inputs.rows), inputs.width, *flat.shape[1:]))
+    return out.index_put((inputs.row, inputs.column), flat)
 
 
 def _shared_prefix_hidden(decoder: Any, inputs: SharedPrefixInputs) -> torch.Tensor:
@@ -147,7 +176,10 @@ def response_logits(model: Any, inputs: Inputs) -> torch.Tensor:
     with a big vocabulary) only over response positions. Models whose logits are ``lm_head(hidden)``
     (Llama, Qwen2, Mistral, SmolLM, ...) are supported this way.
     """
-    return model.get_output_embeddings()(response_hidden(model.get_decoder(), inputs))
+    head = model.get_output_embeddings()
+    if isinstance(inputs, PackedInputs):  # the head on real positions only, not on padding
+        return to_rows(head(packed_hidden(model.get_decoder(), inputs)), inputs)
+    return head(response_hidden(model.get_decoder(), inputs))
 
 
 def response_values(critic: ValueHeadModel, inputs: Inputs) -> torch.Tensor:
@@ -180,7 +212,13 @@ def log_probs_and_entropy(
 
 
 def _micro_inputs(rows: StepRows, row_ids: list[int], models: Models) -> Inputs:
-    inputs = model_inputs(rows.steps, row_ids, models.pad_token_id, share_prefixes=models.share_prefixes)
+    inputs = model_inputs(
+        rows.steps,
+        row_ids,
+        models.pad_token_id,
+        share_prefixes=models.share_prefixes,
+        pack=models.pack_sequences,
+    )
     return inputs.to(models.device)
 
 
