@@ -22,10 +22,12 @@ from trainer.contract import (
     ID_MAX,
     INT4_MAX,
     METRIC_KEY_MAX,
+    REWARD_MEAN,
     StepWire,
     ToolCallWire,
     TrajectoryBatch,
     TrajectoryWire,
+    canonical_key,
 )
 from trainer.tools.formats import FORMATS
 from webapp.experiments.models import Experiment, Run, RunStatus
@@ -108,7 +110,8 @@ def parse_metrics(name: str, lines: Iterable[str | bytes], parsed: Parsed) -> Pa
         step = record.get("step")
         if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= INT4_MAX:
             raise DumpRefused(f"{name} line {number}: step must be an integer from 0 to {INT4_MAX}")
-        values = record.get("data") if isinstance(record.get("data"), dict) else record
+        nested = record.get("data")
+        values: dict[str, Any] = nested if isinstance(nested, dict) else record
         ts = float(record["ts"]) if _number(record.get("ts")) else 0.0
         for key, value in values.items():
             if key in ("step", "ts", "timestamp") or not _number(value):
@@ -150,13 +153,31 @@ def import_run(team: Any, user: Any, experiment_name: str, run_name: str, parsed
             for start in range(0, len(wires), 500):
                 batch = TrajectoryBatch(training_step=step, trajectories=wires[start : start + 500])
                 rollouts.store_batch(run, batch, f"import-{run.pk}-{step}-{start}")
-        if parsed.points:
-            metrics_store.write_points(run.pk, f"import-{run.pk}-metrics", parsed.points)
+        points = parsed.points + reward_means(parsed)
+        if points:
+            metrics_store.write_points(run.pk, f"import-{run.pk}-metrics", points)
         last = max([*parsed.steps, *(p["step"] for p in parsed.points)], default=0)
         Run.objects.filter(pk=run.pk).update(step=last, total_steps=last)
         run.finish(RunStatus.SUCCEEDED, f"imported from {parsed.format or 'a metrics file'}")
         run.refresh_from_db()
     return Imported(run, parsed.trajectories, len(parsed.points), len(parsed.steps))
+
+
+def reward_means(parsed: Parsed) -> list[dict[str, Any]]:
+    """reward/mean per step from the trajectories' rewards, when the metrics file gives none (under
+    our key or verl's), so the run's reward curve and overview read like a launched run's."""
+    if any(REWARD_MEAN in (p["key"], canonical_key(p["key"])) for p in parsed.points):
+        return []
+    return [
+        {
+            "key": REWARD_MEAN,
+            "step": step,
+            "value": sum(w.total_reward for w in wires) / len(wires),
+            "ts": 0.0,
+        }
+        for step, wires in sorted(parsed.steps.items())
+        if wires
+    ]
 
 
 # -- one line each ----------------------------------------------------------------------------------

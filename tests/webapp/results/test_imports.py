@@ -137,6 +137,9 @@ def test_a_verl_rollout_dump_written_by_verl_imports_with_its_extra_reward_keys(
     assert trajectories[0].metrics == {"acc": 1.0}
     step = TrajectoryStep.objects.get(trajectory=trajectories[1])
     assert (step.reward, step.done) == (0.0, True)
+    # No metrics file: the reward curve comes from the trajectories' rewards.
+    means = MetricPoint.objects.filter(run=run, key__name="reward/mean").order_by("step")
+    assert [(p.step, p.value) for p in means] == [(3, 0.5), (4, 0.5)]
 
 
 def test_a_bad_line_is_refused_with_its_file_and_line_and_stores_nothing(
