@@ -32,7 +32,7 @@ from ninja.security import HttpBearer
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from trainer.contract import API_ROOT, CLAIMANT_HEADER, INT4_MAX
-from webapp.accounts.models import ApiToken
+from webapp.accounts.models import ApiToken, Scope
 from webapp.accounts.throttle import (
     TokenLockedOut,
     check_token_allowed,
@@ -101,17 +101,26 @@ def get_run_for_claimant(request: HttpRequest, run_id: int) -> Run:
     return run
 
 
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
 class UserTokenAuth(HttpBearer):
-    """A personal API token; sets ``request.user`` so the apps' access helpers apply unchanged."""
+    """A personal API token; sets ``request.user`` so the apps' access helpers apply unchanged. A
+    token without the write scope may only read (403 on anything else), and an expired one is dead
+    (docs/api.md#tokens)."""
 
     def authenticate(self, request: HttpRequest, token: str) -> Any | None:
         check_token_allowed(request)
-        user = ApiToken.authenticate(token)
-        if user is not None:
-            request.user = user
-        elif not token_is_known(token):
-            token_failed(request)
-        return user
+        found = ApiToken.find(token)
+        if found is None:
+            if not token_is_known(token):
+                token_failed(request)
+            return None
+        request.user = found.user
+        request.api_token = found  # type: ignore[attr-defined]
+        if request.method not in SAFE_METHODS and not found.allows(Scope.WRITE):
+            raise PermissionDenied(f"the token {found.name!r} may only read (it lacks the write scope)")
+        return found.user
 
 
 class FieldError(HttpError):
@@ -120,6 +129,16 @@ class FieldError(HttpError):
     def __init__(self, problems: Sequence[tuple[str, str]], *, prefix: str = "", status: int = 400) -> None:
         super().__init__(status, "; ".join(f"{prefix}{path}: {text}" for path, text in problems))
         self.field = prefix + problems[0][0] if problems else None
+
+
+def form_error(form: Any, *, prefix: str = "", status: int = 400) -> FieldError:
+    """A bound Django form's errors as the API's FieldError: one validation for pages and API."""
+    problems = [
+        (prefix + name if name != "__all__" else "body", str(message))
+        for name, messages in form.errors.items()
+        for message in messages
+    ]
+    return FieldError(problems or [("body", "invalid")], status=status)
 
 
 def nul_at(value: Any, path: str = "") -> str | None:
@@ -269,6 +288,8 @@ def _server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 
 def _register_routers() -> None:
+    from webapp.accounts.api import router as members_router
+    from webapp.accounts.api import tokens_router
     from webapp.datasets.api import router as datasets_router
     from webapp.datasets.api import team_router as datasets_team_router
     from webapp.experiments.api import router as experiments_router
@@ -278,6 +299,7 @@ def _register_routers() -> None:
     from webapp.results.api import router as results_router
     from webapp.results.checkpoints_api import router as checkpoints_router
     from webapp.results.ingest import router as ingest_router
+    from webapp.tools.api import rewards_router
     from webapp.tools.api import router as tools_router
 
     # The trainer's routers carry whole paths (route(...)): they mount at the root.
@@ -291,6 +313,9 @@ def _register_routers() -> None:
     api.add_router("/t", tools_router)
     api.add_router("/t", evaluations_router)
     api.add_router("/t", checkpoints_router)
+    api.add_router("/t", rewards_router)
+    api.add_router("/t", members_router)
+    api.add_router("", tokens_router)
 
 
 _register_routers()

@@ -11,8 +11,8 @@ from webapp import health
 from webapp.accounts import views as accounts
 from webapp.api import api
 from webapp.datasets import views as datasets
-from webapp.experiments import evaluations
 from webapp.experiments import artifacts as run_artifacts
+from webapp.experiments import evaluations
 from webapp.experiments import views as experiments
 from webapp.results import views as results
 from webapp.tools import views as tools

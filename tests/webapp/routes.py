@@ -20,12 +20,12 @@ from tests.webapp.datasets.conftest import contract_row, write_parquet
 from trainer.contract import API_ROOT, CLAIMANT_HEADER
 from webapp.accounts.models import ApiToken, Role
 from webapp.datasets import files
-from webapp.datasets.models import Dataset
+from webapp.datasets.models import Dataset, ImportStatus, RecipeImport
 from webapp.experiments.artifacts import artifact_root
 from webapp.experiments.models import Experiment, Run, RunKind, RunStatus, Sweep
 from webapp.experiments.services import checkpoint_dir
 from webapp.results.models import Checkpoint, Trajectory
-from webapp.tools.models import TeamTool, ToolTrial
+from webapp.tools.models import TeamReward, TeamTool, ToolTrial
 
 PERSONAS = ("anonymous", "outsider", "viewer", "member", "owner")
 RUN_TOKENS = ("own run", "other run", "finished run")
@@ -112,6 +112,8 @@ def _build_world(folder: Path) -> World:
         team=acme, name="lookup", parameters={"type": "object"}, kind="http", url="http://127.0.0.1:9/x"
     )
     trial = ToolTrial.objects.create(team=acme, builtin="echo", arguments={"text": "x"})
+    reward = TeamReward.objects.create(team=acme, name="matrix_reward", rule="exact")
+    recipe_import = RecipeImport.objects.create(team=acme, task="arithmetic", status=ImportStatus.DONE)
     config = {
         "name": "exp",
         "task": "arithmetic",
@@ -167,8 +169,13 @@ def _build_world(folder: Path) -> World:
         "mlflow_run": runs["own run"].mlflow_run_id,
         "finished": runs["finished run"].pk,
         "evaluation": evaluation.pk,
+        "reward": reward.pk,
+        "recipe_import": recipe_import.pk,
+        "viewer_membership": acme.memberships.get(user=users["viewer"]).pk,
     }
-    tokens = {persona: ApiToken.issue(user, "matrix")[1] for persona, user in users.items()}
+    issued = {persona: ApiToken.issue(user, "matrix") for persona, user in users.items()}
+    tokens = {persona: plain for persona, (_row, plain) in issued.items()}
+    ids.update({f"token:{persona}": row.pk for persona, (row, _plain) in issued.items()})
     artifact = artifact_root(runs["own run"]) / "reports" / "eval.txt"
     artifact.parent.mkdir(parents=True, exist_ok=True)
     artifact.write_text("an artifact the run page links to\n")
@@ -331,6 +338,7 @@ PAGES: dict[str, Page] = {
     "runs_action": Page("read", team(), post="read", get=False),
     "runs_delete": Page("write", team(), post="write"),
     "runs_compare": Page("read", team(), query="?run={run}"),
+    "run_import": Page("read", team(), post="write", data=lambda w: {"experiment": "imports"}),
     "experiment_curves": Page("read", team(experiment_id=_id("experiment"))),
     "curves_layout": Page("read", team(), post="read", get=False),
     "curves_csv": Page("read", team(), query="?run={run}&key=reward/mean"),
@@ -382,6 +390,9 @@ def page_url(world: World, name: str, page: Page) -> str:
 # -- the JSON API, from its own schema ------------------------------------------------------------
 
 
+BODY_METHODS = ("POST", "PATCH")
+
+
 def operations(client: Client) -> list[tuple[str, str, str, dict[str, str]]]:
     """(method, path, auth scheme, required query parameters filled in) of every API operation."""
     schema = client.get(f"{API_ROOT}/openapi.json").json()
@@ -398,18 +409,22 @@ def operations(client: Client) -> list[tuple[str, str, str, dict[str, str]]]:
     return found
 
 
-def api_path(world: World, path: str) -> str:
+# The object each ``{pk}`` of a JSON API path names, by the path's collection.
+API_PKS = {
+    "/experiments/{pk}": "experiment", "/tools/{pk}": "tool", "/datasets/{pk}": "dataset",
+    "/datasets/imports/{pk}": "recipe_import", "/rewards/{pk}": "reward", "/trials/{pk}": "trial",
+    "/members/{pk}": "viewer_membership", "/sweeps/{pk}": "sweep", "/evaluations/{pk}": "evaluation",
+}  # fmt: skip
+
+
+def api_path(world: World, path: str, caller: str = "owner") -> str:
+    """The path with Acme's objects filled in; a personal token's own id for /tokens/{pk}."""
     values = {"team_slug": world.slug, "run_id": world.ids["run"], "uid": "t0", "split": "train", "step": 1}
-    if "/experiments/{pk}" in path:
-        values["pk"] = world.ids["experiment"]
-    elif "/sweeps/{pk}" in path:
-        values["pk"] = world.ids["sweep"]
-    elif "/tools/{pk}" in path:
-        values["pk"] = world.ids["tool"]
-    elif "/datasets/{pk}" in path:
-        values["pk"] = world.ids["dataset"]
-    elif "/evaluations/{pk}" in path:
-        values["pk"] = world.ids["evaluation"]
+    for collection, name in API_PKS.items():
+        if collection in path:
+            values["pk"] = world.ids[name]
+    if "/tokens/{pk}" in path:
+        values["pk"] = world.ids.get(f"token:{caller}", 10**9)
     return path.format(**values)
 
 
@@ -453,11 +468,39 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     "/api/t/{team_slug}/sweeps/{pk}/cancel": lambda w: None,
     "/api/t/{team_slug}/runs/{run_id}/cancel": lambda w: None,
     "/api/t/{team_slug}/evaluations": lambda w: {"experiment": w.ids["experiment"], "k": 2},
+    "/api/t/{team_slug}/experiments/{pk}": lambda w: {"description": "changed"},
+    "/api/t/{team_slug}/experiments/{pk}/clone": lambda w: {"name": "exp clone"},
+    # A JSON body where a multipart upload belongs: refused with a 400, never a 5xx.
+    "/api/t/{team_slug}/datasets": lambda w: {"name": "x"},
+    "/api/t/{team_slug}/datasets/from-recipe": lambda w: {"task": "arithmetic", "size": 8},
+    "/api/t/{team_slug}/datasets/{pk}/archive": lambda w: {"archived": True},
+    "/api/t/{team_slug}/tools": lambda w: {
+        "name": "api_tool",
+        "parameters": {"type": "object"},
+        "url": "http://127.0.0.1:9/y",
+    },
+    "/api/t/{team_slug}/tools/{pk}": lambda w: {"description": "changed"},
+    "/api/t/{team_slug}/tools/{pk}/try": lambda w: {"arguments": {}},
+    "/api/t/{team_slug}/rewards": lambda w: {"name": "api_reward", "rule": "contains"},
+    "/api/t/{team_slug}/rewards/{pk}": lambda w: {"description": "changed"},
+    "/api/t/{team_slug}/rewards/{pk}/try": lambda w: {"response": "4", "ground_truth": "4"},
+    "/api/t/{team_slug}/members": lambda w: {"username": "matrix-outsider", "role": "viewer"},
+    "/api/t/{team_slug}/members/{pk}": lambda w: {"role": "member"},
+    "/api/t/{team_slug}/imports": lambda w: {"name": "x"},
+    "/api/tokens": lambda w: {"name": "ci", "scopes": ["read"], "expires_in_days": 7},
 }
 API_CALLERS = ("anonymous", "outsider", "viewer", "member", "owner", *RUN_TOKENS)
+# Operations only a team's owners may make (a member gets a 403 like a viewer).
+OWNER_OPERATIONS = frozenset(
+    {
+        ("POST", "/api/t/{team_slug}/members"),
+        ("PATCH", "/api/t/{team_slug}/members/{pk}"),
+        ("DELETE", "/api/t/{team_slug}/members/{pk}"),
+    }
+)
 
 
-def api_expected(kind: str, method: str, caller: str) -> set[int] | None:
+def api_expected(kind: str, method: str, caller: str, path: str = "") -> set[int] | None:
     """The statuses a caller must get; None: allowed (any status but 401/403/404 and 5xx)."""
     if caller == "anonymous":
         return {401}
@@ -465,9 +508,13 @@ def api_expected(kind: str, method: str, caller: str) -> set[int] | None:
         return {401} if caller in (*PERSONAS, "finished run") else {404} if caller == "other run" else None
     if caller in RUN_TOKENS:
         return {401}
+    if "{team_slug}" not in path:
+        return None  # the caller's own things (its tokens): every signed-in persona has them
     if caller == "outsider":
         return {404}
-    if caller == "viewer" and method == "POST":
+    if caller == "viewer" and method != "GET":
+        return {403}
+    if caller == "member" and (method, path) in OWNER_OPERATIONS:
         return {403}
     return None
 

@@ -19,6 +19,7 @@ from django.urls import reverse
 from tests.webapp.routes import (
     API_BODIES,
     API_CALLERS,
+    BODY_METHODS,
     DELEGATED_PREFIXES,
     MLFLOW_BODIES,
     PAGES,
@@ -116,19 +117,23 @@ def test_every_api_operation_answers_each_caller_and_refusals_change_nothing(
 ) -> None:
     client = Client()
     found = operations(client)
-    posts = {path for method, path, _, _ in found if method == "POST"}
-    assert posts == set(API_BODIES), f"give a body for {posts - set(API_BODIES)}"
+    with_body = {path for method, path, _, _ in found if method in BODY_METHODS}
+    assert with_body == set(API_BODIES), f"give a body for {with_body - set(API_BODIES)}"
     headers = auth_headers(world, caller)
     problems = []
     for method, path, kind, query in found:
-        url = api_path(world, path)
-        expected = api_expected(kind, method, caller)
-        if method == "POST":
+        url = api_path(world, path, caller)
+        expected = api_expected(kind, method, caller, path)
+        if method in BODY_METHODS:
             body = API_BODIES[path](world)
             data = json.dumps(body) if body is not None else ""
 
-            def send(url: str = url, data: str = data) -> Any:
-                return client.post(url, data, content_type="application/json", **headers)
+            def send(url: str = url, data: str = data, method: str = method) -> Any:
+                return client.generic(method, url, data, content_type="application/json", **headers)
+        elif method == "DELETE":
+
+            def send(url: str = url) -> Any:
+                return client.delete(url, **headers)
         else:
 
             def send(url: str = url, query: dict[str, str] = query) -> Any:

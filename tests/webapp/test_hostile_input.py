@@ -14,6 +14,7 @@ from django.test import Client
 
 from tests.webapp.routes import (
     API_BODIES,
+    BODY_METHODS,
     MLFLOW_BODIES,
     PAGES,
     World,
@@ -85,16 +86,18 @@ def hostile_bodies(body: Any) -> Iterator[str]:
     yield "\x00"
 
 
-def _problems(client: Client, url: str, bodies: Iterator[str], headers: dict[str, str]) -> list[str]:
+def _problems(
+    client: Client, url: str, bodies: Iterator[str], headers: dict[str, str], method: str = "POST"
+) -> list[str]:
     found = []
     for text in bodies:
         data = text.encode("utf-8", "surrogatepass")
         response, _ = rolled_back(
-            lambda data=data: client.post(url, data, content_type="application/json", **headers),
+            lambda data=data: client.generic(method, url, data, content_type="application/json", **headers),
             compare=False,
         )
         if response.status_code >= 500:
-            found.append(f"POST {url} {text[:120]!r}: {response.status_code} {response.content[:200]!r}")
+            found.append(f"{method} {url} {text[:120]!r}: {response.status_code} {response.content[:200]!r}")
     return found
 
 
@@ -102,10 +105,11 @@ def test_no_json_api_post_answers_5xx_to_hostile_bodies(world: World) -> None:
     client = Client()
     problems = []
     for method, path, kind, _query in operations(client):
-        if method != "POST":
+        if method not in BODY_METHODS:
             continue
         headers = auth_headers(world, "own run" if kind == "RunTokenAuth" else "owner")
-        problems += _problems(client, api_path(world, path), hostile_bodies(API_BODIES[path](world)), headers)
+        bodies = hostile_bodies(API_BODIES[path](world))
+        problems += _problems(client, api_path(world, path), bodies, headers, method)
     assert not problems, "\n".join(problems)
 
 

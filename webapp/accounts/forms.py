@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any
+
 from django import forms
 from django.contrib.auth import get_user_model, password_validation
+from django.utils import timezone
 
 from webapp.accounts.models import Role
 
@@ -67,3 +71,20 @@ class SwitchTeamForm(forms.Form):
 
 class ApiTokenForm(forms.Form):
     name = forms.CharField(max_length=100, label="Name", help_text="What the token is for, e.g. 'notebook'.")
+    read_only = forms.BooleanField(
+        required=False, label="Read only", help_text="It may read everything you can, and change nothing."
+    )
+    expires_in_days = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=3650,
+        label="Expires after (days)",
+        help_text="Blank: until revoked.",
+    )
+
+    def scopes(self) -> list[str]:
+        return ["read"] if self.cleaned_data.get("read_only") else ["read", "write"]
+
+    def expires(self) -> Any:
+        days = self.cleaned_data.get("expires_in_days")
+        return timezone.now() + timedelta(days=days) if days else None

@@ -110,6 +110,17 @@ def _hash_api_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+class Scope(models.TextChoices):
+    """What a personal token may do (docs/api.md#tokens): read is every GET; write is the rest."""
+
+    READ = "read", "Read"
+    WRITE = "write", "Read and write"
+
+
+def _all_scopes() -> list[str]:
+    return [Scope.READ, Scope.WRITE]
+
+
 class ApiToken(models.Model):
     """A personal token for the REST API. Only its SHA-256 is stored; the token is shown once."""
 
@@ -124,6 +135,9 @@ class ApiToken(models.Model):
     created = models.DateTimeField(auto_now_add=True)
     last_used = models.DateTimeField(null=True, blank=True)
     revoked = models.DateTimeField(null=True, blank=True)
+    # Tokens issued before scopes existed could do everything: they keep both.
+    scopes = models.JSONField(default=_all_scopes, help_text="read, write (docs/api.md#tokens).")
+    expires = models.DateTimeField(null=True, blank=True, help_text="None: until revoked.")
 
     class Meta:
         ordering = ["-created"]
@@ -132,29 +146,45 @@ class ApiToken(models.Model):
         return f"{self.name} ({self.hint}…)"
 
     @classmethod
-    def issue(cls, user: Any, name: str) -> tuple[ApiToken, str]:
-        """A new token for ``user``: (the row, the plain token to show once)."""
+    def issue(
+        cls, user: Any, name: str, *, scopes: list[str] | None = None, expires: Any | None = None
+    ) -> tuple[ApiToken, str]:
+        """A new token for ``user``: (the row, the plain token to show once). Write implies read."""
         plain = cls.PREFIX + secrets.token_urlsafe(32)
-        token = cls.objects.create(user=user, name=name, token_hash=_hash_api_token(plain), hint=plain[:9])
+        chosen = sorted(set(scopes or _all_scopes()) | {Scope.READ})
+        token = cls.objects.create(
+            user=user, name=name, token_hash=_hash_api_token(plain), hint=plain[:9], scopes=chosen,
+            expires=expires,
+        )  # fmt: skip
         return token, plain
 
     @classmethod
-    def authenticate(cls, plain: str) -> Any | None:
-        """The active user owning an unrevoked token, else None."""
+    def find(cls, plain: str) -> ApiToken | None:
+        """The live token (unrevoked, unexpired, of an active user) of that text, else None."""
         if not plain.startswith(cls.PREFIX):
             return None
+        now = timezone.now()
         token = (
             cls.objects.select_related("user")
             .filter(token_hash=_hash_api_token(plain), revoked__isnull=True, user__is_active=True)
+            .filter(Q(expires__isnull=True) | Q(expires__gt=now))
             .first()
         )
         if token is None:
             return None
-        now = timezone.now()
         if token.last_used is None or now - token.last_used > LAST_USED_RESOLUTION:
             # At most one write a minute per token; a lost race only loses a timestamp.
             cls.objects.filter(pk=token.pk).update(last_used=now)
-        return token.user
+        return token
+
+    @classmethod
+    def authenticate(cls, plain: str) -> Any | None:
+        """The active user owning a live token, else None."""
+        token = cls.find(plain)
+        return token.user if token is not None else None
+
+    def allows(self, scope: str) -> bool:
+        return scope in self.scopes
 
     @classmethod
     def is_known(cls, plain: str) -> bool:

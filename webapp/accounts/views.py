@@ -136,7 +136,9 @@ def api_tokens(request: HttpRequest) -> HttpResponse:
     form = ApiTokenForm(request.POST or None)
     created = None
     if request.method == "POST" and form.is_valid():
-        _token, created = ApiToken.issue(request.user, form.cleaned_data["name"])
+        _token, created = ApiToken.issue(
+            request.user, form.cleaned_data["name"], scopes=form.scopes(), expires=form.expires()
+        )
         form = ApiTokenForm()
     tokens = ApiToken.objects.filter(user=request.user)  # type: ignore[misc]
     return render(request, "accounts/tokens.html", {"form": form, "created": created, "tokens": tokens})

@@ -7,24 +7,37 @@ from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import ValidationError
 
 from tasks_lib.registry import load_recipes
 from trainer.backends import BACKENDS
-from trainer.config import RunConfig, validation_errors
-from trainer.contract import IDEMPOTENCY_HEADER
+from trainer.config import RunConfig, flatten_paths, validation_errors
+from trainer.contract import IDEMPOTENCY_HEADER, INT4_MAX
 from trainer.registry import RegistryError
 from webapp.accounts.access import get_team_for_user
 from webapp.api import FieldError, Page, PageParams, StrictSchema, UserTokenAuth, paginate
+from webapp.datasets.models import DATASET_REF_PREFIX
 from webapp.experiments import services
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
 from webapp.experiments.checks import refusals, with_dataset_rewards
 from webapp.experiments.confine import ConfigRefused, confined
+from webapp.experiments.logs import TAIL_BYTES, log_tail
 from webapp.experiments.models import Experiment, Run
-from webapp.experiments.services import MAX_DESCRIPTION_LENGTH, MAX_SEEDS, Seed, creation_problems
+from webapp.experiments.services import (
+    MAX_DESCRIPTION_LENGTH,
+    MAX_NAME_LENGTH,
+    MAX_SEEDS,
+    Seed,
+    creation_problems,
+)
 from webapp.experiments.tasks import cancel_run
+from webapp.results.models import Checkpoint, LogChunk
+
+# What the experiment form opens with when no model is chosen (the built-in, offline one).
+DEFAULT_MODEL = "smollm2-135m-instruct"
 
 router = Router(auth=UserTokenAuth(), tags=["experiments and runs"])
 
@@ -82,8 +95,20 @@ class RunFilters(Schema):
 
 class ExperimentCreate(StrictSchema):
     config: dict[str, Any] = Field(
+        default_factory=dict,
         description="RunConfig fields as JSON (trainer.config.RunConfig), nested or by dotted path: "
-        "over the task recipe's defaults, over the preset's (grpo when it names none)."
+        "over the task recipe's defaults, over the preset's (grpo when it names none).",
+    )
+    preset: str | None = Field(None, max_length=50, description="Shortcut for config.preset.")
+    task: str | None = Field(None, max_length=100, description="Shortcut for config.task.")
+    dataset: int | None = Field(
+        None, ge=1, le=2**63 - 1, description="Shortcut for config.data.train_path: a dataset's id."
+    )
+    val_dataset: int | None = Field(
+        None, ge=1, le=2**63 - 1, description="Shortcut for config.data.val_path."
+    )
+    name: str | None = Field(
+        None, max_length=MAX_NAME_LENGTH, description="Shortcut for config.name; none: task, preset and time."
     )
     seeds: list[Seed] = Field(
         default_factory=list,
@@ -91,6 +116,39 @@ class ExperimentCreate(StrictSchema):
         description=f"One run per seed (at most {MAX_SEEDS}, each different); empty: the config's seed.",
     )
     description: str = Field("", max_length=MAX_DESCRIPTION_LENGTH)
+
+    def mapping(self) -> dict[str, Any]:
+        """The config with the shortcuts filled in where it does not say: only preset, task and
+        dataset are needed; the model is the built-in one and the name says what and when."""
+        chosen = flatten_paths(self.config)
+        shortcuts = {
+            "preset": self.preset, "task": self.task, "name": self.name,
+            "data.train_path": f"{DATASET_REF_PREFIX}{self.dataset}" if self.dataset else None,
+            "data.val_path": f"{DATASET_REF_PREFIX}{self.val_dataset}" if self.val_dataset else None,
+        }  # fmt: skip
+        for path, value in shortcuts.items():
+            if value is not None:
+                chosen.setdefault(path, value)
+        chosen.setdefault("model.path", DEFAULT_MODEL)
+        if "name" not in chosen:
+            stamp = timezone.now().strftime("%Y-%m-%d %H:%M:%S.%f")
+            chosen["name"] = f"{chosen.get('task', 'run')} {chosen.get('preset', 'grpo')} {stamp}"
+        return chosen
+
+
+class ExperimentChange(StrictSchema):
+    """Only the fields to change. The config (and seeds) may change only while no run was launched:
+    runs keep the config they were launched with, so change a clone instead."""
+
+    name: str | None = Field(None, min_length=1, max_length=MAX_NAME_LENGTH)
+    description: str | None = Field(None, max_length=MAX_DESCRIPTION_LENGTH)
+    config: dict[str, Any] | None = Field(None, description="RunConfig fields over the current config.")
+    seeds: list[Seed] | None = Field(None, max_length=MAX_SEEDS)
+
+
+class ExperimentClone(StrictSchema):
+    name: str | None = Field(None, min_length=1, max_length=MAX_NAME_LENGTH, description="None: '… (clone)'.")
+    config: dict[str, Any] = Field(default_factory=dict, description="RunConfig fields over the source's.")
 
 
 @router.get("/{team_slug}/experiments", response=Page[ExperimentOut], summary="The team's experiments")
@@ -101,12 +159,21 @@ def experiments(request: HttpRequest, team_slug: str, paging: Query[PageParams])
 
 @router.post("/{team_slug}/experiments", response={201: ExperimentOut}, summary="Create an experiment")
 def create_experiment(request: HttpRequest, team_slug: str, body: ExperimentCreate) -> Any:
+    """Only `preset`, `task` and `dataset` are needed; everything else comes from the preset's and
+    the task's defaults (docs/api.md#experiments)."""
     team = get_team_for_user(request, team_slug, role="member")
-    tasks = load_recipes()  # their defaults sit under the body's values (RunConfig.from_preset's rule)
     if len(set(body.seeds)) != len(body.seeds):
         raise FieldError([("seeds", "each seed may appear once")])
+    config = checked_config(team, body.mapping())
+    return Status(201, _created(team, request.user, config, body.seeds, body.description))
+
+
+def checked_config(team: Any, mapping: dict[str, Any]) -> RunConfig:
+    """A RunConfig from JSON fields, with every check a new experiment passes; FieldError names the
+    field (400 not a valid config, 422 a valid one naming what this team cannot use)."""
+    tasks = load_recipes()  # their defaults sit under the body's values (RunConfig.from_preset's rule)
     try:
-        config = confined(RunConfig.from_mapping(body.config))
+        config = confined(RunConfig.from_mapping(mapping))
         problems = creation_problems(config, tasks.names()) or BACKENDS.get(config.backend).check(config)
     except ConfigRefused as refused:
         raise FieldError(refused.problems, prefix="config.") from None
@@ -125,13 +192,23 @@ def create_experiment(request: HttpRequest, team_slug: str, body: ExperimentCrea
     found = refusals(team, config)
     if found:
         raise FieldError(_flat(found), prefix="config.", status=422)
+    return config
+
+
+def _created(
+    team: Any,
+    user: Any,
+    config: RunConfig,
+    seeds: list[int],
+    description: str,
+    source: Experiment | None = None,
+) -> Experiment:
     try:
-        experiment = services.create_experiment(
-            team, request.user, config, body.seeds, description=body.description
+        return services.create_experiment(
+            team, user, config, seeds, description=description, cloned_from=source
         )
     except services.NameTaken as taken:
         raise HttpError(409, str(taken)) from None
-    return Status(201, experiment)
 
 
 def _flat(errors: dict[str, list[str]]) -> list[tuple[str, str]]:
@@ -141,6 +218,58 @@ def _flat(errors: dict[str, list[str]]) -> list[tuple[str, str]]:
 @router.get("/{team_slug}/experiments/{int:pk}", response=ExperimentOut, summary="One experiment")
 def experiment(request: HttpRequest, team_slug: str, pk: int) -> Experiment:
     return get_experiment_for_user(request, team_slug, pk)
+
+
+@router.patch("/{team_slug}/experiments/{int:pk}", response=ExperimentOut, summary="Change an experiment")
+def change_experiment(request: HttpRequest, team_slug: str, pk: int, body: ExperimentChange) -> Experiment:
+    found = get_experiment_for_user(request, team_slug, pk, write=True)
+    if (body.config is not None or body.seeds is not None) and found.runs.exists():
+        raise HttpError(409, f"{found.name} has runs: its config and seeds stay as launched; clone it")
+    if body.seeds is not None and len(set(body.seeds)) != len(body.seeds):
+        raise FieldError([("seeds", "each seed may appear once")])
+    if found.external and body.config is not None:
+        raise HttpError(409, f"{found.name} was logged through MLflow: it has no config to change")
+    config = None
+    if body.config is not None or body.name is not None:
+        mapping = flatten_paths(found.config) if not found.external else {}
+        mapping.update(flatten_paths(body.config or {}))
+        if body.name is not None:
+            mapping["name"] = body.name
+        if not found.external:
+            config = checked_config(found.team, mapping)
+    try:
+        services.change_experiment(
+            found, config=config, name=body.name, description=body.description, seeds=body.seeds
+        )
+    except services.NameTaken as taken:
+        raise HttpError(409, str(taken)) from None
+    return found
+
+
+@router.post(
+    "/{team_slug}/experiments/{int:pk}/clone", response={201: ExperimentOut}, summary="Clone an experiment"
+)
+def clone_experiment(request: HttpRequest, team_slug: str, pk: int, body: ExperimentClone) -> Any:
+    """A new experiment with the source's config (and `config` over it), seeds and description."""
+    source = get_experiment_for_user(request, team_slug, pk, write=True)
+    if source.external:
+        raise HttpError(409, f"{source.name} was logged through MLflow: it has no config to clone")
+    mapping = flatten_paths(source.config)
+    mapping.update(flatten_paths(body.config))
+    mapping["name"] = body.name or f"{source.name} (clone)"[:MAX_NAME_LENGTH]
+    config = checked_config(source.team, mapping)
+    return Status(201, _created(source.team, request.user, config, source.seeds, source.description, source))
+
+
+@router.delete(
+    "/{team_slug}/experiments/{int:pk}", response={204: None, 409: dict}, summary="Delete an experiment"
+)
+def delete_experiment(request: HttpRequest, team_slug: str, pk: int) -> Any:
+    """With all its runs and what they produced; 409 while a run of it is active (cancel it first)."""
+    found = get_experiment_for_user(request, team_slug, pk, write=True)
+    if not services.delete_experiment(found):
+        raise HttpError(409, f"{found.name} has active runs: cancel them first")
+    return Status(204, None)
 
 
 @router.post(
@@ -192,3 +321,64 @@ def cancel(request: HttpRequest, team_slug: str, run_id: int) -> Run:
     if found.request_cancel(by=request.user) and not found.is_terminal:
         cancel_run.delay_on_commit(found.pk)
     return found
+
+
+@router.delete("/{team_slug}/runs/{int:run_id}", response={204: None, 409: dict}, summary="Delete a run")
+def delete_run(request: HttpRequest, team_slug: str, run_id: int) -> Any:
+    """With its metrics, trajectories, logs and files; 409 while it is active (cancel it first)."""
+    found = get_run_for_user(request, team_slug, run_id, write=True)
+    deleted, _active = Run.objects.filter(pk=found.pk).delete_finished()
+    if not deleted:
+        raise HttpError(409, f"run {found.pk} is {found.status}: cancel it first")
+    return Status(204, None)
+
+
+class LogParams(Schema):
+    after: int = Field(-1, ge=-1, le=INT4_MAX, description="Only the chunks after this sequence number.")
+    max_bytes: int = Field(TAIL_BYTES, ge=1, le=10 * TAIL_BYTES)
+
+
+class LogsOut(Schema):
+    text: str = Field(description="The log's tail (at most `max_bytes`), or what came after `after`.")
+    next_after: int = Field(
+        description="The last chunk's sequence number: pass as `after` to follow the log."
+    )
+    status: str = Field(description="The run's status: stop following once it is terminal.")
+
+
+@router.get("/{team_slug}/runs/{int:run_id}/logs", response=LogsOut, summary="The run's log")
+def run_logs(
+    request: HttpRequest,
+    team_slug: str,
+    run_id: int,
+    params: Query[LogParams],
+) -> dict[str, Any]:
+    """What the trainer sent (chunked), else what its executor kept; `after` follows the sent log."""
+    after, max_bytes = params.after, params.max_bytes
+    found = get_run_for_user(request, team_slug, run_id)
+    chunks = LogChunk.objects.filter(run=found)
+    last = chunks.order_by("-seq").values_list("seq", flat=True).first()
+    if after >= 0:
+        text = "".join(chunks.filter(seq__gt=after).order_by("seq").values_list("text", flat=True)[:1000])
+    else:
+        text = log_tail(found, max_bytes)
+    return {"text": text[-max_bytes:], "next_after": -1 if last is None else last, "status": found.status}
+
+
+class CheckpointOut(Schema):
+    step: int
+    path: str = Field(description="Where the trainer saved it.")
+    size_bytes: int | None
+    deleted: bool = Field(description="The trainer deleted its files (trainer.keep_checkpoints).")
+    metrics: dict[str, Any]
+    received: datetime
+
+
+@router.get(
+    "/{team_slug}/runs/{int:run_id}/checkpoints",
+    response=list[CheckpointOut],
+    summary="The run's checkpoints",
+)
+def run_checkpoints(request: HttpRequest, team_slug: str, run_id: int) -> Any:
+    found = get_run_for_user(request, team_slug, run_id)
+    return Checkpoint.objects.filter(run=found).order_by("step", "id")

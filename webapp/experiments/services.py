@@ -312,6 +312,42 @@ def create_experiment(team: Any, user: Any, config: RunConfig, seeds: list[int],
         raise NameTaken(f"the team already has an experiment named {config.name!r}") from None
 
 
+def change_experiment(experiment: Experiment, *, config: RunConfig | None = None, name: str | None = None,
+                      description: str | None = None, seeds: list[int] | None = None) -> None:  # fmt: skip
+    """Save the fields given (None: unchanged). The caller checked that a new config or seeds
+    belong to an experiment with no runs yet."""
+    changes: dict[str, Any] = {}
+    if config is not None:
+        changes.update(config=json.loads(config.to_json()), task=config.task, preset=config.preset)
+        changes["name"] = config.name
+    if name is not None:
+        changes["name"] = name
+    if description is not None:
+        changes["description"] = description
+    if seeds is not None:
+        changes["seeds"] = seeds
+    try:
+        # Race: a rename to a name another request takes at once; the unique (team, name) constraint
+        # lets one in, and the savepoint keeps the other's transaction usable for its answer.
+        with transaction.atomic():
+            Experiment.objects.filter(pk=experiment.pk).update(**changes)
+    except IntegrityError:
+        raise NameTaken(f"the team already has an experiment named {changes.get('name')!r}") from None
+    experiment.refresh_from_db()
+
+
+@transaction.atomic
+def delete_experiment(experiment: Experiment) -> bool:
+    """Delete the experiment with its runs and everything they produced; False (nothing deleted)
+    while one of its runs is active: its trainer still reports."""
+    # Race: a launch while this runs; the experiment's row lock (launch_once takes it too) orders them.
+    Experiment.objects.select_for_update().filter(pk=experiment.pk).first()
+    if experiment.runs.filter(status__in=ACTIVE).exists():
+        return False
+    experiment.delete()
+    return True
+
+
 def run_files_dir(run: Run) -> Path:
     """The folder of a run's files: under STUDIO_VAR_DIR for local runs, on storage every node shares
     for Ray runs."""

@@ -8,17 +8,21 @@ from typing import Any
 
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
-from ninja import Field, Query, Router, Schema
+from ninja import Field, Query, Router, Schema, Status
+from ninja.errors import HttpError
 
 from webapp.accounts.access import get_team_for_user
-from webapp.api import Page, PageParams, UserTokenAuth, paginate
+from webapp.accounts.models import Role
+from webapp.api import FieldError, Page, PageParams, UserTokenAuth, paginate
 from webapp.experiments.access import get_run_for_user
-from webapp.results import analytics, metrics_store, rollouts
+from webapp.experiments.api import RunOut
+from webapp.results import analytics, imports, metrics_store, rollouts
 from webapp.results.models import Trajectory
 
 router = Router(auth=UserTokenAuth(), tags=["results"])
 
 MAX_RAW_POINTS = 10_000
+MAX_CURVE_KEYS = 50
 
 
 class SeriesOut(Schema):
@@ -28,6 +32,13 @@ class SeriesOut(Schema):
     value: list[float]
     ts: list[float]
     source: str = Field(description="raw, or the summary level the points were read from")
+
+
+class CurveKeys(Schema):
+    keys: list[str] = Field(
+        [], max_length=MAX_CURVE_KEYS, description="Metric keys, repeated or comma-separated."
+    )
+    key: list[str] = Field([], max_length=MAX_CURVE_KEYS, description="The former name of `keys`.")
 
 
 class CurveOut(Schema):
@@ -81,13 +92,19 @@ def curve(
     request: HttpRequest,
     team_slug: str,
     run_id: int,
-    key: Query[list[str]],
+    chosen_keys: Query[CurveKeys],
     lo: int | None = None,
     hi: int | None = None,
 ) -> dict[str, Any]:
     """At most ~1,000 points per key: each bucket's minimum and maximum, so spikes survive."""
     run = get_run_for_user(request, team_slug, run_id)
-    return {"series": [metrics_store.downsample(run.pk, k, lo, hi).as_dict() for k in key]}
+    named = (*chosen_keys.keys, *chosen_keys.key)
+    chosen = list(dict.fromkeys(k for value in named for k in value.split(",") if k))
+    if not chosen:
+        raise FieldError([("keys", "name at least one metric key, e.g. ?keys=reward/mean")])
+    if len(chosen) > MAX_CURVE_KEYS:
+        raise FieldError([("keys", f"at most {MAX_CURVE_KEYS} keys")])
+    return {"series": [metrics_store.downsample(run.pk, k, lo, hi).as_dict() for k in chosen]}
 
 
 @router.get(
@@ -155,3 +172,72 @@ def compare(request: HttpRequest, team_slug: str) -> dict[str, Any]:
             if t.value(m, task, metric) is not None
         ],
     }  # fmt: skip
+
+
+# -- runs trained elsewhere -------------------------------------------------------------------------
+
+_IMPORT_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["dump"],
+                    "properties": {
+                        "dump": {
+                            "type": "array",
+                            "items": {"type": "string", "format": "binary"},
+                            "description": "{global_step}.jsonl files of Agent-R1 or verl (docs/imports.md).",
+                        },
+                        "metrics": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "Optional JSONL metrics.",
+                        },
+                        "experiment": {
+                            "type": "string",
+                            "maxLength": 200,
+                            "description": "Default: imports.",
+                        },
+                        "name": {"type": "string", "maxLength": 200, "description": "The run's name."},
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+class ImportOut(Schema):
+    run: RunOut
+    format: str
+    trajectories: int
+    points: int
+    steps: int
+
+
+@router.post(
+    "/{team_slug}/imports",
+    response={201: ImportOut},
+    summary="Import a run trained elsewhere (Agent-R1 or verl dumps)",
+    openapi_extra=_IMPORT_BODY,
+)
+def import_run(request: HttpRequest, team_slug: str) -> Any:
+    """Multipart: one or more `dump` files (`{global_step}.jsonl`), an optional `metrics` file; the
+    run is external, finished, and shows in the rollout viewer like a launched one."""
+    team = get_team_for_user(request, team_slug, role=Role.MEMBER)
+    dumps = request.FILES.getlist("dump")
+    if not dumps:
+        raise FieldError([("dump", "attach at least one {global_step}.jsonl file")])
+    experiment = str(request.POST.get("experiment") or "imports").strip()[:200] or "imports"
+    name = str(request.POST.get("name") or "").strip()[:200]
+    if "\x00" in experiment + name:
+        raise FieldError([("name", "must not contain NUL characters")])
+    try:
+        parsed = imports.parse_files(dumps, request.FILES.get("metrics"))
+        done = imports.import_run(team, request.user, experiment, name, parsed)
+    except imports.DumpRefused as error:
+        raise HttpError(400, str(error)) from None
+    return Status(201, {"run": done.run, "format": parsed.format, "trajectories": done.trajectories,
+                        "points": done.points, "steps": done.steps})  # fmt: skip

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 
 from webapp.experiments.models import MAX_LABEL_LENGTH
@@ -87,3 +89,32 @@ class PromptCompareForm(forms.Form):
     b = forms.IntegerField(required=False, min_value=0, label="against step")
     run_b = forms.IntegerField(required=False, min_value=1, label="of run (id)")
     rollout = forms.IntegerField(required=False, min_value=0, initial=0, label="Sample #")
+
+
+class MultipleFileInput(forms.ClearableFileInput):
+    allow_multiple_selected = True
+
+
+class DumpFilesField(forms.FileField):
+    """One or more files from one input (Django's documented pattern for several files)."""
+
+    def clean(self, data: Any, initial: Any = None) -> Any:
+        single = super().clean
+        return (
+            [single(d, initial) for d in data] if isinstance(data, list | tuple) else [single(data, initial)]
+        )
+
+
+class ImportForm(forms.Form):
+    """A run trained elsewhere: its rollout dumps and, optionally, its metrics (docs/imports.md)."""
+
+    dump = DumpFilesField(
+        widget=MultipleFileInput(attrs={"accept": ".jsonl"}), label="Rollout dumps",
+        help_text="The {global_step}.jsonl files of Agent-R1's or verl's rollout_data_dir (choose several).",
+    )  # fmt: skip
+    metrics = forms.FileField(
+        required=False, label="Metrics (optional)",
+        help_text='JSON lines: verl\'s file logger ({"step": n, "data": {...}}) or {"step": n, "key": value}.',
+    )  # fmt: skip
+    experiment = forms.CharField(max_length=200, initial="imports", help_text="The experiment it goes into.")
+    name = forms.CharField(max_length=200, required=False, help_text="The run's name (default: run-<id>).")

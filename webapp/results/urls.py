@@ -12,6 +12,7 @@ urlpatterns = [
     path("runs/actions/", views.runs_action, name="runs_action"),
     path("runs/delete/", views.runs_delete, name="runs_delete"),
     path("runs/compare/", views.runs_compare, name="runs_compare"),
+    path("runs/import/", views.import_run, name="run_import"),
     path("dashboard/running/", views.dashboard_running, name="dashboard_running"),
     path("compare/export.<str:fmt>", views.compare_export, name="compare_export"),
     path("compare/cell/", views.compare_cell, name="compare_cell"),

@@ -66,10 +66,13 @@ class ToolForm(forms.Form):
         help_text="package.module:Class, a BaseTool subclass installed on the workers.",
     )
 
-    def __init__(self, *args: Any, team: Team, is_staff: bool, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, team: Team, is_staff: bool, editing: TeamTool | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.team = team
         self.is_staff = is_staff
+        self.editing = editing  # the tool being changed: its own name is not taken
 
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"].strip()
@@ -80,7 +83,10 @@ class ToolForm(forms.Form):
         builtin_tools()  # the registry is complete only once every recipe is loaded
         if name in TOOLS:
             raise forms.ValidationError(f"{name!r} is a built-in tool; choose another name.")
-        if TeamTool.objects.filter(team=self.team, name=name).exists():
+        others = TeamTool.objects.filter(team=self.team, name=name)
+        if self.editing is not None:
+            others = others.exclude(pk=self.editing.pk)
+        if others.exists():
             raise forms.ValidationError(f"This team already has a tool named {name!r}.")
         return name
 
@@ -216,9 +222,10 @@ class RewardForm(forms.Form):
         help_text="Sent with every call; stored encrypted and never shown again.",
     )  # fmt: skip
 
-    def __init__(self, *args: Any, team: Team, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, team: Team, editing: TeamReward | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.team = team
+        self.editing = editing  # the reward being changed: its own name is not taken
 
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"].strip()
@@ -228,7 +235,10 @@ class RewardForm(forms.Form):
             raise forms.ValidationError(str(exc).replace("tool name", "name")) from None
         if name in builtin_rewards():
             raise forms.ValidationError(f"{name!r} is a built-in reward; choose another name.")
-        if TeamReward.objects.filter(team=self.team, name=name).exists():
+        others = TeamReward.objects.filter(team=self.team, name=name)
+        if self.editing is not None:
+            others = others.exclude(pk=self.editing.pk)
+        if others.exists():
             raise forms.ValidationError(f"This team already has a reward named {name!r}.")
         return name
 

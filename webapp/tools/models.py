@@ -120,6 +120,21 @@ class TeamTool(models.Model):
             check_entry_point.delay_on_commit(tool.pk)
         return tool
 
+    def change(self, *, secret: str = "", **fields: Any) -> None:
+        """Save new definition fields (a form's registration); a blank secret keeps the stored one.
+        A python tool's entry point is checked again before use."""
+        from webapp.tools.tasks import check_entry_point
+
+        for name, value in fields.items():
+            setattr(self, name, value)
+        if secret:
+            self.secret_encrypted = crypto.encrypt(secret)
+        self.status = ToolStatus.PENDING if self.kind == ToolKind.PYTHON else ToolStatus.READY
+        self.status_message = ""
+        self.save()
+        if self.kind == ToolKind.PYTHON:
+            check_entry_point.delay_on_commit(self.pk)
+
     @property
     def is_ready(self) -> bool:
         return self.status == ToolStatus.READY
@@ -248,6 +263,14 @@ class TeamReward(models.Model):
         reward.secret_encrypted = crypto.encrypt(secret) if secret else ""
         reward.save()
         return reward
+
+    def change(self, *, secret: str = "", **fields: Any) -> None:
+        """Save new definition fields (a form's registration); a blank secret keeps the stored one."""
+        for name, value in fields.items():
+            setattr(self, name, value)
+        if secret:
+            self.secret_encrypted = crypto.encrypt(secret)
+        self.save()
 
     @property
     def summary(self) -> str:
