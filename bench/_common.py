@@ -193,5 +193,19 @@ def timed(call: Callable[[], Any]) -> float:
     return time.perf_counter() - started
 
 
+def timed_page(client: httpx.Client, url: str, must_contain: str, requests: int) -> tuple[float, int]:
+    """p50 server time of a page over ``requests`` GETs and its size; the first GET warms up and
+    checks that the page is the one meant."""
+    first = client.get(url)
+    if first.status_code != 200 or must_contain not in first.text:
+        raise RuntimeError(f"{url}: HTTP {first.status_code}, {must_contain!r} missing")
+    samples = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        client.get(url).raise_for_status()
+        samples.append(time.perf_counter() - started)
+    return p50(samples), len(first.content)
+
+
 def ratio(ours: float, theirs: float) -> str:
     return f"{ours / theirs:.2f}x" if theirs else "n/a"

@@ -20,7 +20,7 @@ import re
 import time
 
 import httpx
-from _common import p50, postgres, ratio, setup_django, studio_server
+from _common import postgres, ratio, setup_django, studio_server, timed_page
 
 RUNS = int(os.environ.get("BENCH_RUNS", "10000"))
 EXPERIMENTS = 100
@@ -109,15 +109,7 @@ def logged_in(server_url: str, username: str) -> httpx.Client:
 
 
 def timed(client: httpx.Client, url: str, must_contain: str) -> float:
-    first = client.get(url)  # warm-up, and a check that the page is the one meant
-    if first.status_code != 200 or must_contain not in first.text:
-        raise RuntimeError(f"{url}: HTTP {first.status_code}, {must_contain!r} missing")
-    samples = []
-    for _ in range(REQUESTS):
-        started = time.perf_counter()
-        client.get(url).raise_for_status()
-        samples.append(time.perf_counter() - started)
-    return p50(samples)
+    return timed_page(client, url, must_contain, REQUESTS)[0]
 
 
 def main() -> None:

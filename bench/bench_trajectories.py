@@ -21,7 +21,7 @@ import random
 import time
 
 import httpx
-from _common import p50, postgres, ratio, setup_django, studio_server
+from _common import postgres, ratio, setup_django, studio_server, timed_page
 from bench_runs_table import PASSWORD, logged_in
 
 STEPS = int(os.environ.get("BENCH_STEPS", "1000000"))
@@ -115,15 +115,7 @@ def sizes(long_with_signals: int) -> dict[str, float]:
 
 
 def timed(client: httpx.Client, url: str, must_contain: str) -> tuple[float, int]:
-    first = client.get(url)
-    if first.status_code != 200 or must_contain not in first.text:
-        raise RuntimeError(f"{url}: HTTP {first.status_code}, {must_contain!r} missing")
-    samples = []
-    for _ in range(REQUESTS):
-        started = time.perf_counter()
-        client.get(url).raise_for_status()
-        samples.append(time.perf_counter() - started)
-    return p50(samples), len(first.content)
+    return timed_page(client, url, must_contain, REQUESTS)
 
 
 def main() -> None:
