@@ -34,7 +34,7 @@ from webapp.experiments.services import (
     creation_problems,
 )
 from webapp.experiments.tasks import cancel_run
-from webapp.results.models import Checkpoint, LogChunk
+from webapp.results.models import LogChunk
 
 # What the experiment form opens with when no model is chosen (the built-in, offline one).
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -363,22 +363,3 @@ def run_logs(
     else:
         text = log_tail(found, max_bytes)
     return {"text": text[-max_bytes:], "next_after": -1 if last is None else last, "status": found.status}
-
-
-class CheckpointOut(Schema):
-    step: int
-    path: str = Field(description="Where the trainer saved it.")
-    size_bytes: int | None
-    deleted: bool = Field(description="The trainer deleted its files (trainer.keep_checkpoints).")
-    metrics: dict[str, Any]
-    received: datetime
-
-
-@router.get(
-    "/{team_slug}/runs/{int:run_id}/checkpoints",
-    response=list[CheckpointOut],
-    summary="The run's checkpoints",
-)
-def run_checkpoints(request: HttpRequest, team_slug: str, run_id: int) -> Any:
-    found = get_run_for_user(request, team_slug, run_id)
-    return Checkpoint.objects.filter(run=found).order_by("step", "id")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import struct
-import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, NotRequired, cast
@@ -214,23 +213,22 @@ def write_points(run_id: int, batch_id: str, points: Sequence[dict[str, Any]]) -
         return WriteResult(stored=stored, skipped=len(cols) - stored, keys=sorted({p["key"] for p in points}))
 
 
-# The batch's rows go to a temporary table first (one per database connection, emptied at each
-# commit), so that one statement can store the new ones and fold exactly those into the summaries
-# and latest values: a few round trips a batch whatever it holds (docs/reliability.md#ingestion-under-many-trainers).
+# The batch's rows go to a temporary table first (one per database connection), so that one
+# statement can store the new ones and fold exactly those into the summaries and latest values: a few
+# round trips a batch whatever it holds (docs/reliability.md#ingestion-under-many-trainers). The table
+# is made if missing and emptied before each batch, in one round trip: two batches in one transaction
+# must not see each other's rows, and a rolled-back transaction takes a table it made with it.
 _STAGE_TABLE = "results_metric_stage"
-_staged: weakref.WeakSet[Any] = weakref.WeakSet()  # database connections that have the table
+_PREPARE_STAGE = (
+    f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE_TABLE} "
+    "(run_id bigint, key_id int, step int, value float8, ts float8) ON COMMIT DELETE ROWS; "
+    f"TRUNCATE {_STAGE_TABLE}"
+)
 LEVELS = list(range(1, len(SUMMARY_WIDTHS) + 1))
 
 
 def _stage(cursor: Any, payload: bytes) -> None:
-    raw = connection.connection
-    if raw not in _staged:
-        cursor.execute(
-            f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE_TABLE} "
-            "(run_id bigint, key_id int, step int, value float8, ts float8) ON COMMIT DELETE ROWS"
-        )
-        # Only once it is committed: a rolled-back transaction takes the new table with it.
-        transaction.on_commit(lambda: _staged.add(raw))
+    cursor.execute(_PREPARE_STAGE)
     with cursor.cursor.copy(f"COPY {_STAGE_TABLE} FROM STDIN (FORMAT BINARY)") as copy:
         copy.write(payload)
 
