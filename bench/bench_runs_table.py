@@ -60,13 +60,13 @@ def load(user_name: str) -> str:
             INSERT INTO experiments_run (experiment_id, team_id, name, seed, config, status, executor, executor_ref,
                 token_hash, cancel_requested, step, total_steps, message, claimed_by, created, started_at,
                 finished_at, mlflow_run_id, labels, note, claimant, launch_key, launch_attempts, refused_records,
-                last_refusal)
+                last_refusal, cancel_reason, kind)
             SELECT e.id, %(team)s, 'run ' || s, s %% 5, jsonb_set(jsonb_set(cfg.c, '{trainer,seed}', to_jsonb(s %% 5)),
                        '{algorithm,kl_coef}', to_jsonb((s %% 17) / 1000.0)),
                    (ARRAY['succeeded','failed','running','cancelled'])[1 + s %% 4], 'local', '', '', false,
                    200, 200, '', '', now() - make_interval(mins => s), now() - make_interval(mins => s),
                    now() - make_interval(mins => s) + make_interval(secs => 600 + s %% 3000), md5(s::text), '{}', '',
-                   '', '', 1, 0, ''
+                   '', '', 1, 0, '', '', 'training'
             FROM generate_series(0, %(n)s - 1) AS s
             JOIN LATERAL (SELECT id, preset FROM experiments_experiment WHERE team_id = %(team)s
                           ORDER BY id OFFSET s %% %(e)s LIMIT 1) AS e ON true
