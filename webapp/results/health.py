@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+import orjson
+from django.db import connection, transaction
 
 from webapp.accounts.models import Team
 from webapp.experiments.models import Run
@@ -41,9 +42,9 @@ class Rule:
     stop_run: bool
 
 
-def team_rules(team: Team) -> dict[str, Rule]:
+def team_rules(team_id: int) -> dict[str, Rule]:
     """Every check with the team's setting, the check's defaults where the team set nothing."""
-    stored = {rule.check_name: rule for rule in HealthRule.objects.filter(team=team)}
+    stored = {rule.check_name: rule for rule in HealthRule.objects.filter(team_id=team_id)}
     rules: dict[str, Rule] = {}
     for health_check in all_checks():
         row = stored.get(health_check.name)
@@ -90,28 +91,59 @@ def observe(run: Run, points: Sequence[Mapping[str, Any]]) -> list[HealthAlert]:
     if not points:
         return []
     new = series_of(points)
-    rules = [rule for rule in team_rules(run.team).values() if rule.enabled]
+    rules = [rule for rule in team_rules(run.team_id).values() if rule.enabled]
     touched = [rule for rule in rules if any(rule.check.watches(key) for key in new)]
     if not touched:
         return []
     context = context_of(run)
     names = [rule.check.name for rule in touched]
     with transaction.atomic():
-        RunHealth.objects.bulk_create(
-            [RunHealth(run=run, check_name=name) for name in names], ignore_conflicts=True
-        )
-        # Race: two batches of one run judged at once; the row locks make the second wait and read the
-        # first's windows and episode counts, so an episode is opened once.
-        rows = {
-            row.check_name: row
-            for row in RunHealth.objects.select_for_update().filter(run=run, check_name__in=names)
-        }
+        rows = _locked_rows(run, names)
         opened = [rule for rule in touched if _judge(rows[rule.check.name], rule, new, context)]
-        RunHealth.objects.bulk_update(
-            rows.values(), ["firing", "since_step", "step", "value", "episodes", "window"]
-        )
+        _save_verdicts(rows.values())
         alerts = [_open_episode(run, rows[rule.check.name], rule) for rule in opened]
     return alerts
+
+
+def _locked_rows(run: Run, names: list[str]) -> dict[str, RunHealth]:
+    """The run's rows of these checks, locked; made first where missing (a run's first batches).
+    Race: two batches of one run judged at once; the row locks make the second wait and read the
+    first's windows and episode counts, so an episode is opened once."""
+    locked = RunHealth.objects.select_for_update().filter(run=run, check_name__in=names)
+    rows = {row.check_name: row for row in locked}
+    if len(rows) < len(names):
+        RunHealth.objects.bulk_create(
+            [RunHealth(run=run, check_name=name) for name in names if name not in rows], ignore_conflicts=True
+        )
+        rows = {row.check_name: row for row in locked.all()}
+    return rows
+
+
+# One statement for every row of a batch: the ORM's bulk_update builds a CASE per field and row,
+# which cost more than the query itself on the ingestion hot path (docs/health.md#at-ingestion).
+_SAVE_VERDICTS = """
+UPDATE results_runhealth AS h
+SET firing = v.firing, since_step = v.since_step, step = v.step, value = v.value,
+    episodes = v.episodes, "window" = v.win::jsonb
+FROM unnest(%s::bigint[], %s::bool[], %s::int[], %s::int[], %s::float8[], %s::int[], %s::text[])
+    AS v(id, firing, since_step, step, value, episodes, win)
+WHERE h.id = v.id
+"""
+
+
+def _save_verdicts(rows: Iterable[RunHealth]) -> None:
+    rows = list(rows)
+    columns = (
+        [row.pk for row in rows],
+        [row.firing for row in rows],
+        [row.since_step for row in rows],
+        [row.step for row in rows],
+        [row.value for row in rows],
+        [row.episodes for row in rows],
+        [orjson.dumps(row.window).decode() for row in rows],
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(_SAVE_VERDICTS, columns)
 
 
 def _judge(row: RunHealth, rule: Rule, new: Mapping[str, Sequence[Point]], context: Context) -> bool:
@@ -151,4 +183,4 @@ def _open_episode(run: Run, row: RunHealth, rule: Rule) -> HealthAlert:
 def panel(run: Run) -> list[tuple[HealthCheck, RunHealth | None, Rule]]:
     """Every check with its state on the run (None: no data yet), for the run page."""
     rows = {row.check_name: row for row in RunHealth.objects.filter(run=run).defer("window")}
-    return [(rule.check, rows.get(name), rule) for name, rule in team_rules(run.team).items()]
+    return [(rule.check, rows.get(name), rule) for name, rule in team_rules(run.team_id).items()]

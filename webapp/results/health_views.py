@@ -83,7 +83,7 @@ def health_settings(request: HttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug, role=Role.OWNER if request.method == "POST" else Role.VIEWER)
     channels = AlertChannels.objects.filter(team=team).first()
     initial = {"webhook_url": channels.webhook_url, "email": channels.email} if channels else {}
-    form = HealthSettingsForm(request.POST or None, initial=initial, rules=health.team_rules(team))
+    form = HealthSettingsForm(request.POST or None, initial=initial, rules=health.team_rules(team.pk))
     if request.method == "POST" and form.is_valid():
         form.save(team)
         messages.success(request, "Saved the health checks.")

@@ -198,8 +198,9 @@ def with_our_keys(points: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
 
 
 def write_points(run_id: int, batch_id: str, points: Sequence[dict[str, Any]]) -> WriteResult:
-    """Store a validated batch atomically; a replayed batch id changes nothing."""
-    with transaction.atomic():
+    """Store a validated batch atomically; a replayed batch id changes nothing. Inside a caller's
+    transaction it joins it (no savepoint: the batch is all or nothing with the caller's work)."""
+    with transaction.atomic(savepoint=False):
         if not IngestBatch.claim(run_id, batch_id, "metrics"):
             return WriteResult(duplicate_batch=True, skipped=len(points))
         if not points:

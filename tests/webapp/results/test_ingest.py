@@ -3,6 +3,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pytest
 from django.db import connection
 
 from tests.webapp.results.conftest import Trainer, points, trajectory
@@ -97,6 +98,22 @@ def test_nan_values_are_stored_but_left_out_of_the_summaries(trainer: Trainer) -
     assert trainer.metrics(batch, compress=False).status_code == 200
     assert MetricPoint.objects.count() == 4
     assert MetricSummary.objects.get(level=1).n == 3
+
+
+def test_a_failing_health_check_costs_the_batch_nothing(
+    trainer: Trainer, run: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from webapp.results import health
+
+    def broken(*_args: Any) -> None:
+        raise RuntimeError("a check's bug")
+
+    monkeypatch.setattr(health, "observe", broken)
+    assert trainer.metrics(points(["actor/entropy"], range(3))).status_code == 200
+    assert MetricPoint.objects.count() == 3
+    run.refresh_from_db()
+    assert run.step == 2  # the progress after the failed savepoint is kept too
+    assert "health checks of run" in caplog.text
 
 
 def test_summaries_kept_as_points_arrive_equal_a_rebuild(trainer: Trainer, run: Any) -> None:
