@@ -222,7 +222,7 @@ def _verl_steps(
         inputs, outputs = _dict(generate["inputs"]), _dict(generate["outputs"])
         response = outputs.get("response_text")
         if not isinstance(response, str):
-            response = parsed[0] if parsed and isinstance(parsed[0], str) else ""
+            response = _with_calls(parsed[0] if parsed and isinstance(parsed[0], str) else "", named)
         prompt = outputs.get("prompt_text")
         steps.append(
             StepWire(
@@ -239,6 +239,19 @@ def _verl_steps(
             )
         )
     return steps
+
+
+def _with_calls(text: str, calls: list[dict[str, Any]]) -> str:
+    """The tool parser's text with the calls it took out of it written back, as ``<tool_call>`` JSON."""
+    written = [
+        "<tool_call>"
+        + json.dumps(
+            {"name": call.get("name"), "arguments": _decoded(call.get("arguments"))}, ensure_ascii=False
+        )
+        + "</tool_call>"
+        for call in calls
+    ]
+    return "\n".join(part for part in [text, *written] if part)
 
 
 def _tool_call(span: dict[str, Any], called: dict[str, Any]) -> ToolCallWire:

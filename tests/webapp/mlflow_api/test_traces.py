@@ -244,6 +244,11 @@ def test_verls_rollout_traces_land_as_trajectories_of_the_run(
     steps = response.json()["steps"]
     assert steps[0]["prompt_text"] == "user: What is 6*7?" and steps[1]["response_text"] == REPLIES[1]
     assert steps[0]["tool_calls"][0]["result"] == "42" and steps[1]["done"]
+    # Without verl's token2text the response is the tool parser's text, its calls written back.
+    assert (
+        steps[0]["response_text"]
+        == '<tool_call>{"name": "multiply", "arguments": {"a": 6, "b": 7}}</tool_call>'
+    )
     spans = json.loads((artifact_root(run) / "traces" / stored[0].uid / "traces.json").read_text())["spans"]
     names = [s["name"].rsplit(".", 2)[-2:] for s in spans]  # verl names a span by the method's qualname
     assert (
