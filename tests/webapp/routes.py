@@ -24,6 +24,8 @@ from webapp.datasets.models import Dataset, ImportStatus, RecipeImport
 from webapp.experiments.artifacts import artifact_root
 from webapp.experiments.models import Experiment, Run, RunKind, RunStatus, Sweep
 from webapp.experiments.services import checkpoint_dir
+from webapp.mlflow_api.traces import TRACE_ENDPOINTS
+from webapp.mlflow_api.views import ENDPOINTS
 from webapp.results.models import Checkpoint, Trajectory
 from webapp.tools.models import TeamReward, TeamTool, ToolTrial
 
@@ -540,7 +542,24 @@ MLFLOW_BODIES: dict[str, Callable[[World], dict[str, Any]]] = {
     "runs/set-tag": lambda w: {"run_id": w.ids["mlflow_run"], "key": "t", "value": "v"},
     "metrics/get-history": lambda w: {"run_id": w.ids["mlflow_run"], "metric_key": "m"},
 }
+# The trace calls (REST 3.0, webapp/mlflow_api/traces.py): the same callers' rules.
+TRACE_BODIES: dict[str, Callable[[World], dict[str, Any]]] = {
+    "traces": lambda w: {"trace": {"trace_info": {
+        "trace_id": "tr-" + "0" * 32,
+        "trace_location": {"mlflow_experiment": {"experiment_id": str(w.ids["experiment"])}},
+        "trace_metadata": {"mlflow.sourceRun": w.ids["mlflow_run"]},
+    }}},
+}  # fmt: skip
 CREATES = frozenset({"experiments/create", "runs/create"})
+
+
+def mlflow_calls() -> list[tuple[str, str, tuple[str, Any], Callable[[World], dict[str, Any]]]]:
+    """(REST version, call, (method, handler), body) of every call the MLflow endpoint serves."""
+    return [("2.0", call, entry, MLFLOW_BODIES[call]) for call, entry in ENDPOINTS.items()] + [
+        ("3.0", call, entry, TRACE_BODIES[call]) for call, entry in TRACE_ENDPOINTS.items()
+    ]
+
+
 READS_EXPERIMENTS = frozenset(
     {
         "experiments/get-by-name",

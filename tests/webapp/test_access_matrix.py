@@ -24,12 +24,14 @@ from tests.webapp.routes import (
     MLFLOW_BODIES,
     PAGES,
     PERSONAS,
+    TRACE_BODIES,
     World,
     allowed,
     api_expected,
     api_path,
     auth_headers,
     client_for,
+    mlflow_calls,
     mlflow_expected,
     operations,
     page_url,
@@ -38,6 +40,7 @@ from tests.webapp.routes import (
     rolled_back,
     world,
 )
+from webapp.mlflow_api.traces import TRACE_ENDPOINTS
 from webapp.mlflow_api.views import ENDPOINTS
 
 __all__ = ["world"]  # the fixture
@@ -153,13 +156,13 @@ def test_every_api_operation_answers_each_caller_and_refusals_change_nothing(
 
 @pytest.mark.parametrize("caller", API_CALLERS)
 def test_every_mlflow_call_answers_each_caller_and_refusals_change_nothing(world: World, caller: str) -> None:
-    assert set(ENDPOINTS) == set(MLFLOW_BODIES)
+    assert set(ENDPOINTS) == set(MLFLOW_BODIES) and set(TRACE_ENDPOINTS) == set(TRACE_BODIES)
     client = Client()
     headers = auth_headers(world, caller)
     problems = []
-    for call, (method, _handler) in ENDPOINTS.items():
-        url = f"/mlflow/t/{world.slug}/api/2.0/mlflow/{call}"
-        body = MLFLOW_BODIES[call](world)
+    for version, call, (method, _handler), make_body in mlflow_calls():
+        url = f"/mlflow/t/{world.slug}/api/{version}/mlflow/{call}"
+        body = make_body(world)
         expected = mlflow_expected(call, method, caller)
 
         def send(url: str = url, body: dict[str, Any] = body, method: str = method) -> Any:

@@ -15,18 +15,17 @@ from django.test import Client
 from tests.webapp.routes import (
     API_BODIES,
     BODY_METHODS,
-    MLFLOW_BODIES,
     PAGES,
     World,
     api_path,
     auth_headers,
     client_for,
+    mlflow_calls,
     operations,
     page_url,
     rolled_back,
     world,
 )
-from webapp.mlflow_api.views import ENDPOINTS
 
 __all__ = ["world"]  # the fixture
 # The world lives in a module-wide transaction; each test runs in a savepoint inside it.
@@ -118,9 +117,9 @@ def test_no_mlflow_call_answers_5xx_to_hostile_bodies(world: World) -> None:
     problems = []
     for caller in ("owner", "own run"):
         headers = auth_headers(world, caller)
-        for call, (method, _handler) in ENDPOINTS.items():
-            url = f"/mlflow/t/{world.slug}/api/2.0/mlflow/{call}"
-            body = MLFLOW_BODIES[call](world)
+        for version, call, (method, _handler), make_body in mlflow_calls():
+            url = f"/mlflow/t/{world.slug}/api/{version}/mlflow/{call}"
+            body = make_body(world)
             if method == "POST":
                 problems += _problems(client, url, hostile_bodies(body), headers)
                 continue

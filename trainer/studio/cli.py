@@ -75,7 +75,7 @@ class StudioGroup(click.Group):
 @click.option("--url", help="The server (default: from `studio login` or STUDIO_URL).")
 @click.pass_context
 def main(ctx: click.Context, as_json: bool, team: str | None, url: str | None) -> None:
-    """Agent-R1 Studio from the shell: datasets, experiments, runs, imports."""
+    """Agent-R1 Studio from the shell: datasets, experiments, runs, sweeps, imports."""
     ctx.obj = Context(as_json, team, url)
 
 
@@ -204,10 +204,16 @@ def list_runs(context: Context, status: str, experiment: int | None, page: int) 
 
 def _runs_table(items: list[dict[str, Any]]) -> str:
     rows = [f"{'id':>6}  {'status':<10} {'step':>9}  name"]
-    rows += [
-        f"{r['id']:>6}  {r['status']:<10} {r['step']:>4}/{r['total_steps']:<4}  {r['name']}" for r in items
-    ]
+    rows += [f"{r['id']:>6}  {r['status']:<10} {steps_text(r):>9}  {r['name']}" for r in items]
     return "\n".join(rows)
+
+
+def steps_text(run: dict[str, Any]) -> str:
+    """``step/total`` for a launched run; the steps stored alone for an external one (logged
+    through MLflow or imported: no total is known)."""
+    if run.get("external") or not run.get("total_steps"):
+        return str(run["step"])
+    return f"{run['step']}/{run['total_steps']}"
 
 
 @runs.command("watch")
@@ -228,7 +234,7 @@ def _watch(context: Context, run_id: int, key: str, every_s: float = 2.0) -> Non
             click.echo(json.dumps({"status": run["status"], "step": run["step"], key: values[-1:] or None}))
         else:
             last = f"{values[-1]:.4g}" if values else "-"
-            click.echo(f"run {run_id} {run['status']:<10} step {run['step']}/{run['total_steps']}  "
+            click.echo(f"run {run_id} {run['status']:<10} step {steps_text(run)}  "
                        f"{key} {last}  {sparkline(values)}")  # fmt: skip
     if run.get("status") != "succeeded":
         sys.exit(EXIT_FAILED_OUTCOME)
@@ -261,6 +267,145 @@ def cancel(context: Context, run_id: int) -> None:
     context.emit(
         found, f"run {found['id']}: {found['status']}{' (stopping)' if found['cancel_requested'] else ''}"
     )
+
+
+# -- sweeps ---------------------------------------------------------------------------------------
+
+
+@main.group()
+def sweep() -> None:
+    """Create, list, show and cancel sweeps: grids of presets x tasks x seeds x hyperparameters."""
+
+
+@sweep.command("create")
+@click.argument("grid", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--name", default=None, help="The sweep's name (required unless the grid file has one).")
+@click.option("--from-experiment", "base", type=int, default=None,
+              help="Every cell starts from this experiment's config.")  # fmt: skip
+@click.option("--preset", "presets", multiple=True, help="A preset axis value (repeat for more).")
+@click.option("--task", "tasks", multiple=True, help="A task axis value (repeat for more).")
+@click.option("--param", "params", multiple=True, metavar="PATH=V1,V2,...",
+              help="A hyperparameter axis, e.g. --param optim.lr=1e-5,3e-5 (at most two).")  # fmt: skip
+@click.option("--seed", "seeds", type=int, multiple=True, help="One run per seed in every cell.")
+@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
+              help="A RunConfig field every cell shares (over the base experiment's and the file's).")  # fmt: skip
+@pass_context
+def sweep_create(context: Context, grid: Path | None, name: str | None, base: int | None,
+                 presets: tuple[str, ...], tasks: tuple[str, ...], params: tuple[str, ...],
+                 seeds: tuple[int, ...], overrides: tuple[str, ...]) -> None:  # fmt: skip
+    """Create and launch a sweep, from a JSON or YAML grid file (the REST API's body) and/or options;
+    options add to the file (axes) or override it (name, seeds, config fields)."""
+    client = context.client()
+    spec = _grid_file(grid) if grid else {}
+    base_config = client.experiment(base)["config"] if base is not None else {}
+    spec["config"] = sweep_config(base_config, spec.get("config") or {}, _overrides(overrides))
+    spec["presets"] = [*spec.get("presets", []), *presets]
+    spec["tasks"] = [{"task": t} if isinstance(t, str) else t for t in [*spec.get("tasks", []), *tasks]]
+    spec["params"] = [*spec.get("params", []), *(_axis(param) for param in params)]
+    if len(spec["params"]) > 2:
+        raise click.BadParameter("a sweep has at most two hyperparameters", param_hint="--param")
+    if seeds:
+        spec["seeds"] = list(seeds)
+    if name:
+        spec["name"] = name
+    if not spec.get("name"):
+        raise click.BadParameter("name the sweep (--name, or name in the grid file)", param_hint="--name")
+    made = client.create_sweep(spec)
+    context.emit(made, lambda: _sweep_text(made))
+
+
+def sweep_config(base: dict[str, Any], *layers: dict[str, Any]) -> dict[str, Any]:
+    """The cells' shared config by dotted path: the base experiment's, then each layer over it (the
+    experiment's own name is not a cell's)."""
+    from trainer.config import flatten_paths
+
+    merged = flatten_paths(base)
+    merged.pop("name", None)
+    for layer in layers:
+        merged.update(flatten_paths(layer))
+    return merged
+
+
+def _grid_file(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))  # JSON is YAML too
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise click.BadParameter(f"{path}: {error}", param_hint="GRID") from None
+    if not isinstance(loaded, dict):
+        raise click.BadParameter(f"{path}: the grid file holds one object (name, config, presets, ...)",
+                                 param_hint="GRID")  # fmt: skip
+    return loaded
+
+
+def _axis(text: str) -> dict[str, Any]:
+    path, sep, raw = text.partition("=")
+    if not sep or not path or not raw:
+        raise click.BadParameter(f"{text!r}: write PATH=V1,V2,...", param_hint="--param")
+    values = []
+    for item in raw.split(","):
+        try:
+            values.append(json.loads(item))
+        except json.JSONDecodeError:
+            values.append(item)
+    return {"path": path, "values": values}
+
+
+@sweep.command("list")
+@click.option("--page", type=int, default=1)
+@pass_context
+def sweep_list(context: Context, page: int) -> None:
+    """The team's sweeps, newest first."""
+    found = context.client().sweeps(page)
+    rows = [f"{'id':>6}  {'status':<10} name"] + [
+        f"{s['id']:>6}  {s['status']:<10} {s['name']}" for s in found["items"]
+    ]
+    context.emit(found, "\n".join(rows))
+
+
+@sweep.command("show")
+@click.argument("sweep_id", type=int)
+@pass_context
+def sweep_show(context: Context, sweep_id: int) -> None:
+    """The grid: each cell's runs with their status, step and result."""
+    client = context.client()
+    found = client.sweep(sweep_id)
+
+    def text() -> str:
+        runs = [run for cell in found["cells"] for run in cell["runs"] if run["step"] > 0]
+        rewards = {run["id"]: client.curve(run["id"], REWARD_MEAN)["value"][-1:] for run in runs}
+        return _sweep_text(found, {pk: values[0] for pk, values in rewards.items() if values})
+
+    context.emit(found, text)
+
+
+@sweep.command("cancel")
+@click.argument("sweep_id", type=int)
+@pass_context
+def sweep_cancel(context: Context, sweep_id: int) -> None:
+    """Cancel every active run of the sweep (queued ones at once, running ones are asked to stop)."""
+    found = context.client().cancel_sweep(sweep_id)
+    context.emit(found, lambda: _sweep_text(found))
+
+
+def _sweep_text(found: dict[str, Any], rewards: dict[int, float] | None = None) -> str:
+    """The sweep, a line per cell and per run: status, place in line, step, last reward/mean."""
+    rewards = rewards or {}
+    places = {int(pk): place for pk, place in found.get("queued_places", {}).items()}
+    lines = [f"sweep {found['id']} {found['name']!r}: {found['status']}"]
+    for cell in found.get("cells", []):
+        values = " ".join(f"{path}={value}" for path, value in cell["params"].items())
+        lines.append(
+            f"  {cell['preset']} · {cell['task']}{'  ' + values if values else ''}  (experiment {cell['experiment_id']})"
+        )
+        for run in cell["runs"]:
+            waiting = f" (#{places[run['id']]} in line)" if run["id"] in places else ""
+            reward = f"  {REWARD_MEAN} {rewards[run['id']]:.4g}" if run["id"] in rewards else ""
+            message = f"  {run['message']}" if run.get("message") else ""
+            lines.append(f"    run {run['id']} seed {run['seed']}: {run['status']}{waiting}  "
+                         f"step {steps_text(run)}{reward}{message}")  # fmt: skip
+    return "\n".join(lines)
 
 
 # -- import ---------------------------------------------------------------------------------------

@@ -202,6 +202,26 @@ class StudioClient:
         result: dict[str, Any] = series["series"][0]
         return result
 
+    def experiment(self, experiment_id: int) -> dict[str, Any]:
+        result: dict[str, Any] = self.call("GET", self.team_path(f"/experiments/{experiment_id}"))
+        return result
+
+    def sweeps(self, page: int = 1) -> dict[str, Any]:
+        result: dict[str, Any] = self.call("GET", self.team_path("/sweeps"), params={"page": page})
+        return result
+
+    def create_sweep(self, spec: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self.call("POST", self.team_path("/sweeps"), json=spec)
+        return result
+
+    def sweep(self, sweep_id: int) -> dict[str, Any]:
+        result: dict[str, Any] = self.call("GET", self.team_path(f"/sweeps/{sweep_id}"))
+        return result
+
+    def cancel_sweep(self, sweep_id: int) -> dict[str, Any]:
+        result: dict[str, Any] = self.call("POST", self.team_path(f"/sweeps/{sweep_id}/cancel"))
+        return result
+
     def import_run(
         self, dumps: list[Path], metrics: Path | None, experiment: str, name: str
     ) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
+from trainer.contract import TrajectoryBatch
 from webapp.experiments.artifacts import (
     FOLDER,
     UPLOADING,
@@ -35,6 +36,7 @@ from webapp.experiments.artifacts import (
     relative_path,
 )
 from webapp.experiments.models import Run
+from webapp.mlflow_api import traces
 from webapp.mlflow_api.access import Caller, authenticate, get_run_for_caller
 from webapp.mlflow_api.errors import MlflowError, invalid, not_found
 
@@ -72,6 +74,7 @@ def upload(request: HttpRequest, run: Run, inside: PurePosixPath) -> HttpRespons
     # Written beside the target and renamed over it: a reader never sees half a file.
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=UPLOADING)
     written = 0
+    trace: TrajectoryBatch | None = None
     try:
         with os.fdopen(handle, "wb") as out:
             while chunk := request.read(CHUNK):
@@ -79,10 +82,15 @@ def upload(request: HttpRequest, run: Run, inside: PurePosixPath) -> HttpRespons
                 if written > limit:
                     raise too_large
                 out.write(chunk)
+        # A trace's spans (docs/mlflow.md#traces) are read before the file is kept: spans that
+        # make no trajectory are refused whole.
+        trace = traces.prepare(run, inside, Path(temporary))
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+    if trace is not None:
+        traces.land(run, trace)
     return HttpResponse(b"{}", content_type="application/json")
 
 

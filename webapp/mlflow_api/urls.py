@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path, re_path
 
-from webapp.mlflow_api import artifacts, links, views
+from webapp.mlflow_api import artifacts, links, traces, views
 
 urlpatterns = [
     # Where the links the MLflow client prints land (MLflow's UI is not served here).
@@ -13,6 +13,9 @@ urlpatterns = [
     path("open/", links.open_link, name="mlflow_open"),
     path("api/2.0/mlflow/<path:path>", views.endpoint),
     path("t/<slug:team_slug>/api/2.0/mlflow/<path:path>", views.endpoint),
+    # Logging traces (docs/mlflow.md#traces); their spans arrive through the artifact service.
+    path("api/3.0/mlflow/<path:path>", traces.endpoint),
+    path("t/<slug:team_slug>/api/3.0/mlflow/<path:path>", traces.endpoint),
     # The artifact service (docs/mlflow.md#artifacts): a folder's listing, then one file.
     path("api/2.0/mlflow-artifacts/artifacts", artifacts.artifacts),
     path("api/2.0/mlflow-artifacts/artifacts/<path:path>", artifacts.artifacts),

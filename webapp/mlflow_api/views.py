@@ -281,7 +281,14 @@ ENDPOINTS: dict[str, tuple[str, Handler]] = {
 
 @csrf_exempt
 def endpoint(request: HttpRequest, path: str, team_slug: str | None = None) -> HttpResponse:
-    entry = ENDPOINTS.get(path)
+    return serve(request, path, team_slug, ENDPOINTS.get(path))
+
+
+def serve(
+    request: HttpRequest, path: str, team_slug: str | None, entry: tuple[str, Handler] | None
+) -> HttpResponse:
+    """One call of a table of handlers (this module's, or the trace calls'): authenticate, read the
+    body, answer in MLflow's shapes."""
     if entry is None:
         return unknown(request, path)
     method, handler = entry
@@ -317,10 +324,11 @@ def _request_body(request: HttpRequest) -> Body:
 
 @csrf_exempt
 def unknown(request: HttpRequest, path: str = "", team_slug: str | None = None) -> HttpResponse:
-    """Calls this server does not speak (traces, the model registry, ...): MLflow's
+    """Calls this server does not speak (reading traces, the model registry, ...): MLflow's
     ENDPOINT_NOT_FOUND, so the client fails at once instead of retrying."""
     return MlflowError(
         f"Agent-R1 Studio's MLflow endpoint does not support {request.path}: it speaks MLflow's tracking "
-        "calls for experiments, runs, metrics, params, tags and artifacts (no traces or models).",
+        "calls for experiments, runs, metrics, params, tags and artifacts, and logging traces "
+        "(docs/mlflow.md#traces); no models.",
         ENDPOINT_NOT_FOUND,
     ).response()

@@ -15,7 +15,7 @@ from tasks_lib.registry import TASKS, PrepareOptions, load_recipes
 from trainer.studio.cli import BARS, main, sparkline
 from webapp.accounts.models import ApiToken
 from webapp.datasets.models import Dataset
-from webapp.experiments.models import Run, RunStatus
+from webapp.experiments.models import Run, RunStatus, Sweep, TeamRunLimit
 from webapp.results.models import Trajectory
 
 pytestmark = pytest.mark.slow
@@ -85,5 +85,34 @@ def test_the_cli_uploads_creates_launches_and_watches_a_run_to_its_end(
     dump.write_text(json.dumps({"input": "2+2?", "output": "4", "gts": "4", "score": 1.0, "step": 1}) + "\n")
     imported = json.loads(studio("--json", "import", str(dump.parent), "--name", "outside").stdout)
     assert imported["format"] == "verl" and Run.objects.get(pk=imported["run"]["id"]).is_external
+    # An external run lists the steps it stored, no total.
+    (line,) = [row for row in studio("runs", "list").stdout.splitlines() if row.endswith("outside")]
+    assert line.split()[2] == "1"
+
+    # A sweep from a YAML grid plus options, over the launched experiment's config. The team's limit
+    # of 0 active runs keeps its runs waiting in line, so nothing trains.
+    TeamRunLimit.set(personas["acme"], 0)
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("name: lr sweep\nparams:\n  - path: optim.lr\n    values: [1.0e-5, 3.0e-5]\n")
+    made = json.loads(studio("--json", "sweep", "create", str(grid), "--from-experiment", str(experiment["id"]),
+                             "--param", "algorithm.kl_coef=0,0.1", "--seed", "3").stdout)  # fmt: skip
+    sweep = Sweep.objects.get(pk=made["id"])
+    cells = [e.config for e in sweep.cells.order_by("pk")]
+    assert [(c["optim"]["lr"], c["algorithm"]["kl_coef"]) for c in cells] == [
+        (1e-5, 0), (1e-5, 0.1), (3e-5, 0), (3e-5, 0.1)
+    ]  # fmt: skip
+    assert {c["model"]["path"] for c in cells} == {"tiny-test"} and set(
+        sweep.runs().values_list("seed", flat=True)
+    ) == {3}
+    assert str(made["id"]) in studio("sweep", "list").stdout
+    shown = studio("sweep", "show", str(made["id"])).stdout
+    assert "kl_coef=0.1" in shown and shown.count("seed 3: queued") == 4 and "in line)" in shown
+    cancelled = studio("sweep", "cancel", str(made["id"])).stdout
+    assert cancelled.count("seed 3: cancelled") == 4
+    assert set(sweep.runs().values_list("status", flat=True)) == {RunStatus.CANCELLED}
+    taken = studio(
+        "sweep", "create", "--name", "lr sweep", "--from-experiment", str(experiment["id"]), code=1
+    )
+    assert "error:" in taken.stderr  # the name is taken: the server's refusal, printed
     refused = studio("runs", "cancel", "999999", code=1)
     assert "not found" in refused.stderr
