@@ -5,8 +5,8 @@ One team, 10,000 runs in 100 experiments, each with a full RunConfig (as a launc
 it), a status, start and end times, and the latest value and the min/max summary of 8 metric keys
 (what ingestion keeps; the point table itself is never read by the table). Then, over HTTP on
 loopback against gunicorn, logged in:
-- ours: /t/<team>/runs/ with its default columns (12, among them reward/mean latest and max), as
-  it opens, sorted by a metric, filtered on a config value, and grouped by preset;
+- ours: /t/<team>/runs/ with its default columns (14, among them the run's kind and reward/mean
+  latest and max), as it opens, sorted by a metric, filtered on a config value, and grouped by preset;
 - the peer: /admin/experiments/run/ (100 rows of 10 plain columns, its count, newest first).
 Goal (issue 15): the first page in <= 100 ms. Prints figures and ratios; no pass/fail.
 """

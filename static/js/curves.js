@@ -13,9 +13,6 @@
   const POLL_MS = 2000;
   const PALETTE = ["#0b5cad", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0e7490", "#a16207", "#4d7c0f",
     "#be185d", "#334155", "#9333ea", "#047857"];
-  // Whole steps only: a tick at step 2.5 names no step.
-  const STEP_INCRS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1e3, 2e3, 2500, 5e3, 1e4, 2e4, 25e3, 5e4,
-    1e5, 2e5, 25e4, 5e5, 1e6, 2e6, 5e6, 1e7, 2e7, 5e7, 1e8, 1e9];
   const GROUP_BUCKETS = 490; // as many as the server's display buckets
   const SYNC_KEY = "studio-curves";
 
@@ -263,7 +260,7 @@
         legend: { show: false },
         scales: { x: { time: built.view.axis === "time" }, y: built.view.log ? { distr: 3 } : { range: yRange } },
         axes: [
-          built.view.axis === "time" ? {} : { incrs: STEP_INCRS, values: (u, ticks) => ticks.map((v) => String(Math.round(v))) },
+          built.view.axis === "time" ? {} : window.studioStepAxis(), // whole steps (or samples)
           { size: 60, values: yTicks },
         ],
         cursor: {

@@ -4,6 +4,7 @@
 (function () {
   "use strict";
   const POLL_MS = 5000;
+  const PLOT_HEIGHT = 260, TOKENS_HEIGHT = 160;
   const COLORS = ["#0b5cad", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0e7490", "#a16207", "#4d7c0f",
     "#be185d", "#334155", "#9333ea", "#94a3b8"];
 
@@ -25,6 +26,10 @@
     };
   }
 
+  // Half a step either side of the first and last step: their bars are drawn whole, and the
+  // tokens chart below lines up with them.
+  const stepScale = { time: false, range: (u, min, max) => [min - 0.5, max + 0.5] };
+
   function draw(box, tokensBox, data, state) {
     const width = Math.max(320, box.clientWidth || 900);
     if (state.plot) { state.plot.destroy(); state.plot = null; }
@@ -32,13 +37,13 @@
     if (!data.steps.length) { box.textContent = "No step timings reported yet."; return; }
     box.textContent = "";
     const stack = stacked(data);
-    state.plot = new uPlot({ width: width, height: 260, series: stack.series,
-      axes: [{ label: "training step" }, { label: "seconds" }],
+    state.plot = new uPlot({ width: width, height: PLOT_HEIGHT, series: stack.series,
+      axes: [window.studioStepAxis({ label: "training step" }), { label: "seconds" }],
       // Bars stand on zero, whatever the smallest step.
-      scales: { x: { time: false }, y: { range: (u, min, max) => [0, max > 0 ? max * 1.05 : 1] } } }, stack.data, box);
+      scales: { x: stepScale, y: { range: (u, min, max) => [0, max > 0 ? max * 1.05 : 1] } } }, stack.data, box);
     if (data.tokens_per_s.some((v) => v != null)) {
-      state.tokens = new uPlot({ width: width, height: 160, scales: { x: { time: false } },
-        axes: [{ label: "training step" }, { label: "tokens / s" }],
+      state.tokens = new uPlot({ width: width, height: TOKENS_HEIGHT, scales: { x: stepScale },
+        axes: [window.studioStepAxis({ label: "training step" }), { label: "tokens / s" }],
         series: [{ label: "step" }, { label: "generated tokens per second", stroke: "#0b5cad" }] },
       [data.steps, data.tokens_per_s], tokensBox);
     }
@@ -49,6 +54,7 @@
     if (!box || typeof uPlot === "undefined") return;
     const tokensBox = document.getElementById("tokens-chart");
     const state = { plot: null, tokens: null };
+    window.studioTimeCharts = state; // what a browser test reads the drawn ticks from
     function load() {
       fetch(box.dataset.url, { credentials: "same-origin" })
         .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
@@ -57,6 +63,12 @@
     }
     load();
     if (box.dataset.live === "1") setInterval(load, POLL_MS);
+    // A narrower window narrows the charts, instead of leaving them past the page's right edge.
+    window.addEventListener("resize", () => {
+      const width = Math.max(320, box.clientWidth || 900);
+      if (state.plot) state.plot.setSize({ width: width, height: PLOT_HEIGHT });
+      if (state.tokens) state.tokens.setSize({ width: width, height: TOKENS_HEIGHT });
+    });
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);

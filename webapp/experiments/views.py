@@ -24,7 +24,15 @@ from webapp.experiments.demo import start_demo
 from webapp.experiments.evaluations import evaluation_summary
 from webapp.experiments.forms import ExperimentForm, RunEditForm, initial_from_config
 from webapp.experiments.logs import log_tail
-from webapp.experiments.models import ACTIVE, Experiment, Run, RunStatus, TeamRunLimit, places_in_line
+from webapp.experiments.models import (
+    ACTIVE,
+    Experiment,
+    Run,
+    RunKind,
+    RunStatus,
+    TeamRunLimit,
+    places_in_line,
+)
 from webapp.experiments.sweeps import ordinal
 from webapp.experiments.tasks import cancel_run
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
@@ -78,11 +86,16 @@ def form_choices(team: Team, task: str | None = None) -> dict[str, list[tuple[st
 @login_required
 def index(request: HttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug)
+    # An experiment's runs are its seeds' training runs; its evaluations are counted apart.
+    trains = Q(runs__kind=RunKind.TRAINING)  # launched or external; not an evaluation
     experiments = Experiment.objects.filter(team=team).annotate(
-        run_count=Count("runs"),
-        active_count=Count("runs", filter=Q(runs__status__in=ACTIVE)),
-        succeeded_count=Count("runs", filter=Q(runs__status=RunStatus.SUCCEEDED)),
-        failed_count=Count("runs", filter=Q(runs__status__in=(RunStatus.FAILED, RunStatus.CANCELLED))),
+        run_count=Count("runs", filter=trains),
+        active_count=Count("runs", filter=trains & Q(runs__status__in=ACTIVE)),
+        succeeded_count=Count("runs", filter=trains & Q(runs__status=RunStatus.SUCCEEDED)),
+        failed_count=Count(
+            "runs", filter=trains & Q(runs__status__in=(RunStatus.FAILED, RunStatus.CANCELLED))
+        ),
+        evaluation_count=Count("runs", filter=Q(runs__kind=RunKind.EVALUATION)),
     )
     context = {"team": team, "experiments": experiments.filter(sweep__isnull=True),
                "sweeps": team.sweeps.all()[:20], "run_limit": TeamRunLimit.of(team.pk)}  # fmt: skip

@@ -87,8 +87,9 @@ def context_of(run: Run) -> Context:
 
 
 def observe(run: Run, points: Sequence[Mapping[str, Any]]) -> list[HealthAlert]:
-    """Judge the new points of one batch; the alerts of the episodes they opened."""
-    if not points:
+    """Judge the new points of one batch; the alerts of the episodes they opened. An evaluation is
+    not judged: its checks watch an update it never makes (docs/health.md#at-ingestion)."""
+    if not points or run.is_evaluation:
         return []
     new = series_of(points)
     rules = [rule for rule in team_rules(run.team_id).values() if rule.enabled]

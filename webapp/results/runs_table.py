@@ -27,6 +27,7 @@ from urllib.parse import urlencode
 
 from django.db.models import (
     Avg,
+    Case,
     Count,
     DurationField,
     ExpressionWrapper,
@@ -43,6 +44,7 @@ from django.db.models import (
     Subquery,
     TextField,
     Value,
+    When,
     Window,
 )
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
@@ -50,7 +52,7 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from webapp.experiments.models import Run, RunParam, RunStatus
+from webapp.experiments.models import EXTERNAL_EXECUTOR, Run, RunKind, RunParam, RunStatus
 from webapp.results import metrics_store
 from webapp.results.models import SUMMARY_WIDTHS, MetricSummary, RunHealth
 
@@ -69,15 +71,19 @@ class BadQuery(ValueError):
 # -- columns ----------------------------------------------------------------------------------------
 
 # How a column's values compare and print.
-TEXT, NUMBER, TIME, DURATION, STATUS, TAGS, JSON = (
+TEXT, NUMBER, TIME, DURATION, STATUS, KIND, TAGS, JSON = (
     "text",
     "number",
     "time",
     "duration",
     "status",
+    "kind",
     "tags",
     "json",
 )
+# What a run is, as the Kind column says it: launched to train, an evaluation of a model, or logged
+# by an MLflow client or imported (Run.is_external).
+RUN_KINDS = (RunKind.TRAINING.value, RunKind.EVALUATION.value, EXTERNAL_EXECUTOR)
 
 OPERATORS: Mapping[str, str] = {
     "eq": "=", "ne": "≠", "gt": ">", "ge": "≥", "lt": "<", "le": "≤", "contains": "contains",
@@ -88,6 +94,7 @@ OPERATORS_FOR: Mapping[str, tuple[str, ...]] = {
     TIME: ("gt", "ge", "lt", "le"),
     DURATION: ("gt", "ge", "lt", "le"),
     STATUS: ("eq", "ne"),
+    KIND: ("eq", "ne"),
     TAGS: ("contains", "ne"),
     JSON: ("eq", "ne", "gt", "ge", "lt", "le", "contains"),
 }
@@ -168,6 +175,16 @@ def _duration() -> Any:
     )
 
 
+def _kind() -> Any:
+    """One of RUN_KINDS: an evaluation first (a launched run), then whether we launched it."""
+    return Case(
+        When(kind=RunKind.EVALUATION, then=Value(RunKind.EVALUATION.value)),
+        When(executor=EXTERNAL_EXECUTOR, then=Value(EXTERNAL_EXECUTOR)),
+        default=Value(RunKind.TRAINING.value),
+        output_field=TextField(),
+    )
+
+
 def _health_firing() -> Any:
     """How many health checks fire on the run (docs/health.md#checks)."""
     firing = RunHealth.objects.filter(run=OuterRef("pk"), firing=True).values("run").annotate(n=Count("pk"))
@@ -177,6 +194,7 @@ def _health_firing() -> Any:
 _ATTRIBUTE_EXPRESSIONS: Mapping[str, Any] = {
     "name": lambda: F("name"),
     "status": lambda: F("status"),
+    "kind": _kind,
     "experiment": lambda: F("experiment__name"),
     "preset": lambda: F("experiment__preset"),
     "task": lambda: F("experiment__task"),
@@ -197,6 +215,7 @@ ATTRIBUTES: Mapping[str, Column] = {
     for column in (
         Column("name", "Name", TEXT, "attribute"),
         Column("status", "Status", STATUS, "attribute", groupable=True),
+        Column("kind", "Kind", KIND, "attribute", groupable=True),
         Column("experiment", "Experiment", TEXT, "attribute", groupable=True),
         Column("preset", "Preset", TEXT, "attribute", groupable=True),
         Column("task", "Task", TEXT, "attribute", groupable=True),
@@ -252,7 +271,7 @@ def default_column_ids(task: str | None) -> list[str]:
     validation accuracy."""
     from trainer.contract import REWARD_MEAN, val_key
 
-    ids = ["name", "status", "health"]
+    ids = ["name", "kind", "status", "health"]
     ids += ["preset", "task", "seed"] if task else ["experiment", "preset", "task", "seed"]
     ids += ["started", "duration", "steps", f"last:{REWARD_MEAN}", f"max:{REWARD_MEAN}"]
     if task:
@@ -407,6 +426,10 @@ def _typed(found: Column, text: str) -> Any:
     if found.value_type == STATUS:
         if text not in RunStatus.values:
             raise BadQuery(f"status is one of {', '.join(RunStatus.values)}")
+        return text
+    if found.value_type == KIND:
+        if text not in RUN_KINDS:
+            raise BadQuery(f"kind is one of {', '.join(RUN_KINDS)}")
         return text
     return text
 
@@ -621,7 +644,7 @@ def _header(shown: Sequence[Column], query: TableQuery) -> list[HeaderCell]:
     for item in shown:
         state = "desc" if query.sort == f"-{item.id}" else "asc" if query.sort == item.id else ""
         # First click sorts numbers and times from the top down, text from A.
-        first = item.id if item.value_type in (TEXT, STATUS, TAGS, JSON) else f"-{item.id}"
+        first = item.id if item.value_type in (TEXT, STATUS, KIND, TAGS, JSON) else f"-{item.id}"
         target = {"desc": item.id, "asc": f"-{item.id}"}.get(state, first)
         cells.append(HeaderCell(item, query.url(sort=target), state))
     return cells

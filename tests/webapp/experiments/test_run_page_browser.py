@@ -1,5 +1,5 @@
 """Real Chromium on the run page: a finished run's story at a glance; a cancel that asks first and
-ends with the name of who cancelled."""
+ends with the name of who cancelled; a short run's charts and checkpoint list at laptop widths."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from trainer.contract import REWARD_MEAN, val_key
+from trainer.contract import (
+    PERF_TOKENS_PER_S,
+    REWARD_MEAN,
+    TIMING_GENERATE_S,
+    TIMING_STEP_S,
+    TIMING_UPDATE_ACTOR_S,
+    val_key,
+)
 from webapp.experiments.models import Experiment, Run, RunStatus
 from webapp.results import metrics_store
 from webapp.results.models import Checkpoint, LogChunk
@@ -93,3 +100,48 @@ def test_cancel_asks_first_and_the_run_ends_cancelled_by_the_user(
     Run.objects.get(pk=running.pk).finish(RunStatus.CANCELLED, "stopped by SIGTERM")
     page.wait_for_function("() => document.getElementById('run-status').textContent.trim() === 'cancelled'")
     assert page.inner_text("#run-message") == "cancelled by alice"
+
+
+@pytest.fixture
+def two_steps(finished: Run) -> Run:
+    """A 2-step run that timed its steps and saved a checkpoint where a launched run keeps them."""
+    run = Run.objects.create(
+        experiment=finished.experiment, team=finished.team, seed=1, name="short", status=RunStatus.SUCCEEDED,
+        step=2, total_steps=2, started_at=STARTED, finished_at=STARTED + timedelta(minutes=3),
+    )  # fmt: skip
+    parts = {TIMING_STEP_S: 3.0, TIMING_GENERATE_S: 1.5, TIMING_UPDATE_ACTOR_S: 1.0, PERF_TOKENS_PER_S: 420.0}
+    points = [
+        {"key": k, "step": s, "value": v * s, "ts": 1.7e9 + s} for s in (1, 2) for k, v in parts.items()
+    ]
+    metrics_store.write_points(run.pk, "t", points)
+    Checkpoint.objects.create(
+        run=run, step=2, path=f"/srv/studio/var/runs/{run.pk}/checkpoints/step_00000002", size_bytes=271_000_000,
+        metrics={REWARD_MEAN: 0.25, val_key("gsm8k"): 0.5, "actor/entropy": 1.25},
+    )  # fmt: skip
+    return run
+
+
+def test_a_short_runs_charts_tick_whole_steps_and_its_checkpoints_fit_a_laptop_screen(
+    signed_in: Callable[[str], Any], live_server: Any, two_steps: Run
+) -> None:
+    page = signed_in("alice")  # an owner: the Evaluate link is there
+    for width in (1440, 1024):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{live_server.url}/t/acme/runs/{two_steps.pk}/")
+        page.wait_for_function("() => window.studioTimeCharts && window.studioTimeCharts.tokens")
+        # uPlot keeps each axis's tick values in _splits: one tick per step, none between two steps
+        ticks = page.evaluate(
+            "() => ['plot', 'tokens'].map((c) => window.studioTimeCharts[c].axes[0]._splits)"
+        )
+        assert ticks == [[1, 2], [1, 2]], width
+        edges = page.evaluate(
+            """() => {
+                const right = (el) => el.getBoundingClientRect().right;
+                const table = document.getElementById('checkpoints');
+                return {main: right(document.querySelector('main')), section: right(table.closest('section')),
+                        table: right(table), evaluate: right(table.querySelector('a.evaluate')),
+                        page: document.documentElement.clientWidth, scrolls: document.documentElement.scrollWidth};
+            }"""
+        )
+        assert edges["evaluate"] <= edges["table"] <= edges["section"] <= edges["main"], (width, edges)
+        assert edges["scrolls"] <= edges["page"], (width, edges)  # nothing runs past the right edge

@@ -12,7 +12,7 @@ from django.test import Client
 from django.utils import timezone
 
 from trainer.contract import REWARD_MEAN
-from webapp.experiments.models import Experiment, Run, RunParam, RunStatus
+from webapp.experiments.models import Experiment, Run, RunKind, RunParam, RunStatus
 from webapp.results import metrics_store
 from webapp.results import runs_table as rt
 
@@ -127,6 +127,27 @@ def test_grouping_by_a_column_gives_counts_and_the_means_of_numeric_columns(runs
     assert groups["grpo"].filter_url == "?fc=preset&fo=eq&fv=grpo"
     by_estimator = {g.text: g.count for g in _table("group=config:algorithm.estimator").groups}
     assert by_estimator == {"grpo": 2, "gae": 2}
+
+
+def test_the_kind_column_tells_training_runs_from_evaluations_and_external_runs(runs: dict[str, Run]) -> None:
+    grpo = runs["g1"].experiment
+    Run.objects.create(experiment=grpo, team=grpo.team, seed=1, name="eval · grpo s1 · step 2",
+                       kind=RunKind.EVALUATION, evaluated_run=runs["g1"], evaluated_step=2)  # fmt: skip
+    Run.create_external(grpo, "logged", None)
+    assert rt.default_column_ids(None)[:4] == ["name", "kind", "status", "health"]
+    kinds = {row.run.name: row.cells[1].text for row in _table("", ids=["name", "kind"]).rows}
+    assert kinds == {"eval · grpo s1 · step 2": "evaluation", "logged": "external", "grpo s1": "training",
+                     "grpo s2": "training", "ppo s1": "training", "ppo s2": "training"}  # fmt: skip
+    assert _names(_table("fc=kind&fo=eq&fv=evaluation")) == ["eval · grpo s1 · step 2"]
+    assert set(_names(_table("fc=kind&fo=ne&fv=training"))) == {"eval · grpo s1 · step 2", "logged"}
+    assert _table("fc=kind&fo=eq&fv=training").total == 4
+    assert {g.text: g.count for g in _table("group=kind").groups} == {
+        "evaluation": 1,
+        "external": 1,
+        "training": 4,
+    }
+    refused = _table("fc=kind&fo=eq&fv=eval")
+    assert refused.query.errors == ["filter kind = eval: kind is one of training, evaluation, external"]
 
 
 def test_the_table_pages_by_fifty_and_hides_archived_runs(personas: Any) -> None:

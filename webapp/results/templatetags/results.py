@@ -5,6 +5,7 @@ from typing import Any
 
 from django import template
 
+from webapp.experiments.models import RunKind
 from webapp.results.analytics import Cell, Matrix, ReferenceTable
 
 register = template.Library()
@@ -127,7 +128,12 @@ def _cell_html(cell: Any, run: Any, team_slug: str, name: str) -> str:
         return f'<a href="{url}">{escape(cell.text)}</a>'
     if column == "tags":
         return " ".join(f'<span class="tag">{escape(label)}</span>' for label in cell.value or ())
+    if column == "kind":  # the one unmarked kind is the usual one
+        kind = escape(cell.text)
+        return kind if cell.value == RunKind.TRAINING else f'<span class="badge kind-{kind}">{kind}</span>'
     if column == "health":
+        if run.is_evaluation:  # not judged (docs/health.md#at-ingestion)
+            return '<span class="muted" title="an evaluation is not health-checked">—</span>'
         if not cell.value:
             return '<span class="health-ok">ok</span>'
         url = escape(reverse("run", args=[team_slug, run.pk]))
