@@ -166,7 +166,9 @@ class TextBlob(models.Model):
 
 
 class Trajectory(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="trajectories")
+    # The three rollout tables are partitioned by run (docs/rollouts.md#partitioning): the database's
+    # keys hold run_id too, and no foreign key into or out of them has a database constraint.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, db_constraint=False, related_name="trajectories")
     uid = models.CharField(max_length=200, help_text="The trainer's trajectory id; unique in its run.")
     group_id = models.CharField(max_length=200, help_text="Prompt uid shared by the n samples of one prompt.")
     sample_index = models.IntegerField(help_text="Dataset row (extra_info.index).")
@@ -200,7 +202,13 @@ class Trajectory(models.Model):
 
 class TrajectoryStep(models.Model):
     pk = models.CompositePrimaryKey("trajectory_id", "index")
-    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="steps")
+    trajectory = models.ForeignKey(
+        Trajectory, on_delete=models.CASCADE, db_constraint=False, related_name="steps"
+    )
+    # The partition key (the trajectory's run): a run's steps sit in one partition.
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, db_constraint=False, db_index=False, related_name="+"
+    )
     index = models.IntegerField()
     prompt = models.ForeignKey(TextBlob, on_delete=models.PROTECT, related_name="+", db_constraint=False)
     response = models.ForeignKey(TextBlob, on_delete=models.PROTECT, related_name="+", db_constraint=False)
@@ -228,7 +236,9 @@ class TrajectoryStep(models.Model):
 
 class ToolCall(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, db_constraint=False, related_name="+")
-    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="tool_calls")
+    trajectory = models.ForeignKey(
+        Trajectory, on_delete=models.CASCADE, db_constraint=False, related_name="tool_calls"
+    )
     step_index = models.IntegerField()
     position = models.IntegerField(help_text="Order of the call within its step.")
     training_step = models.IntegerField()

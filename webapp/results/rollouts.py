@@ -126,11 +126,12 @@ def _store(run: Run, training_step: int, wires: Sequence[TrajectoryWire]) -> sto
     TrajectoryStep.objects.bulk_create(steps, batch_size=1000)
     ToolCall.objects.bulk_create(calls, batch_size=1000)
     _index_for_search(
+        run.pk,
         [row.pk for row, wire in zip(rows, wires, strict=True) for _ in wire.steps],
         [step.index for wire in wires for step in wire.steps],
         [search_document(step) for wire in wires for step in wire.steps],
     )
-    return storage.batch_sizes([row.pk for row in rows], new_texts)
+    return storage.batch_sizes(run.pk, [row.pk for row in rows], new_texts)
 
 
 def search_document(step: StepWire) -> str:
@@ -141,14 +142,16 @@ def search_document(step: StepWire) -> str:
     return "\n".join(parts)[:SEARCH_DOC_MAX]
 
 
-def _index_for_search(trajectory_ids: list[int], indexes: list[int], documents: list[str]) -> None:
+def _index_for_search(
+    run_id: int, trajectory_ids: list[int], indexes: list[int], documents: list[str]
+) -> None:
     # One statement for the whole batch: Postgres builds each tsvector from the text it is handed.
     with connection.cursor() as cursor:
         cursor.execute(
             f"""UPDATE {TrajectoryStep._meta.db_table} AS s SET search = to_tsvector(%s, v.doc)
             FROM unnest(%s::bigint[], %s::int[], %s::text[]) AS v(tid, idx, doc)
-            WHERE s.trajectory_id = v.tid AND s.index = v.idx""",
-            [SEARCH_CONFIG, trajectory_ids, indexes, documents],
+            WHERE s.run_id = %s AND s.trajectory_id = v.tid AND s.index = v.idx""",
+            [SEARCH_CONFIG, trajectory_ids, indexes, documents, run_id],
         )
 
 
@@ -211,6 +214,7 @@ def _step_row(trajectory: Trajectory, step: StepWire, hashes: dict[str, str]) ->
     tokens = {name: getattr(step, name) for name in TOKEN_FIELDS if getattr(step, name) is not None}
     return TrajectoryStep(
         trajectory=trajectory,
+        run_id=trajectory.run_id,
         index=step.index,
         prompt_id=hashes[step.prompt_text],
         response_id=hashes[step.response_text],

@@ -76,21 +76,22 @@ def hold_texts() -> None:
         cursor.execute("SELECT pg_advisory_xact_lock_shared(%s)", [TEXT_SWEEP_LOCK])
 
 
-def batch_sizes(trajectory_ids: Sequence[int], new_texts: Sequence[str]) -> Sizes:
+def batch_sizes(run_id: int, trajectory_ids: Sequence[int], new_texts: Sequence[str]) -> Sizes:
     """The bytes of the rows one batch wrote, as Postgres stores them (compressed values counted
     compressed)."""
     with connection.cursor() as cursor:
         cursor.execute(
             """SELECT
-              (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM results_trajectory t WHERE t.id = ANY(%(ids)s)),
+              (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM results_trajectory t
+                WHERE t.run_id = %(run)s AND t.id = ANY(%(ids)s)),
               (SELECT coalesce(sum(pg_column_size(s.*)), 0) FROM results_trajectorystep s
-                WHERE s.trajectory_id = ANY(%(ids)s)),
+                WHERE s.run_id = %(run)s AND s.trajectory_id = ANY(%(ids)s)),
               (SELECT coalesce(sum(pg_column_size(s.token_signals)), 0) FROM results_trajectorystep s
-                WHERE s.trajectory_id = ANY(%(ids)s)),
+                WHERE s.run_id = %(run)s AND s.trajectory_id = ANY(%(ids)s)),
               (SELECT coalesce(sum(pg_column_size(c.*)), 0) FROM results_toolcall c
-                WHERE c.trajectory_id = ANY(%(ids)s)),
+                WHERE c.run_id = %(run)s AND c.trajectory_id = ANY(%(ids)s)),
               (SELECT coalesce(sum(pg_column_size(b.*)), 0) FROM results_textblob b WHERE b.sha256 = ANY(%(texts)s))""",
-            {"ids": list(trajectory_ids), "texts": list(new_texts)},
+            {"run": run_id, "ids": list(trajectory_ids), "texts": list(new_texts)},
         )
         trajectories, steps, signals, calls, texts = cursor.fetchone()
     return Sizes(int(trajectories), int(steps) - int(signals), int(signals), int(calls), int(texts))
@@ -160,8 +161,10 @@ def _delete_trajectories(run_id: int, query: str, params: dict[str, Any]) -> Non
     with connection.cursor() as cursor:
         cursor.execute(
             f"""WITH dropped AS ({query}),
-              calls AS (DELETE FROM results_toolcall c USING dropped d WHERE c.trajectory_id = d.id),
-              steps AS (DELETE FROM results_trajectorystep s USING dropped d WHERE s.trajectory_id = d.id)
+              calls AS (DELETE FROM results_toolcall c USING dropped d
+                WHERE c.run_id = %(run)s AND c.trajectory_id = d.id),
+              steps AS (DELETE FROM results_trajectorystep s USING dropped d
+                WHERE s.run_id = %(run)s AND s.trajectory_id = d.id)
             DELETE FROM results_trajectory t USING dropped d WHERE t.id = d.id""",
             {"run": run_id, **params},
         )
@@ -172,12 +175,11 @@ def run_sizes(run_id: int) -> Sizes:
     """The bytes of the run's rows now (not its texts)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            """WITH own AS (SELECT id FROM results_trajectory WHERE run_id = %(run)s)
-            SELECT
+            """SELECT
               (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM results_trajectory t WHERE t.run_id = %(run)s),
-              (SELECT coalesce(sum(pg_column_size(s.*)), 0) FROM results_trajectorystep s JOIN own ON own.id = s.trajectory_id),
+              (SELECT coalesce(sum(pg_column_size(s.*)), 0) FROM results_trajectorystep s WHERE s.run_id = %(run)s),
               (SELECT coalesce(sum(pg_column_size(s.token_signals)), 0) FROM results_trajectorystep s
-                JOIN own ON own.id = s.trajectory_id),
+                WHERE s.run_id = %(run)s),
               (SELECT coalesce(sum(pg_column_size(c.*)), 0) FROM results_toolcall c WHERE c.run_id = %(run)s)""",
             {"run": run_id},
         )
