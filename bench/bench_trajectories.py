@@ -73,9 +73,9 @@ def load(user_name: str) -> tuple[str, int, int, int]:
             [SEARCH_CONFIG, [hashes[t] for t in texts], texts],
         )
         cursor.execute(
-            """INSERT INTO results_trajectorystep (trajectory_id, index, prompt_id, response_id, reward, done,
+            """INSERT INTO results_trajectorystep (trajectory_id, run_id, index, prompt_id, response_id, reward, done,
                 advantage, num_prompt_tokens, num_response_tokens, info, timings, search)
-            SELECT t.id, 0, %s, d.sha256, t.total_reward, true, t.total_reward - 0.5, 10, 40, '{}', '{}', d.doc
+            SELECT t.id, t.run_id, 0, %s, d.sha256, t.total_reward, true, t.total_reward - 0.5, 10, 40, '{}', '{}', d.doc
             FROM results_trajectory t JOIN bench_docs d ON d.k = t.id %% %s WHERE t.run_id = %s""",
             [prompt, TEXTS, run.pk],
         )
@@ -93,7 +93,7 @@ def load(user_name: str) -> tuple[str, int, int, int]:
             run=run, uid=uid, group_id=uid, sample_index=0, training_step=0, total_reward=1.0, success=True
         )
         TrajectoryStep.objects.create(
-            trajectory=row, index=0, prompt_id=prompt, response_id=next(iter(long_text.values())),
+            trajectory=row, run=run, index=0, prompt_id=prompt, response_id=next(iter(long_text.values())),
             num_response_tokens=LONG_TOKENS, token_signals=packed,
         )  # fmt: skip
         pair.append(row.pk)
@@ -104,8 +104,12 @@ def sizes(long_with_signals: int) -> dict[str, float]:
     from django.db import connection
 
     with connection.cursor() as cursor:
+        # pg_partition_tree: a partitioned table with its partitions (none for a plain table).
         cursor.execute(
-            "SELECT pg_total_relation_size('results_trajectorystep'), pg_relation_size('step_search'), "
+            "SELECT coalesce((SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('results_trajectorystep')), "
+            "pg_total_relation_size('results_trajectorystep')), "
+            "coalesce((SELECT sum(pg_relation_size(relid)) FROM pg_partition_tree('step_search')), "
+            "pg_relation_size('step_search')), "
             "(SELECT count(*) FROM results_trajectorystep), "
             "(SELECT pg_column_size(token_signals) FROM results_trajectorystep WHERE trajectory_id = %s)",
             [long_with_signals],

@@ -299,6 +299,7 @@ def _register_routers() -> None:
     from webapp.results.api import router as results_router
     from webapp.results.checkpoints_api import router as checkpoints_router
     from webapp.results.ingest import router as ingest_router
+    from webapp.results.storage_api import router as storage_router
     from webapp.tools.api import rewards_router
     from webapp.tools.api import router as tools_router
 
@@ -313,6 +314,7 @@ def _register_routers() -> None:
     api.add_router("/t", tools_router)
     api.add_router("/t", evaluations_router)
     api.add_router("/t", checkpoints_router)
+    api.add_router("/t", storage_router)
     api.add_router("/t", rewards_router)
     api.add_router("/t", members_router)
     api.add_router("", tokens_router)

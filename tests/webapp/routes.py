@@ -311,6 +311,9 @@ PAGES: dict[str, Page] = {
     "notifications": Page("read", team(), post="read"),
     "prompt_compare": Page("read", team(run_id=_id("run"), sample=lambda w: 0)),
     "search": Page("read", team(), query="?q=answer&run={run}"),
+    "run_retention": Page(
+        "read", team(run_id=_id("run")), post="write", get=False, data=lambda w: {"retention": "sample"}
+    ),
     "mlflow_browse": Page("public"),
     "mlflow_open": Page("read", query="?run={mlflow_run}"),
     "password_change": Page("user", post="user"),
@@ -469,6 +472,7 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     },
     "/api/t/{team_slug}/sweeps/{pk}/cancel": lambda w: None,
     "/api/t/{team_slug}/runs/{run_id}/cancel": lambda w: None,
+    "/api/t/{team_slug}/runs/{run_id}/storage": lambda w: {"retention": "sample", "sample_fraction": 0.5},
     "/api/t/{team_slug}/evaluations": lambda w: {"experiment": w.ids["experiment"], "k": 2},
     "/api/t/{team_slug}/experiments/{pk}": lambda w: {"description": "changed"},
     "/api/t/{team_slug}/experiments/{pk}/clone": lambda w: {"name": "exp clone"},

@@ -18,7 +18,7 @@ from tests.webapp.tools.conftest import UNUSED_TOOL_ADDRESS, allow_tools_at
 from webapp.accounts.models import ApiToken, Membership, Role
 from webapp.datasets.models import Dataset
 from webapp.experiments.models import Experiment, Run, RunStatus
-from webapp.results.models import Checkpoint, LogChunk
+from webapp.results.models import Checkpoint, ExperimentRetention, LogChunk
 from webapp.tools.models import TeamReward, TeamTool, ToolTrial
 
 pytestmark = pytest.mark.django_db
@@ -124,8 +124,11 @@ def test_an_uploaded_parquet_is_validated_in_the_answer_and_found_by_its_hash(
 def test_an_experiment_from_preset_task_and_dataset_then_changed_cloned_and_deleted(
     alice: Api, dataset: dict[str, Any]
 ) -> None:
+    retention = {"retention": "sample", "sample_fraction": 0.25}
     made = alice(
-        "POST", "/t/acme/experiments", {"preset": "grpo", "task": "arithmetic", "dataset": dataset["id"]}
+        "POST",
+        "/t/acme/experiments",
+        {"preset": "grpo", "task": "arithmetic", "dataset": dataset["id"], "retention": retention},
     )
     assert made.status_code == 201, made.content
     body = made.json()
@@ -141,6 +144,8 @@ def test_an_experiment_from_preset_task_and_dataset_then_changed_cloned_and_dele
     clone = alice("POST", f"/t/acme/experiments/{pk}/clone", {"config": {"rollout.n": 4}}).json()
     assert clone["name"] == f"{body['name']} (clone)" and clone["config"]["rollout"]["n"] == 4
     assert Experiment.objects.get(pk=clone["id"]).cloned_from_id == pk
+    kept = ExperimentRetention.objects.get(experiment_id=clone["id"])  # the clone keeps the source's policy
+    assert (kept.retention, kept.sample_fraction) == ("sample", 0.25)
     experiment = Experiment.objects.get(pk=pk)
     run = Run.objects.create(experiment=experiment, team=experiment.team, status=RunStatus.RUNNING)
     assert alice("PATCH", f"/t/acme/experiments/{pk}", {"config": {"rollout.n": 4}}).status_code == 409
@@ -197,6 +202,14 @@ def test_a_runs_logs_checkpoints_and_curves_by_either_key_name(alice: Api, perso
         curve = alice("GET", f"/t/acme/runs/{run.pk}/metrics/curve", {name: "reward/mean"}).json()
         assert curve["series"][0]["value"] == [0.5], name
     assert alice("GET", f"/t/acme/runs/{run.pk}/metrics/curve").json()["field"] == "keys"
+    stored = alice("GET", f"/t/acme/runs/{run.pk}").json()["storage"]
+    assert (stored["retention"], stored["kept"], stored["total_bytes"]) == ("all", 0, 0)
+    changed = alice("PATCH", f"/t/acme/runs/{run.pk}/storage", {"retention": "failures", "keep_successes": 3})
+    assert changed.status_code == 202 and (changed.json()["keep_successes"], changed.json()["applying"]) == (
+        3,
+        True,
+    )
+    assert alice("PATCH", f"/t/acme/runs/{run.pk}/storage", {"sample_fraction": 0}).status_code in (400, 422)
     assert alice("DELETE", f"/t/acme/runs/{run.pk}").status_code == 409
     run.finish(RunStatus.SUCCEEDED)
     assert alice("DELETE", f"/t/acme/runs/{run.pk}").status_code == 204

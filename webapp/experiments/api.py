@@ -35,6 +35,9 @@ from webapp.experiments.services import (
 )
 from webapp.experiments.tasks import cancel_run
 from webapp.results.models import LogChunk
+from webapp.results.retention import Retention
+from webapp.results.storage import storage_of
+from webapp.results.storage_api import RetentionIn, StorageOut
 
 # What the experiment form opens with when no model is chosen (the built-in, offline one).
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -78,6 +81,11 @@ class RunOut(Schema):
 class RunDetailOut(RunOut):
     params: dict[str, str] = Field(description="Params logged through MLflow.")
     tags: dict[str, str] = Field(description="Tags set through MLflow.")
+    storage: StorageOut = Field(description="Its retention policy and what its trajectories take.")
+
+    @staticmethod
+    def resolve_storage(obj: Run) -> Any:
+        return storage_of(obj)
 
     @staticmethod
     def resolve_params(obj: Run) -> dict[str, str]:
@@ -116,6 +124,9 @@ class ExperimentCreate(StrictSchema):
         description=f"One run per seed (at most {MAX_SEEDS}, each different); empty: the config's seed.",
     )
     description: str = Field("", max_length=MAX_DESCRIPTION_LENGTH)
+    retention: RetentionIn | None = Field(
+        None, description="Which trajectories its runs store (docs/rollouts.md#retention); none: all."
+    )
 
     def mapping(self) -> dict[str, Any]:
         """The config with the shortcuts filled in where it does not say: only preset, task and
@@ -165,7 +176,10 @@ def create_experiment(request: HttpRequest, team_slug: str, body: ExperimentCrea
     if len(set(body.seeds)) != len(body.seeds):
         raise FieldError([("seeds", "each seed may appear once")])
     config = checked_config(team, body.mapping())
-    return Status(201, _created(team, request.user, config, body.seeds, body.description))
+    retention = body.retention.policy() if body.retention is not None else None
+    return Status(
+        201, _created(team, request.user, config, body.seeds, body.description, retention=retention)
+    )
 
 
 def checked_config(team: Any, mapping: dict[str, Any]) -> RunConfig:
@@ -202,10 +216,11 @@ def _created(
     seeds: list[int],
     description: str,
     source: Experiment | None = None,
+    retention: Retention | None = None,
 ) -> Experiment:
     try:
         return services.create_experiment(
-            team, user, config, seeds, description=description, cloned_from=source
+            team, user, config, seeds, description=description, cloned_from=source, retention=retention
         )
     except services.NameTaken as taken:
         raise HttpError(409, str(taken)) from None

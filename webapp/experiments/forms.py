@@ -22,6 +22,7 @@ from webapp.experiments.checks import refusals, with_dataset_rewards
 from webapp.experiments.confine import ConfigRefused, confined
 from webapp.experiments.models import MAX_LABEL_LENGTH
 from webapp.experiments.services import MAX_NAME_LENGTH, MAX_SEEDS
+from webapp.results.forms import RetentionForm
 
 # Shown in the main form; everything else of RunConfig keeps the preset's value.
 BASIC_PATHS = ["rollout.max_steps", "rollout.context_policy", "executor", "backend",
@@ -106,7 +107,9 @@ def form_field(path: str) -> forms.Field:
     return forms.CharField(**common)
 
 
-class ExperimentForm(forms.Form):
+class ExperimentForm(RetentionForm):
+    """An experiment's config, and the retention policy its runs start with (RetentionForm)."""
+
     name = forms.CharField(max_length=MAX_NAME_LENGTH, label="Name")
     description = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 2}), required=False, label="Description"
@@ -177,7 +180,7 @@ class ExperimentForm(forms.Form):
 
     @property
     def advanced_fields(self) -> list[forms.BoundField]:
-        return [self[path] for path in ADVANCED_PATHS]
+        return [self[path] for path in ADVANCED_PATHS] + [self[name] for name in self.RETENTION_FIELDS]
 
     def clean_seeds(self) -> list[int]:
         raw = self.cleaned_data["seeds"]

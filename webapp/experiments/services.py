@@ -39,6 +39,8 @@ from webapp.experiments.models import (
     started_count,
     waiting_line,
 )  # fmt: skip
+from webapp.results.models import ExperimentRetention
+from webapp.results.retention import Retention
 
 logger = logging.getLogger(__name__)
 
@@ -299,15 +301,22 @@ def run_name(experiment: Experiment, seed: int) -> str:
 
 
 def create_experiment(team: Any, user: Any, config: RunConfig, seeds: list[int], *, description: str = "",
-                      cloned_from: Experiment | None = None) -> Experiment:  # fmt: skip
+                      cloned_from: Experiment | None = None, retention: Retention | None = None) -> Experiment:  # fmt: skip
+    """``retention``: the policy its runs start with (docs/rollouts.md#retention); None keeps everything."""
     try:
         # Race: two requests creating the same name at once; the unique (team, name) constraint
         # lets one in, and the savepoint keeps the other's transaction usable for its answer.
         with transaction.atomic():
-            return Experiment.objects.create(
+            experiment = Experiment.objects.create(
                 team=team, name=config.name, description=description, task=config.task, preset=config.preset,
                 config=json.loads(config.to_json()), seeds=seeds, created_by=user, cloned_from=cloned_from,
             )  # fmt: skip
+            if retention is None and cloned_from is not None:  # a clone keeps its source's policy
+                earlier = ExperimentRetention.objects.filter(experiment=cloned_from).first()
+                retention = Retention.of(earlier) if earlier is not None else None
+            if retention is not None:
+                ExperimentRetention.objects.create(experiment=experiment, **retention.fields())
+            return experiment
     except IntegrityError:
         raise NameTaken(f"the team already has an experiment named {config.name!r}") from None
 

@@ -37,6 +37,8 @@ from webapp.experiments.sweeps import ordinal
 from webapp.experiments.tasks import cancel_run
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
 from webapp.results.eval_table import evaluation_table
+from webapp.results.models import ExperimentRetention
+from webapp.results.retention import Retention
 from webapp.results.summary import summarize
 from webapp.results.views import render_runs_table
 
@@ -138,7 +140,7 @@ def _create(request: HtmxHttpRequest, team: Team, form: ExperimentForm, config: 
     try:
         experiment = services.create_experiment(
             team, request.user, config, form.cleaned_data["seeds"],
-            description=form.cleaned_data["description"], cloned_from=source,
+            description=form.cleaned_data["description"], cloned_from=source, retention=form.retention_policy(),
         )  # fmt: skip
     except services.NameTaken as taken:
         earlier = Experiment.objects.filter(team=team, name=config.name, runs__launch_key=key).first()
@@ -187,6 +189,8 @@ def _initial(request: HttpRequest, source: Experiment | None) -> dict[str, Any]:
     if source is not None and parsed is not None:
         initial = initial_from_config(parsed)
         initial.update(name=f"{source.name} (clone)", seeds=",".join(map(str, source.seeds)))
+        kept = ExperimentRetention.objects.filter(experiment=source).first()
+        initial.update(Retention.of(kept).fields() if kept is not None else {})
         return initial
     preset = request.GET.get("preset") or "grpo"
     task = request.GET.get("task") or "arithmetic"

@@ -93,7 +93,8 @@ def post_trajectories(request: HttpRequest, run_id: int, batch: TrajectoryBatch)
     run = get_run_for_claimant(request, run_id)
     result = rollouts.store_batch(run, batch, _batch_id(request, batch.batch_id, request.body))
     run.note_progress()  # verl's rollouts have no step counter of ours: their arrival is the progress
-    return {"stored": result.stored, "skipped": result.skipped, "duplicate": result.duplicate_batch}
+    return {"stored": result.stored, "skipped": result.skipped, "dropped": result.dropped,
+            "duplicate": result.duplicate_batch}  # fmt: skip
 
 
 @router.post(route(LOGS_PATH), summary="Append a chunk of the trainer's log")

@@ -137,16 +137,28 @@ class TextBlob(models.Model):
     @classmethod
     def store_many(cls, texts: Iterable[str]) -> dict[str, str]:
         """Store every distinct text once; returns {text: sha256}."""
+        return cls.store_new(texts)[0]
+
+    @classmethod
+    def store_new(cls, texts: Iterable[str]) -> tuple[dict[str, str], list[str]]:
+        """:meth:`store_many`, and the hashes of the texts that were not stored before (a run's
+        storage counts the texts it was first to bring, docs/rollouts.md#storage)."""
         hashes = {text: cls.digest(text) for text in set(texts)}
-        blobs: list[TextBlob] = []
-        for text, sha in hashes.items():
-            data, compressed = cls.encode(text)
-            blobs.append(
-                TextBlob(sha256=sha, data=data, compressed=compressed, size=len(text.encode("utf-8")))
+        rows = sorted((sha, *cls.encode(text), len(text.encode("utf-8"))) for text, sha in hashes.items())
+        if not rows:
+            return hashes, []
+        shas, data, compressed, sizes = (list(column) for column in zip(*rows, strict=True))
+        with connection.cursor() as cursor:
+            # Race: two batches carrying the same text insert it at once; the second waits for the
+            # first and skips it (the content is the same). Inserting in hash order keeps two batches
+            # with several texts in common from waiting on each other in a circle.
+            cursor.execute(
+                f"""INSERT INTO {cls._meta.db_table} (sha256, data, compressed, size)
+                SELECT * FROM unnest(%s::varchar[], %s::bytea[], %s::bool[], %s::int[]) ORDER BY 1
+                ON CONFLICT DO NOTHING RETURNING sha256""",
+                [shas, data, compressed, sizes],
             )
-        # Two batches carrying the same text race to insert it; the content is the same either way.
-        TextBlob.objects.bulk_create(blobs, ignore_conflicts=True, batch_size=500)
-        return hashes
+            return hashes, [row[0] for row in cursor.fetchall()]
 
     @classmethod
     def texts_for(cls, hashes: Iterable[str]) -> dict[str, str]:
@@ -154,7 +166,9 @@ class TextBlob(models.Model):
 
 
 class Trajectory(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="trajectories")
+    # The three rollout tables are partitioned by run (docs/rollouts.md#partitioning): the database's
+    # keys hold run_id too, and no foreign key into or out of them has a database constraint.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, db_constraint=False, related_name="trajectories")
     uid = models.CharField(max_length=200, help_text="The trainer's trajectory id; unique in its run.")
     group_id = models.CharField(max_length=200, help_text="Prompt uid shared by the n samples of one prompt.")
     sample_index = models.IntegerField(help_text="Dataset row (extra_info.index).")
@@ -188,7 +202,13 @@ class Trajectory(models.Model):
 
 class TrajectoryStep(models.Model):
     pk = models.CompositePrimaryKey("trajectory_id", "index")
-    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="steps")
+    trajectory = models.ForeignKey(
+        Trajectory, on_delete=models.CASCADE, db_constraint=False, related_name="steps"
+    )
+    # The partition key (the trajectory's run): a run's steps sit in one partition.
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, db_constraint=False, db_index=False, related_name="+"
+    )
     index = models.IntegerField()
     prompt = models.ForeignKey(TextBlob, on_delete=models.PROTECT, related_name="+", db_constraint=False)
     response = models.ForeignKey(TextBlob, on_delete=models.PROTECT, related_name="+", db_constraint=False)
@@ -216,7 +236,9 @@ class TrajectoryStep(models.Model):
 
 class ToolCall(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, db_constraint=False, related_name="+")
-    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="tool_calls")
+    trajectory = models.ForeignKey(
+        Trajectory, on_delete=models.CASCADE, db_constraint=False, related_name="tool_calls"
+    )
     step_index = models.IntegerField()
     position = models.IntegerField(help_text="Order of the call within its step.")
     training_step = models.IntegerField()
@@ -235,6 +257,65 @@ class ToolCall(models.Model):
     @property
     def malformed(self) -> bool:
         return self.error == "malformed"
+
+
+# -- retention and storage (docs/rollouts.md#retention, docs/rollouts.md#storage) ----------------------
+
+
+class RetentionKind(models.TextChoices):
+    ALL = "all", "keep everything"
+    FAILURES = "failures", "all failures plus k successes per training step"
+    SAMPLE = "sample", "a sample of the trajectories"
+
+
+class RetentionSettings(models.Model):
+    """Which of a run's trajectories are stored (webapp.results.retention decides by these)."""
+
+    retention = models.CharField(max_length=10, choices=RetentionKind.choices, default=RetentionKind.ALL)
+    keep_successes = models.IntegerField(default=4, help_text="k: successes kept per training step.")
+    sample_fraction = models.FloatField(default=0.1, help_text="The fraction of trajectories a sample keeps.")
+
+    class Meta:
+        abstract = True
+
+
+class ExperimentRetention(RetentionSettings):
+    """The policy chosen when the experiment was created: each of its runs starts with it."""
+
+    experiment = models.OneToOneField(
+        Experiment, on_delete=models.CASCADE, primary_key=True, related_name="retention"
+    )
+
+
+class RunStorage(RetentionSettings):
+    """A run's retention policy and what its trajectories take: counters kept up to date by ingestion
+    in its own transaction, set right after a retention change (webapp.results.storage)."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="storage")
+    received = models.BigIntegerField(default=0, help_text="Trajectories that arrived (replays not counted).")
+    kept = models.BigIntegerField(default=0, help_text="Trajectories stored now.")
+    trajectory_bytes = models.BigIntegerField(default=0)
+    step_bytes = models.BigIntegerField(default=0, help_text="The steps' rows, less their token signals.")
+    token_signal_bytes = models.BigIntegerField(default=0)
+    tool_call_bytes = models.BigIntegerField(default=0)
+    text_bytes = models.BigIntegerField(default=0, help_text="The texts this run was first to store.")
+    changed_at = models.DateTimeField(null=True, blank=True, help_text="The policy was last changed.")
+    applied_at = models.DateTimeField(null=True, blank=True, help_text="... and applied to the stored data.")
+
+    @property
+    def total_bytes(self) -> int:
+        return (
+            self.trajectory_bytes
+            + self.step_bytes
+            + self.token_signal_bytes
+            + self.tool_call_bytes
+            + self.text_bytes
+        )
+
+    @property
+    def applying(self) -> bool:
+        """A change whose deletions have not run yet (the task is queued or running)."""
+        return self.changed_at is not None and (self.applied_at is None or self.applied_at < self.changed_at)
 
 
 class LogChunk(models.Model):

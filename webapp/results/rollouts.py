@@ -29,7 +29,9 @@ from trainer.contract import (
     TrajectoryWire,
 )
 from webapp.experiments.models import Run
-from webapp.results.models import IngestBatch, TextBlob, ToolCall, Trajectory, TrajectoryStep
+from webapp.results import retention, storage
+from webapp.results.models import IngestBatch, RetentionKind, TextBlob, ToolCall, Trajectory, TrajectoryStep
+from webapp.results.retention import Retention
 
 TOKEN_FIELDS = ("prompt_ids", "response_ids", "response_mask", "rollout_log_probs")
 SEARCH_CONFIG = "simple"  # no stemming, no stop words: tool names and identifiers are found as typed
@@ -44,6 +46,7 @@ class StoreResult:
     duplicate_batch: bool = False
     stored: int = 0
     skipped: int = 0
+    dropped: int = 0  # by the run's retention policy (docs/rollouts.md#retention)
 
 
 def success_of(wire: TrajectoryWire) -> bool:
@@ -61,16 +64,34 @@ def success_of(wire: TrajectoryWire) -> bool:
 
 
 def store_batch(run: Run, batch: TrajectoryBatch, batch_id: str) -> StoreResult:
-    """Store the batch's trajectories with all their steps; ones already stored (by id) are skipped."""
+    """Store the batch's trajectories with all their steps; ones already stored (by id) are skipped,
+    ones the run's retention policy drops are counted and not written."""
     with transaction.atomic():
         if not IngestBatch.claim(run.pk, batch_id, "trajectories"):
             return StoreResult(duplicate_batch=True, skipped=len(batch.trajectories))
+        counters = storage.storage_row(run)  # held to the end: the run's batches take turns
         uids = [t.id for t in batch.trajectories]
         known = set(Trajectory.objects.filter(run=run, uid__in=uids).values_list("uid", flat=True))
         fresh = _unique_by_id([t for t in batch.trajectories if t.id not in known])
-        if fresh:
-            _store(run, batch.training_step, fresh)
-        return StoreResult(stored=len(fresh), skipped=len(batch.trajectories) - len(fresh))
+        chosen = _retained(run, Retention.of(counters), batch.training_step, fresh)
+        sizes = _store(run, batch.training_step, chosen) if chosen else storage.Sizes()
+        storage.count_batch(counters, received=len(fresh), kept=len(chosen), sizes=sizes)
+        return StoreResult(
+            stored=len(chosen), skipped=len(batch.trajectories) - len(fresh), dropped=len(fresh) - len(chosen)
+        )
+
+
+def _retained(
+    run: Run, policy: Retention, training_step: int, wires: list[TrajectoryWire]
+) -> list[TrajectoryWire]:
+    if policy.kind == RetentionKind.ALL or not wires:
+        return wires
+    successes = [success_of(w) for w in wires]
+    stored = 0
+    if policy.kind == RetentionKind.FAILURES:
+        stored = Trajectory.objects.filter(run=run, training_step=training_step, success=True).count()
+    keep = retention.kept(policy, [w.id for w in wires], successes, stored)
+    return [w for w, kept in zip(wires, keep, strict=True) if kept]
 
 
 def _unique_by_id(wires: Sequence[TrajectoryWire]) -> list[TrajectoryWire]:
@@ -80,12 +101,13 @@ def _unique_by_id(wires: Sequence[TrajectoryWire]) -> list[TrajectoryWire]:
     return list(seen.values())
 
 
-def _store(run: Run, training_step: int, wires: Sequence[TrajectoryWire]) -> None:
+def _store(run: Run, training_step: int, wires: Sequence[TrajectoryWire]) -> storage.Sizes:
     texts = [s.prompt_text for w in wires for s in w.steps] + [
         s.response_text for w in wires for s in w.steps
     ]
     texts += [c.result for w in wires for s in w.steps for c in s.tool_calls]
-    hashes = TextBlob.store_many(texts)
+    storage.hold_texts()
+    hashes, new_texts = TextBlob.store_new(texts)
     rows = Trajectory.objects.bulk_create([_trajectory_row(run, training_step, w) for w in wires])
     steps: list[TrajectoryStep] = []
     calls: list[ToolCall] = []
@@ -104,10 +126,12 @@ def _store(run: Run, training_step: int, wires: Sequence[TrajectoryWire]) -> Non
     TrajectoryStep.objects.bulk_create(steps, batch_size=1000)
     ToolCall.objects.bulk_create(calls, batch_size=1000)
     _index_for_search(
+        run.pk,
         [row.pk for row, wire in zip(rows, wires, strict=True) for _ in wire.steps],
         [step.index for wire in wires for step in wire.steps],
         [search_document(step) for wire in wires for step in wire.steps],
     )
+    return storage.batch_sizes(run.pk, [row.pk for row in rows], new_texts)
 
 
 def search_document(step: StepWire) -> str:
@@ -118,14 +142,16 @@ def search_document(step: StepWire) -> str:
     return "\n".join(parts)[:SEARCH_DOC_MAX]
 
 
-def _index_for_search(trajectory_ids: list[int], indexes: list[int], documents: list[str]) -> None:
+def _index_for_search(
+    run_id: int, trajectory_ids: list[int], indexes: list[int], documents: list[str]
+) -> None:
     # One statement for the whole batch: Postgres builds each tsvector from the text it is handed.
     with connection.cursor() as cursor:
         cursor.execute(
             f"""UPDATE {TrajectoryStep._meta.db_table} AS s SET search = to_tsvector(%s, v.doc)
             FROM unnest(%s::bigint[], %s::int[], %s::text[]) AS v(tid, idx, doc)
-            WHERE s.trajectory_id = v.tid AND s.index = v.idx""",
-            [SEARCH_CONFIG, trajectory_ids, indexes, documents],
+            WHERE s.run_id = %s AND s.trajectory_id = v.tid AND s.index = v.idx""",
+            [SEARCH_CONFIG, trajectory_ids, indexes, documents, run_id],
         )
 
 
@@ -188,6 +214,7 @@ def _step_row(trajectory: Trajectory, step: StepWire, hashes: dict[str, str]) ->
     tokens = {name: getattr(step, name) for name in TOKEN_FIELDS if getattr(step, name) is not None}
     return TrajectoryStep(
         trajectory=trajectory,
+        run_id=trajectory.run_id,
         index=step.index,
         prompt_id=hashes[step.prompt_text],
         response_id=hashes[step.response_text],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from webapp.results import checkpoints, health_views, views
+from webapp.results import checkpoints, health_views, storage_views, views
 
 urlpatterns = [
     path("runs/", views.runs, name="runs"),
@@ -36,4 +36,5 @@ urlpatterns = [
     path("notifications/", health_views.notifications, name="notifications"),
     path("runs/<int:run_id>/prompts/<int:sample>/compare/", views.prompt_compare, name="prompt_compare"),
     path("search/", views.search, name="search"),
+    path("runs/<int:run_id>/retention/", storage_views.run_retention, name="run_retention"),
 ]

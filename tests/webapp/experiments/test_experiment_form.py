@@ -10,6 +10,7 @@ from tests.conftest import PASSWORD
 from tests.webapp.experiments.conftest import dataset_from_recipe
 from trainer.config import RunConfig
 from webapp.experiments.models import Experiment, Run, RunStatus
+from webapp.results.storage import storage_of
 
 
 def client_for(username: str) -> Client:
@@ -41,7 +42,8 @@ def form_data(datasets: dict[str, Any], task: str = "arithmetic", **changes: Any
 def test_saving_the_form_stores_the_runconfig_and_one_run_per_seed(personas: Any, arithmetic: Any) -> None:
     acme = personas["acme"]
     response = client_for("alice").post(
-        f"/t/{acme.slug}/experiments/new/", form_data(arithmetic, launch="on")
+        f"/t/{acme.slug}/experiments/new/",
+        form_data(arithmetic, launch="on", retention="failures", keep_successes="2"),
     )
     assert response.status_code == 302, response.context["form"].errors if response.context else response
     experiment = Experiment.objects.get(team=acme, name="arith grpo")
@@ -56,6 +58,8 @@ def test_saving_the_form_stores_the_runconfig_and_one_run_per_seed(personas: Any
     )
     assert [RunConfig.model_validate(run.config).trainer.seed for run in runs] == [1, 2]
     assert all(RunConfig.model_validate(run.config).trainer.checkpoint_dir for run in runs)
+    # The Advanced section's retention policy is each run's (docs/rollouts.md#retention).
+    assert {(s.retention, s.keep_successes) for s in map(storage_of, runs)} == {("failures", 2)}
 
 
 def test_runconfig_errors_land_on_their_fields(personas: Any, arithmetic: Any) -> None:

@@ -146,11 +146,17 @@ def test_a_token_for_another_run_is_a_404_and_no_token_a_401(trainer: Trainer, e
 def test_trajectories_are_stored_with_every_step_once(trainer: Trainer, run: Any) -> None:
     long_response = "think " * 500
     batch = [trajectory(f"s3-p0-s{k}", "s3-p0", float(k % 2), response=long_response) for k in range(4)]
-    assert trainer.trajectories(3, batch).json() == {"stored": 4, "skipped": 0, "duplicate": False}
+    assert trainer.trajectories(3, batch).json() == {
+        "stored": 4,
+        "skipped": 0,
+        "dropped": 0,
+        "duplicate": False,
+    }
     assert trainer.trajectories(3, batch).json()["duplicate"] is True
     assert trainer.trajectories(3, batch, batch_id="t2").json() == {
         "stored": 0,
         "skipped": 4,
+        "dropped": 0,
         "duplicate": False,
     }
     assert Trajectory.objects.filter(run=run).count() == 4

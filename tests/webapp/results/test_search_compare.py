@@ -77,15 +77,18 @@ def test_search_is_served_by_the_gin_index(trainer: Trainer, run: Any) -> None:
             [run.pk],
         )
         cursor.execute(
-            """INSERT INTO results_trajectorystep (trajectory_id, index, prompt_id, response_id, done, num_prompt_tokens,
-                num_response_tokens, info, timings, search)
-            SELECT t.id, 0, s.prompt_id, s.response_id, true, 1, 5, '{}', '{}',
+            """INSERT INTO results_trajectorystep (trajectory_id, run_id, index, prompt_id, response_id, done,
+                num_prompt_tokens, num_response_tokens, info, timings, search)
+            SELECT t.id, t.run_id, 0, s.prompt_id, s.response_id, true, 1, 5, '{}', '{}',
                 to_tsvector('simple', 'the answer is ' || (t.id % 97))
             FROM results_trajectory t, (SELECT prompt_id, response_id FROM results_trajectorystep LIMIT 1) s
             WHERE t.uid LIKE 'bulk%'""",
         )
         # What autovacuum does between ingestions: move the index's pending entries into its tree.
-        cursor.execute("SELECT gin_clean_pending_list('step_search')")
+        # Each partition's (docs/rollouts.md#partitioning).
+        cursor.execute(
+            "SELECT gin_clean_pending_list(relid) FROM pg_partition_tree('step_search') WHERE isleaf"
+        )
         cursor.execute("ANALYZE results_trajectory, results_trajectorystep")
         steps = rollouts.search_steps(Run.objects.filter(pk=run.pk), RolloutFilter(), "okapi")
         sql, params = steps.query.sql_with_params()

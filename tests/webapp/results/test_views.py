@@ -44,9 +44,9 @@ def test_the_curve_of_a_million_points_keeps_the_extremes_and_the_viewer_pages(
         )
         blob = TextBlob.store_many(["step text"])["step text"]
         cursor.execute(
-            "INSERT INTO results_trajectorystep (trajectory_id, index, prompt_id, response_id, done, "
+            "INSERT INTO results_trajectorystep (trajectory_id, run_id, index, prompt_id, response_id, done, "
             "num_prompt_tokens, num_response_tokens, info, timings) "
-            "SELECT id, 0, %s, %s, true, 5, 10, '{}', '{}' FROM results_trajectory WHERE run_id = %s",
+            "SELECT id, run_id, 0, %s, %s, true, 5, 10, '{}', '{}' FROM results_trajectory WHERE run_id = %s",
             [blob, blob, run.pk],
         )
     rebuild_summaries(run.pk)

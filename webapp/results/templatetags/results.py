@@ -164,3 +164,32 @@ def health_panel(context: Any, run: Any) -> dict[str, Any]:
     from webapp.results.health import panel
 
     return {"team": context["team"], "run": run, "rows": panel(run)}
+
+
+@register.filter
+def thousands(value: Any) -> str:
+    """1204 → "1,204"."""
+    try:
+        return f"{int(value):,}"
+    except (TypeError, ValueError):
+        return "—"
+
+
+@register.simple_tag
+def run_storage(run: Any) -> Any:
+    """The run's storage and a form of its policy, for results/_run_storage.html (docs/rollouts.md#storage)."""
+    from webapp.results.forms import RetentionForm
+    from webapp.results.retention import Retention
+    from webapp.results.storage import RunStorageView, storage_of
+
+    stored = storage_of(run)
+    policy = Retention.of(stored)
+    return RunStorageView(stored, policy.describe(), RetentionForm(initial=policy.fields()))
+
+
+@register.simple_tag
+def team_storage(team: Any) -> Any:
+    """What the team's runs take, and its largest runs, for results/_team_storage.html."""
+    from webapp.results.storage import team_storage as measured
+
+    return measured(team)
