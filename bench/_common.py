@@ -47,14 +47,16 @@ def ensure_mlflow() -> Path:
 
 
 @contextlib.contextmanager
-def postgres() -> Iterator[str]:
-    """A fresh embedded Postgres (default durability settings) on a free loopback port."""
-    root = VAR / f"pg-{os.getpid()}"
+def postgres(keep: Path | None = None) -> Iterator[str]:
+    """A fresh embedded Postgres (default durability settings) on a free loopback port; with ``keep``,
+    the one in that folder, left there afterwards (a bench reuses what it seeded)."""
+    root = keep or VAR / f"pg-{os.getpid()}"
     with embedded_services(
         root, pg_port=free_port(), valkey_port=0, need_postgres=True, need_valkey=False
     ) as urls:
         yield urls["DATABASE_URL"]
-    subprocess.run(["rm", "-rf", str(root)], check=False)
+    if keep is None:
+        subprocess.run(["rm", "-rf", str(root)], check=False)
 
 
 def setup_django(database_url: str) -> None:
@@ -205,6 +207,12 @@ def timed_page(client: httpx.Client, url: str, must_contain: str, requests: int)
         client.get(url).raise_for_status()
         samples.append(time.perf_counter() - started)
     return p50(samples), len(first.content)
+
+
+def load_average() -> str:
+    """The 1-minute load average, printed beside each figure: on a shared machine it says what the
+    figure was measured under."""
+    return f"load {os.getloadavg()[0]:.1f}"
 
 
 def ratio(ours: float, theirs: float) -> str:

@@ -193,6 +193,8 @@ class Trajectory(models.Model):
             models.Index(fields=["run", "training_step", "id"], name="traj_run_step"),
             models.Index(fields=["run", "group_id"], name="traj_run_group"),
             models.Index(fields=["run", "sample_index", "training_step"], name="traj_run_sample"),
+            # The run's data sources for the filter forms (rollouts.data_sources skips through it).
+            models.Index(fields=["run", "data_source"], name="traj_run_source"),
         ]
         ordering = ["-training_step", "group_id", "rollout_index"]
 

@@ -17,7 +17,7 @@ from typing import Any
 from django.contrib.postgres.search import SearchQuery
 from django.db import connection, transaction
 from django.db.models import Q, QuerySet
-from django.utils.html import escape
+from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 from ninja import Schema
 
@@ -251,21 +251,26 @@ class RolloutFilter(Schema):
     sample: int | None = None  # one dataset row (extra_info.index): the per-prompt learning page links here
 
     def apply(self, trajectories: QuerySet[Trajectory]) -> QuerySet[Trajectory]:
-        conditions = Q()
+        return trajectories.filter(self.conditions())
+
+    def conditions(self, prefix: str = "") -> Q:
+        """The filters on a trajectory's fields; ``prefix`` (e.g. ``trajectory__``) reaches them from
+        a related model in the same query."""
+        found: dict[str, Any] = {}
         for lookup, value in (
             ("training_step", self.step), ("training_step__gte", self.step_min),
             ("training_step__lte", self.step_max), ("total_reward__gte", self.reward_min),
             ("total_reward__lte", self.reward_max), ("success", self.success), ("sample_index", self.sample),
         ):  # fmt: skip
             if value is not None:
-                conditions &= Q(**{lookup: value})
+                found[lookup] = value
         if self.tool_errors is not None:
-            conditions &= Q(num_tool_errors__gt=0) if self.tool_errors else Q(num_tool_errors=0)
+            found["num_tool_errors__gt" if self.tool_errors else "num_tool_errors"] = 0
         if self.data_source:
-            conditions &= Q(data_source=self.data_source)
+            found["data_source"] = self.data_source
         if self.group:
-            conditions &= Q(group_id=self.group)
-        return trajectories.filter(conditions)
+            found["group_id"] = self.group
+        return Q(**{prefix + lookup: value for lookup, value in found.items()})
 
 
 def nearest_step_with_rollouts(run: Run, step: int) -> int | None:
@@ -299,20 +304,44 @@ class StepView:
         return f"tokens-{self.step.index}"
 
     @property
-    def token_data(self) -> dict[str, Any]:
-        """The token view's data: four significant digits are plenty for a colour and a hover, and
-        keep a 4,000-token response's page small; JSON has no NaN, so non-finite values are null."""
+    def token_text(self) -> str:
+        """The response as its tokens spell it (shown until the script colours it)."""
+        return "".join(self.token_signals.tokens) if self.token_signals else ""
+
+    @property
+    def token_script(self) -> SafeString:
+        """The token view's data as json_script writes it, {"tokens": [...], "signals": {name: [...]}},
+        built in one pass: a 4,000-token response has 24,000 values."""
         if self.token_signals is None:
-            return {}
-        signals = {
-            name: [float(f"{v:.4g}") if math.isfinite(v) else None for v in values]
+            return mark_safe("")
+        signals = ",".join(
+            f"{json.dumps(name)}:{_json_numbers(values)}"
             for name, values in self.token_signals.signals.items()
-        }
-        return {"tokens": self.token_signals.tokens, "signals": signals}
+        )
+        data = f'{{"tokens":{json.dumps(self.token_signals.tokens)},"signals":{{{signals}}}}}'
+        return format_html(
+            '<script id="{}" type="application/json">{}</script>',
+            self.token_script_id,
+            mark_safe(data.translate(_JSON_SCRIPT_ESCAPES)),
+        )
+
+
+# What django.utils.html.json_script escapes: the JSON can then never close its script element.
+_JSON_SCRIPT_ESCAPES = {ord(">"): "\\u003E", ord("<"): "\\u003C", ord("&"): "\\u0026"}
+_FOUR_DIGITS = "{:.4g}".format
+
+
+def _json_numbers(values: list[float]) -> str:
+    """A JSON array of ``values`` to four significant digits, plenty for a colour and a hover and
+    small on the page; JSON has no NaN or Infinity, so those are null."""
+    parts = list(map(_FOUR_DIGITS, values))
+    if not all(map(math.isfinite, values)):
+        parts = [part if math.isfinite(v) else "null" for part, v in zip(parts, values, strict=True)]
+    return "[" + ",".join(parts) + "]"
 
 
 def step_views(trajectory: Trajectory) -> list[StepView]:
-    steps = list(trajectory.steps.all())
+    steps = list(trajectory.steps.defer("tokens", "search"))  # neither is shown; both grow with the response
     calls = list(trajectory.tool_calls.all())
     texts = TextBlob.texts_for([s.prompt_id for s in steps] + [s.response_id for s in steps] +
                                [c.result_id for c in calls])  # fmt: skip
@@ -422,12 +451,21 @@ def _last_advantage(trajectory: Trajectory) -> float | None:
 
 
 def data_sources(run: Run) -> list[str]:
-    return list(
-        Trajectory.objects.filter(run=run)
-        .order_by("data_source")
-        .values_list("data_source", flat=True)
-        .distinct()
-    )
+    """The run's data sources in order: one probe of the traj_run_source index per source (a loose
+    index scan), where DISTINCT would read every trajectory of the run."""
+    table = Trajectory._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""WITH RECURSIVE found(source) AS (
+                (SELECT data_source FROM {table} WHERE run_id = %(run)s ORDER BY data_source LIMIT 1)
+                UNION ALL
+                SELECT (SELECT data_source FROM {table} WHERE run_id = %(run)s AND data_source > found.source
+                        ORDER BY data_source LIMIT 1)
+                FROM found WHERE found.source IS NOT NULL)
+            SELECT source FROM found WHERE source IS NOT NULL""",
+            {"run": run.pk},
+        )
+        return [row[0] for row in cursor.fetchall()]
 
 
 def as_json(trajectory: Trajectory, *, with_steps: bool) -> dict[str, Any]:
@@ -468,6 +506,7 @@ _HIT_START, _HIT_STOP = "\x01", "\x02"
 @dataclass
 class SearchHit:
     trajectory: Trajectory
+    run: Run  # its id and name only
     step_index: int
     snippet: SafeString
 
@@ -478,21 +517,31 @@ def search_query(text: str) -> SearchQuery:
 
 
 def search_steps(
-    runs: QuerySet[Run], filters: RolloutFilter, text: str, *, limit: int = SEARCH_RESULTS
+    run_ids: Sequence[int], filters: RolloutFilter, text: str, *, limit: int = SEARCH_RESULTS
 ) -> QuerySet[TrajectoryStep]:
-    """Steps of ``runs`` whose response, tool arguments or tool results match ``text``, newest
-    training step first, within the rollout list's filters; served by the step_search GIN index."""
-    trajectories = filters.apply(Trajectory.objects.filter(run__in=runs)).values("pk")
+    """Steps of the runs ``run_ids`` whose response, tool arguments or tool results match ``text``,
+    newest training step first, within the rollout list's filters.
+
+    One join with the filters on the trajectory itself (not a subquery of trajectory ids), so the
+    planner can choose per query (docs/rollouts.md#search): for a rare word, the step_search GIN
+    index's few matches joined to their trajectories; for a common one, the run's trajectories
+    newest first from the traj_run_step index, each step checked, stopping at ``limit``."""
     return (
-        TrajectoryStep.objects.filter(search=search_query(text), trajectory__in=trajectories)
-        .select_related("trajectory__run")
-        .defer("tokens", "token_signals", "search", "info", "timings")
+        TrajectoryStep.objects.filter(
+            filters.conditions("trajectory__"),
+            search=search_query(text),
+            trajectory__run_id__in=list(run_ids),
+        )
+        .select_related("trajectory")
+        .defer(
+            "tokens", "token_signals", "search", "info", "timings", "trajectory__metrics", "trajectory__info"
+        )
         .order_by("-trajectory__training_step", "-trajectory_id", "index")[:limit]
     )
 
 
-def search_hits(runs: QuerySet[Run], filters: RolloutFilter, text: str) -> list[SearchHit]:
-    steps = list(search_steps(runs, filters, text))
+def search_hits(run_ids: Sequence[int], filters: RolloutFilter, text: str) -> list[SearchHit]:
+    steps = list(search_steps(run_ids, filters, text))
     calls = ToolCall.objects.filter(trajectory_id__in={s.trajectory_id for s in steps}).order_by(
         "trajectory_id", "step_index", "position"
     )
@@ -511,7 +560,11 @@ def search_hits(runs: QuerySet[Run], filters: RolloutFilter, text: str) -> list[
             ]
         documents.append("\n".join(parts)[:SEARCH_DOC_MAX])
     snippets = headlines(documents, text)
-    return [SearchHit(s.trajectory, s.index, snippet) for s, snippet in zip(steps, snippets, strict=True)]
+    runs = Run.objects.only("name").in_bulk({s.trajectory.run_id for s in steps})  # a few, not one per hit
+    return [
+        SearchHit(s.trajectory, runs[s.trajectory.run_id], s.index, snippet)
+        for s, snippet in zip(steps, snippets, strict=True)
+    ]
 
 
 def headlines(documents: list[str], text: str) -> list[SafeString]:

@@ -532,7 +532,7 @@ def search(request: HttpRequest, team_slug: str) -> HttpResponse:
     )
     hits = None
     if form.is_valid():
-        runs = Run.objects.filter(pk=run.pk) if run else Run.objects.filter(team=team)
+        runs = [run.pk] if run else list(Run.objects.filter(team=team).values_list("pk", flat=True))
         hits = viewer.search_hits(runs, form.to_filter(), form.cleaned_data["q"])
     context = {"team": team, "run": run, "form": form, "hits": hits, "limit": viewer.SEARCH_RESULTS}
     return render(request, "results/search.html", context)

@@ -8,7 +8,6 @@ from django.db import connection
 from django.test import Client
 
 from tests.webapp.results.conftest import Trainer, trajectory
-from webapp.experiments.models import Run
 from webapp.results import rollouts
 from webapp.results.models import TrajectoryStep
 from webapp.results.rollouts import RolloutFilter
@@ -29,10 +28,9 @@ def test_search_finds_a_step_by_its_response_tool_arguments_or_results_and_escap
         _with_call("s1-p0-s0", "s1-p0", 1.0, "the <b>zebra</b> crossed if x < 3 && y", "search", {"query": "okapi facts"}),
         _with_call("s1-p1-s0", "s1-p1", 0.0, "nothing to see", "calc", {"expr": "2+2"}),
     ])  # fmt: skip
-    trainer.trajectories(
-        2, [_with_call("s2-p0-s0", "s2-p0", 0.0, "a zebra again", "calc", {"expr": "1"})], "t2"
-    )
-    runs = Run.objects.filter(pk=run.pk)
+    later = _with_call("s2-p0-s0", "s2-p0", 0.0, "a zebra again", "calc", {"expr": "1"})
+    trainer.trajectories(2, [{**later, "data_source": "math"}], "t2")
+    runs = [run.pk]
 
     def found(text: str, **filters: Any) -> list[tuple[str, int]]:
         steps = rollouts.search_steps(runs, RolloutFilter(**filters), text)
@@ -40,6 +38,8 @@ def test_search_finds_a_step_by_its_response_tool_arguments_or_results_and_escap
 
     assert found("zebra") == [("s2-p0-s0", 1), ("s1-p0-s0", 1)]  # newest training step first
     assert found("zebra", step=1) == [("s1-p0-s0", 1)]  # the rollout list's filters apply
+    assert found("zebra", data_source="math", success=False) == [("s2-p0-s0", 1)]
+    assert rollouts.data_sources(run) == ["gsm8k", "math"]  # each once, in order, for the filter form
     assert found("okapi") == [("s1-p0-s0", 0)]  # a tool's arguments
     assert found('"search said hello"') == [("s1-p0-s0", 0)]  # a tool's result, as a phrase
     assert found("zebra -again") == [("s1-p0-s0", 1)]
@@ -90,7 +90,7 @@ def test_search_is_served_by_the_gin_index(trainer: Trainer, run: Any) -> None:
             "SELECT gin_clean_pending_list(relid) FROM pg_partition_tree('step_search') WHERE isleaf"
         )
         cursor.execute("ANALYZE results_trajectory, results_trajectorystep")
-        steps = rollouts.search_steps(Run.objects.filter(pk=run.pk), RolloutFilter(), "okapi")
+        steps = rollouts.search_steps([run.pk], RolloutFilter(), "okapi")
         sql, params = steps.query.sql_with_params()
         cursor.execute(f"EXPLAIN {sql}", params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
