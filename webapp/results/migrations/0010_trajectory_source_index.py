@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("results", "0007_token_signals_search"),
+        ("results", "0009_partition_rollouts"),
     ]
 
     operations = [
