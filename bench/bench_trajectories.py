@@ -239,8 +239,8 @@ def main() -> None:
                     client, f"{search}?q={word}&run={run}", "matching step"
                 )
                 searches[f"search '{word}' team-wide"] = timed(client, f"{search}?q={word}", "matching step")
-                searches[f"search '{word}' in the run, success=yes"] = timed(
-                    client, f"{search}?q={word}&run={run}&success=yes", "matching step"
+                searches[f"search '{word}' in the run's older half of steps"] = timed(
+                    client, f"{search}?q={word}&run={run}&step_max={STEPS // 128}", "matching step"
                 )
             page = timed(client, f"{rollouts}{seeded.with_signals}/", "token-view")
             plain = timed(client, f"{rollouts}{seeded.without}/", "Response")

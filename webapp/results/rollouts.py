@@ -16,7 +16,7 @@ from typing import Any
 
 from django.contrib.postgres.search import SearchQuery
 from django.db import connection, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 from ninja import Schema
@@ -516,28 +516,60 @@ def search_query(text: str) -> SearchQuery:
     return SearchQuery(text, config=SEARCH_CONFIG, search_type="websearch")
 
 
-def search_steps(
-    run_ids: Sequence[int], filters: RolloutFilter, text: str, *, limit: int = SEARCH_RESULTS
-) -> QuerySet[TrajectoryStep]:
-    """Steps of the runs ``run_ids`` whose response, tool arguments or tool results match ``text``,
-    newest training step first, within the rollout list's filters.
+# The newest trajectories of a run searched first; a word in under 1% of them is looked up in the index.
+SEARCH_WALK = 5000
+_SEARCH_ORDER = ("-trajectory__training_step", "-trajectory_id", "index")
 
-    One join with the filters on the trajectory itself (not a subquery of trajectory ids), so the
-    planner can choose per query (docs/rollouts.md#search): for a rare word, the step_search GIN
-    index's few matches joined to their trajectories; for a common one, the run's trajectories
-    newest first from the traj_run_step index, each step checked, stopping at ``limit``."""
+
+def _matching(text: str) -> QuerySet[TrajectoryStep]:
     return (
-        TrajectoryStep.objects.filter(
-            filters.conditions("trajectory__"),
-            search=search_query(text),
-            trajectory__run_id__in=list(run_ids),
-        )
+        TrajectoryStep.objects.filter(search=search_query(text))
         .select_related("trajectory")
         .defer(
             "tokens", "token_signals", "search", "info", "timings", "trajectory__metrics", "trajectory__info"
         )
-        .order_by("-trajectory__training_step", "-trajectory_id", "index")[:limit]
     )
+
+
+def search_newest(run_id: int, filters: RolloutFilter, text: str, limit: int) -> QuerySet[TrajectoryStep]:
+    """The matches among the run's SEARCH_WALK newest trajectories within the filters (read newest
+    first from the traj_run_step index), in the search's order."""
+    newest = Trajectory.objects.filter(filters.conditions(), run_id=run_id).order_by("-training_step", "-id")
+    return (
+        _matching(text)
+        .filter(trajectory__in=newest.values("pk")[:SEARCH_WALK])
+        .order_by(*_SEARCH_ORDER)[:limit]
+    )
+
+
+def search_by_index(
+    run_ids: Sequence[int], filters: RolloutFilter, text: str, limit: int
+) -> QuerySet[TrajectoryStep]:
+    """Every match from the step_search GIN index, joined to its trajectory, in the search's order.
+    The order is on an expression (training_step + 0) so that the planner sorts the matches rather
+    than walk the run's trajectories hoping to meet a rare word soon."""
+    newest_first = (F("trajectory__training_step") + 0).desc()
+    return (
+        _matching(text)
+        .filter(filters.conditions("trajectory__"), trajectory__run_id__in=list(run_ids))
+        .order_by(newest_first, "-trajectory_id", "index")[:limit]
+    )
+
+
+def search_steps(
+    run_ids: Sequence[int], filters: RolloutFilter, text: str, *, limit: int = SEARCH_RESULTS
+) -> list[TrajectoryStep]:
+    """Steps of the runs ``run_ids`` whose response, tool arguments or tool results match ``text``,
+    newest training step first, within the rollout list's filters (docs/rollouts.md#search).
+
+    A word in many steps is found among a run's newest trajectories: when those hold ``limit``
+    matches they are the first ``limit`` of all. Otherwise the word is rare and its matches are few:
+    the GIN index gives them all, then they are sorted."""
+    if len(run_ids) == 1:
+        found = list(search_newest(run_ids[0], filters, text, limit))
+        if len(found) == limit:
+            return found
+    return list(search_by_index(run_ids, filters, text, limit))
 
 
 def search_hits(run_ids: Sequence[int], filters: RolloutFilter, text: str) -> list[SearchHit]:

@@ -37,6 +37,8 @@ def test_search_finds_a_step_by_its_response_tool_arguments_or_results_and_escap
         return [(s.trajectory.uid, s.index) for s in steps]
 
     assert found("zebra") == [("s2-p0-s0", 1), ("s1-p0-s0", 1)]  # newest training step first
+    first = rollouts.search_steps(runs, RolloutFilter(), "zebra", limit=1)  # found among the newest
+    assert [(s.trajectory.uid, s.index) for s in first] == [("s2-p0-s0", 1)]
     assert found("zebra", step=1) == [("s1-p0-s0", 1)]  # the rollout list's filters apply
     assert found("zebra", data_source="math", success=False) == [("s2-p0-s0", 1)]
     assert rollouts.data_sources(run) == ["gsm8k", "math"]  # each once, in order, for the filter form
@@ -90,12 +92,15 @@ def test_search_is_served_by_the_gin_index(trainer: Trainer, run: Any) -> None:
             "SELECT gin_clean_pending_list(relid) FROM pg_partition_tree('step_search') WHERE isleaf"
         )
         cursor.execute("ANALYZE results_trajectory, results_trajectorystep")
-        steps = rollouts.search_steps([run.pk], RolloutFilter(), "okapi")
+        steps = rollouts.search_by_index([run.pk], RolloutFilter(), "okapi", rollouts.SEARCH_RESULTS)
         sql, params = steps.query.sql_with_params()
         cursor.execute(f"EXPLAIN {sql}", params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Bitmap Index Scan on step_search" in plan, plan
     assert [s.trajectory.uid for s in steps] == ["s1-p0-s0"]
+    assert [s.trajectory.uid for s in rollouts.search_steps([run.pk], RolloutFilter(), "okapi")] == [
+        "s1-p0-s0"
+    ]
     assert not TrajectoryStep.objects.filter(search__isnull=True).exists()  # ingestion indexed every step
 
 
