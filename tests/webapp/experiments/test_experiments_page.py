@@ -11,7 +11,7 @@ from django.test import Client
 
 from webapp.experiments.models import Experiment, Run, RunKind, RunStatus
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quick_passwords")]
 
 
 def test_the_title_is_plain_text_and_the_run_limit_is_in_the_body(personas: Any) -> None:
