@@ -201,6 +201,14 @@ class Trajectory(models.Model):
     def __str__(self) -> str:
         return self.uid
 
+    def own_steps(self) -> models.QuerySet[TrajectoryStep]:
+        """Its steps, read from its run's partition only (docs/rollouts.md#partitioning)."""
+        return self.steps.filter(run_id=self.run_id)
+
+    def own_tool_calls(self) -> models.QuerySet[ToolCall]:
+        """Its tool calls, read from its run's partition only (docs/rollouts.md#partitioning)."""
+        return self.tool_calls.filter(run_id=self.run_id)
+
 
 class TrajectoryStep(models.Model):
     pk = models.CompositePrimaryKey("trajectory_id", "index")

@@ -341,8 +341,10 @@ def _json_numbers(values: list[float]) -> str:
 
 
 def step_views(trajectory: Trajectory) -> list[StepView]:
-    steps = list(trajectory.steps.defer("tokens", "search"))  # neither is shown; both grow with the response
-    calls = list(trajectory.tool_calls.all())
+    steps = list(
+        trajectory.own_steps().defer("tokens", "search")
+    )  # neither is shown; both grow with the response
+    calls = list(trajectory.own_tool_calls())
     texts = TextBlob.texts_for([s.prompt_id for s in steps] + [s.response_id for s in steps] +
                                [c.result_id for c in calls])  # fmt: skip
     views: list[StepView] = []
@@ -444,7 +446,7 @@ def first_prompts(run: Run, sample_indexes: Sequence[int]) -> dict[int, str]:
 
 
 def _last_advantage(trajectory: Trajectory) -> float | None:
-    for step in reversed(list(trajectory.steps.all())):
+    for step in reversed(list(trajectory.own_steps())):
         if step.advantage is not None:
             return step.advantage
     return None
@@ -668,9 +670,9 @@ class RolloutComparison:
 
 
 def rollout_side(trajectory: Trajectory) -> RolloutSide:
-    steps = list(trajectory.steps.defer("tokens", "token_signals", "search").order_by("index"))
+    steps = list(trajectory.own_steps().defer("tokens", "token_signals", "search").order_by("index"))
     texts = TextBlob.texts_for(s.response_id for s in steps)
-    path = list(trajectory.tool_calls.order_by("step_index", "position").values_list("name", flat=True))
+    path = list(trajectory.own_tool_calls().order_by("step_index", "position").values_list("name", flat=True))
     response = "\n".join(texts.get(s.response_id, "") for s in steps)
     advantage = next((s.advantage for s in reversed(steps) if s.advantage is not None), None)
     return RolloutSide(trajectory, response, advantage, path)
