@@ -101,6 +101,7 @@ def _problems(
     return found
 
 
+@pytest.mark.slow
 def test_no_json_api_post_answers_5xx_to_hostile_bodies(world: World) -> None:
     client = Client()
     problems = []
@@ -113,6 +114,7 @@ def test_no_json_api_post_answers_5xx_to_hostile_bodies(world: World) -> None:
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 def test_no_mlflow_call_answers_5xx_to_hostile_bodies(world: World) -> None:
     client = Client()
     problems = []
