@@ -58,22 +58,35 @@ browser:
 	@command -v chromium >/dev/null || { echo "installing Debian's chromium"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 
+MYPY := $(VENV)/bin/mypy trainer webapp tasks_lib
+
 lint: install-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy trainer webapp tasks_lib
+	$(MYPY)
 
 format: install-test
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
 # Two xdist workers: most tests wait on subprocesses and services, so two overlap well on 2 cores.
-# --dist loadscope keeps each module on one worker, so a module's fixtures are built once.
-# TEST_WORKERS=0 runs everything in one process.
+# --dist loadscope keeps each module on one worker, so a module's fixtures are built once;
+# --no-loadscope-reorder hands modules out in collection order, where tests/conftest.py puts the
+# slow ones first so that both workers end together.
+# TEST_WORKERS=0 runs everything in one process. --durations=25: every run (CI's too) ends with the
+# slowest tests, so the suite's time budget can be watched.
 TEST_WORKERS ?= 2
 
-test: install-test browser lint
-	$(PY) -m webapp.supervisor test -- -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+# ruff first (seconds). mypy (a minute or more without its cache, as on a fresh clone) runs beside
+# pytest at low priority, on the CPU the two workers leave idle while they wait on services; its
+# report follows pytest's, and a type error fails `make test` as `make lint` would.
+test: install-test browser
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	@mkdir -p var; nice -n 10 $(MYPY) >var/mypy.log 2>&1 & mypy=$$!; \
+	$(PY) -m webapp.supervisor test -- -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=25 $(PYTEST_ARGS); \
+	tests=$$?; wait $$mypy; typed=$$?; echo "$(MYPY)"; cat var/mypy.log; \
+	if [ $$tests -ne 0 ]; then exit $$tests; fi; exit $$typed
 
 # The documentation site, into var/site/ (MkDocs --strict; the API page from the OpenAPI schema).
 docs: install-test

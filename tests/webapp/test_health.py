@@ -14,6 +14,7 @@ def fresh_ping() -> None:
     forget_last_ping()  # each test starts without another test's cached worker ping
 
 
+@pytest.mark.slow
 def test_healthz_is_200_only_while_a_worker_answers(client: Any, start_worker: Any) -> None:
     worker = start_worker()
     response = client.get("/healthz")

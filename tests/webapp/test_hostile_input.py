@@ -100,6 +100,7 @@ def _problems(
     return found
 
 
+@pytest.mark.slow
 def test_no_json_api_post_answers_5xx_to_hostile_bodies(world: World) -> None:
     client = Client()
     problems = []
@@ -112,6 +113,7 @@ def test_no_json_api_post_answers_5xx_to_hostile_bodies(world: World) -> None:
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 def test_no_mlflow_call_answers_5xx_to_hostile_bodies(world: World) -> None:
     client = Client()
     problems = []

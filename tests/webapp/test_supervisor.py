@@ -89,6 +89,7 @@ def start(launched: list[Launched], env: dict[str, str], tmp_path: Path) -> Laun
     return run
 
 
+@pytest.mark.slow
 def test_it_runs_everything_stops_on_sigterm_and_reuses_its_data(
     tmp_path: Path, launched: list[Launched]
 ) -> None:
@@ -118,6 +119,7 @@ def test_it_runs_everything_stops_on_sigterm_and_reuses_its_data(
     second.stop()
 
 
+@pytest.mark.slow
 def test_it_uses_the_configured_servers_instead_of_embedded_ones(
     tmp_path: Path, launched: list[Launched]
 ) -> None:

@@ -91,6 +91,7 @@ def weights(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(folder / "model.safetensors")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["grpo", "rloo", "reinforce", "ppo", "steppo", "gigpo"])
 def test_each_algorithm_lifts_reward_from_chance_to_target(
     preset: str,

@@ -249,6 +249,7 @@ def test_it_rejects_a_dataset_row_without_an_index(tmp_path: Path) -> None:
         load_rows(tmp_path / "worse.parquet")
 
 
+@pytest.mark.slow
 def test_bf16_weights_train_policy_and_critic_through_fp32_masters_with_gradient_checkpointing(
     make_config: Callable[..., RunConfig],
 ) -> None:

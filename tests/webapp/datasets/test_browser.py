@@ -31,6 +31,7 @@ def _upload(page: Any, live_server: Any, team_slug: str, path: Path, name: str =
     page.click("#upload-form button[type=submit]")
 
 
+@pytest.mark.slow
 def test_alice_uploads_a_parquet_file_and_sees_its_preview(
     personas: dict[str, Any], login: Any, live_server: Any, start_worker: Any, good_parquet: Path
 ) -> None:
@@ -59,6 +60,7 @@ def test_alice_uploads_a_parquet_file_and_sees_its_preview(
     assert page.url.endswith("?page=2")
 
 
+@pytest.mark.slow
 def test_a_malformed_file_shows_the_validators_message_and_creates_nothing_usable(
     personas: dict[str, Any], login: Any, live_server: Any, start_worker: Any, bad_role_parquet: Path
 ) -> None:

@@ -67,11 +67,17 @@ def settled_by_reaper(run: Run) -> Run | None:
     return None
 
 
-def test_a_local_run_trains_reports_and_succeeds(
+def test_a_local_run_trains_reports_and_succeeds_and_a_retried_launch_task_starts_no_second_process(
     personas: Any, arithmetic: Any, launch_env: Any, start_worker: Any
 ) -> None:
     start_worker()
     run = launch(personas, tiny_config(arithmetic))
+    poll_until(lambda: Run.objects.filter(pk=run.pk).exclude(executor_ref="").exists())
+    run.refresh_from_db()
+    ref = run.executor_ref
+    services.start_run(Run.objects.get(pk=run.pk))  # a redelivered launch task
+    run.refresh_from_db()
+    assert run.executor_ref == ref
     poll_until(lambda: settled(run), every_s=0.5)
     assert run.status == RunStatus.SUCCEEDED, run.message
     assert run.claimed_by and run.executor_ref.startswith("pgid:")
@@ -173,21 +179,6 @@ def test_submitting_the_same_run_twice_starts_one_job(
     assert len(jobs) == 1
     run.executor_ref = first
     executor.stop(run)
-
-
-def test_a_retried_launch_task_starts_one_process(
-    personas: Any, arithmetic: Any, launch_env: Any, start_worker: Any
-) -> None:
-    start_worker()
-    run = launch(personas, tiny_config(arithmetic))
-    poll_until(lambda: Run.objects.filter(pk=run.pk).exclude(executor_ref="").exists())
-    run.refresh_from_db()
-    ref = run.executor_ref
-    services.start_run(Run.objects.get(pk=run.pk))  # a redelivered launch task
-    run.refresh_from_db()
-    assert run.executor_ref == ref
-    poll_until(lambda: settled(run), every_s=0.5)
-    assert run.status == RunStatus.SUCCEEDED, run.message
 
 
 @pytest.mark.browser

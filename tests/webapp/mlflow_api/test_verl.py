@@ -65,6 +65,7 @@ def test_verl_tracking_logs_a_new_run_into_the_product(
     assert params["actor_rollout_ref/actor/optim/lr"] == "1e-06" and params["trainer/total_epochs"] == "1"
 
 
+@pytest.mark.slow
 def test_a_launched_verl_run_reports_through_mlflow_run_id_and_its_run_token(
     tracking: Callable[[str], str], launched_run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,6 +20,7 @@ def alice(client: Client, personas: Any) -> Client:
     return client
 
 
+@pytest.mark.slow
 def test_the_curve_of_a_million_points_keeps_the_extremes_and_the_viewer_pages(
     alice: Client, run: Any
 ) -> None:

@@ -13,6 +13,7 @@ from webapp.tools.models import TeamTool, ToolTrial, TrialStatus
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
+@pytest.mark.slow
 def test_alice_registers_an_http_tool_and_tries_it_against_a_loopback_server(
     personas: dict[str, Any], login: Any, live_server: Any, start_worker: Any, tool_server: ToolServer
 ) -> None:

@@ -238,8 +238,8 @@ def test_the_verl_agent_loop_fetches_the_runs_team_tool_and_remote_reward_over_i
 ) -> None:  # fmt: skip
     from transformers import AutoTokenizer
 
+    from tests.conftest import SMOL_GGUF, smollm2_dir
     from tests.trainer.backends.verl.scripted_loop import SAMPLING, ScriptedServer, make_loop, verl_sample
-    from tests.trainer.conftest import SMOL_GGUF, smollm2_dir
     from trainer.backends.verl import agent_loop
 
     register_team_parts(personas, endpoints, settings)

@@ -17,6 +17,7 @@ from trainer.config import RunConfig
 REPO = Path(__file__).resolve().parents[4]
 
 
+@pytest.mark.slow
 def test_the_gpu_smoke_dry_run_stages_everything_and_prints_verls_command(tmp_path: Path) -> None:
     env = {
         **{k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"},
