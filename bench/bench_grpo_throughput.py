@@ -35,6 +35,9 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # for bench.profile_step (--phases)
+
 PROMPTS_PER_STEP = 4
 SAMPLES_PER_PROMPT = 4
 NEW_TOKENS = 64
@@ -62,18 +65,15 @@ def arithmetic_rows(count: int) -> list[dict[str, Any]]:
 # -- ours -------------------------------------------------------------------------------------
 
 
-def run_ours(
-    model_dir: Path, rows: list[dict[str, Any]], *, steps: int, warmup: int, workdir: Path
-) -> dict[str, Any]:
+def ours_config(model_dir: Path, rows: list[dict[str, Any]], *, total_steps: int, workdir: Path) -> Any:
+    """Our RunConfig for the benchmark's settings (bench/profile_step.py profiles the same one)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from trainer.backends.torch.loop import train
     from trainer.config import RunConfig
-    from trainer.report.reporters import MemoryReporter
 
     pq.write_table(pa.Table.from_pylist(rows), workdir / "train.parquet")
-    config = RunConfig.from_preset(
+    return RunConfig.from_preset(
         "grpo",
         **{
             "model.path": str(model_dir),
@@ -90,13 +90,39 @@ def run_ours(
             "optim.mini_batch_size": PROMPTS_PER_STEP * SAMPLES_PER_PROMPT,
             "optim.micro_batch_size": PROMPTS_PER_STEP * SAMPLES_PER_PROMPT,
             "trainer.batch_size": PROMPTS_PER_STEP,
-            "trainer.total_steps": warmup + steps,
+            "trainer.total_steps": total_steps,
             "trainer.seed": SEED,
             "trainer.device": "cpu",
         },
     )
+
+
+def run_ours(
+    model_dir: Path,
+    rows: list[dict[str, Any]],
+    *,
+    steps: int,
+    warmup: int,
+    workdir: Path,
+    phases: bool = False,
+) -> dict[str, Any]:
+    from trainer.backends.torch import loop
+    from trainer.report.reporters import MemoryReporter
+
+    config = ours_config(model_dir, rows, total_steps=warmup + steps, workdir=workdir)
     reporter = MemoryReporter()
-    train(config, reporter)
+    if phases:  # bench/profile_step.py's phase timers around our steps (warm-up included), then off
+        from bench.profile_step import PhaseTimer, instrument, print_phases
+
+        timer = PhaseTimer()
+        unwrap = instrument(timer)
+        try:
+            loop.train(config, reporter)
+        finally:
+            unwrap()
+        print_phases(timer, sum(m["timing/step_s"] for _, m in reporter.metrics))
+    else:
+        loop.train(config, reporter)
     timed = reporter.metrics[warmup:]
     return {
         "step_s": [m["timing/step_s"] for _, m in timed],
@@ -202,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads for both")
     parser.add_argument("--only", choices=["ours", "trl"], help="run one side only")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
+    parser.add_argument("--phases", action="store_true", help="also print where our steps spend their time")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
@@ -213,7 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"GRPO step, SmolLM2-135M-Instruct fp32 on CPU, {args.threads} threads: {PROMPTS_PER_STEP} prompts x "
         f"{SAMPLES_PER_PROMPT} samples, {NEW_TOKENS} new tokens, lr {LEARNING_RATE}; "
-        f"{args.warmup} warm-up + {args.steps} timed steps each (torch {torch.__version__})"
+        f"{args.warmup} warm-up + {args.steps} timed steps each (torch {torch.__version__}); "
+        f"load average {os.getloadavg()[0]:.1f}"
     )
     results: dict[str, Any] = {}
     summaries: dict[str, dict[str, float]] = {}
@@ -221,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         if args.only in (None, "ours"):
             ours = results["ours"] = run_ours(
-                model_dir, rows, steps=args.steps, warmup=args.warmup, workdir=Path(tmp)
+                model_dir, rows, steps=args.steps, warmup=args.warmup, workdir=Path(tmp), phases=args.phases
             )
             summaries["ours"] = summarise("ours", ours)
             print(
@@ -237,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             summaries["trl"] = summarise("trl", results["trl"])
     if len(summaries) == 2:
         ratio = summaries["ours"]["samples_per_s"] / summaries["trl"]["samples_per_s"]
-        print(f"ratio ours/TRL (samples/s): {ratio:.2f}x")
+        print(f"ratio ours/TRL (samples/s): {ratio:.2f}x; load average {os.getloadavg()[0]:.1f}")
         results["ratio"] = ratio
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

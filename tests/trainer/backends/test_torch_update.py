@@ -20,9 +20,11 @@ from trainer.backends.torch.batch import (
 )
 from trainer.backends.torch.update import (
     Models,
+    TargetLogProb,
     actor_micro_loss,
     log_probs_and_entropy,
     mini_batches,
+    packed_logits,
     prepare_update,
     response_logits,
     token_log_probs,
@@ -169,6 +171,38 @@ def test_a_packed_update_gives_the_padded_update_loss_and_gradients(policy: Any)
     assert grads[0][1].abs().sum() > 0
 
 
+@pytest.mark.parametrize("entropy_coef", [0.0, 0.01])  # the entropy a metric only, or in the loss
+def test_log_probs_taken_on_flat_packed_logits_give_the_loss_and_gradients_of_row_logits(
+    policy: Any, entropy_coef: float
+) -> None:
+    cfg = config(**{"algorithm.skip_zero_advantage_groups": False, "algorithm.entropy_coef": entropy_coef})
+    rows = flatten(batch())
+    prepared = prepare_update(rows, models_for(policy), cfg)
+    inputs = model_inputs(rows.steps, list(range(5)), 0, pack=True)
+    assert isinstance(inputs, PackedInputs)
+    targets = rows.response_ids[:, : inputs.width]
+    found: dict[bool, tuple[torch.Tensor, dict[str, float], torch.Tensor, torch.Tensor]] = {}
+    for flat in (False, True):
+        policy.zero_grad(set_to_none=True)
+        packed = inputs if flat else None
+        logits = packed_logits(policy, inputs) if flat else response_logits(policy, inputs)
+        assert logits.dim() == (2 if flat else 3)
+        loss, metrics = actor_micro_loss(
+            logits, list(range(5)), inputs.width, rows, prepared, cfg, packed=packed
+        )
+        loss.backward()
+        grad = torch.cat([p.grad.flatten() for p in policy.parameters()])
+        log_probs = token_log_probs(logits.detach(), targets, 0.7, packed=packed)
+        found[flat] = (loss.detach(), {k: float(v) for k, v in metrics.items()}, grad, log_probs)
+    (row_loss, row_metrics, row_grad, row_lp), (flat_loss, flat_metrics, flat_grad, flat_lp) = found.values()
+    assert torch.allclose(row_loss, flat_loss, atol=1e-6)
+    assert flat_metrics == pytest.approx(row_metrics, abs=1e-6)
+    assert float((row_grad - flat_grad).abs().max()) < 1e-5 * float(row_grad.abs().max())
+    mask = rows.response_mask > 0
+    assert torch.allclose(row_lp[mask], flat_lp[mask], atol=1e-6)
+    assert (flat_lp[~mask] == 0).all()  # nothing is computed past a response
+
+
 def test_log_probs_and_entropy_share_one_logsumexp() -> None:
     logits = torch.randn(2, 3, 11, requires_grad=True)
     targets = torch.randint(0, 11, (2, 3))
@@ -177,6 +211,21 @@ def test_log_probs_and_entropy_share_one_logsumexp() -> None:
     assert torch.allclose(entropy, entropy_from_logits(logits), atol=1e-6)
     assert entropy.requires_grad
     assert not log_probs_and_entropy(logits, targets, entropy_grad=False)[1].requires_grad
+
+
+def test_the_one_buffer_log_prob_function_gives_autograds_values_and_gradients() -> None:
+    logits = (3 * torch.randn(2, 3, 11)).requires_grad_()
+    targets = torch.randint(0, 11, (2, 3))
+    weights = torch.randn(2, 3)
+    log_prob, entropy = TargetLogProb.apply(logits, targets)
+    (log_prob * weights).sum().backward()
+    fused_grad, logits.grad = logits.grad, None
+    expected = logits.log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1)
+    (expected * weights).sum().backward()
+    assert torch.allclose(log_prob, expected, atol=1e-6)
+    assert torch.allclose(entropy, entropy_from_logits(logits.detach()), atol=1e-5)
+    assert not entropy.requires_grad
+    assert torch.allclose(fused_grad, logits.grad, atol=1e-6)
 
 
 def test_micro_batches_put_equal_prompts_together_and_order_by_length() -> None:

@@ -41,7 +41,8 @@ def sample_next(
     if sampling.greedy or sampling.temperature <= 0:
         tokens = logits.argmax(dim=-1)
         return tokens, torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
-    logits = logits / sampling.temperature
+    if sampling.temperature != 1.0:  # z / 1 is z: no copy of [B, V] logits per token
+        logits = logits / sampling.temperature
     if sampling.top_p < 1.0:
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         sorted_probs = sorted_logits.softmax(dim=-1)
@@ -182,7 +183,9 @@ class TorchGenerationEngine:
         self.model.eval()
         started = time.perf_counter()
         try:
-            with torch.no_grad():
+            # inference_mode rather than no_grad: no version counters or view tracking on the cache and
+            # activations; nothing made here outlives the call except plain Python lists.
+            with torch.inference_mode():
                 results = self._decode(prompts, sampling, limits)
         finally:
             self.model.train(was_training)

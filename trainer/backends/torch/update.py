@@ -176,10 +176,26 @@ def response_logits(model: Any, inputs: Inputs) -> torch.Tensor:
     with a big vocabulary) only over response positions. Models whose logits are ``lm_head(hidden)``
     (Llama, Qwen2, Mistral, SmolLM, ...) are supported this way.
     """
-    head = model.get_output_embeddings()
     if isinstance(inputs, PackedInputs):  # the head on real positions only, not on padding
-        return to_rows(head(packed_hidden(model.get_decoder(), inputs)), inputs)
-    return head(response_hidden(model.get_decoder(), inputs))
+        return to_rows(packed_logits(model, inputs), inputs)
+    return model.get_output_embeddings()(response_hidden(model.get_decoder(), inputs))
+
+
+def packed_logits(model: Any, inputs: PackedInputs) -> torch.Tensor:
+    """Logits [N, V] at the N response-predicting positions of a packed micro-batch, flat.
+
+    The log-probs are taken on these and only then spread to rows (``packed=`` of
+    :func:`token_log_probs` and :func:`log_probs_and_entropy`): a [b, Tm, V] tensor would be mostly
+    padding, and every vocabulary-sized pass over it costs (docs/performance.md#flat-log-probs).
+    """
+    return model.get_output_embeddings()(packed_hidden(model.get_decoder(), inputs))
+
+
+def micro_logits(model: Any, inputs: Inputs) -> tuple[torch.Tensor, PackedInputs | None]:
+    """The logits the log-probs are taken on: flat [N, V] with the packed inputs, else [b, Tm, V]."""
+    if isinstance(inputs, PackedInputs):
+        return packed_logits(model, inputs), inputs
+    return response_logits(model, inputs), None
 
 
 def response_values(critic: ValueHeadModel, inputs: Inputs) -> torch.Tensor:
@@ -187,28 +203,71 @@ def response_values(critic: ValueHeadModel, inputs: Inputs) -> torch.Tensor:
     return critic.value_head(response_hidden(critic.backbone, inputs)).squeeze(-1)
 
 
-def token_log_probs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
-    """log π(target) [b, Tm] under the tempered distribution the rollout sampled from."""
+def token_log_probs(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, *, packed: PackedInputs | None = None
+) -> torch.Tensor:
+    """log π(target) [b, Tm] under the tempered distribution the rollout sampled from.
+
+    ``logits`` are [b, Tm, V], or with ``packed`` the flat [N, V] of :func:`packed_logits` (then the
+    result is 0 past each response).
+    """
     logits = logits.float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    return logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(dim=-1)
+    flat_targets = targets if packed is None else targets[packed.row, packed.column]
+    log_prob = logits.gather(-1, flat_targets[..., None]).squeeze(-1) - logits.logsumexp(dim=-1)
+    return log_prob if packed is None else to_rows(log_prob, packed)
 
 
 def log_probs_and_entropy(
-    logits: torch.Tensor, targets: torch.Tensor, *, entropy_grad: bool
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    entropy_grad: bool,
+    packed: PackedInputs | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log π(target), entropy), both [b, Tm], from already tempered fp32 logits [b, Tm, V].
+    """(log π(target), entropy), both [b, Tm], from already tempered fp32 logits [b, Tm, V] (or the
+    flat [N, V] of :func:`packed_logits` with ``packed``; then both are 0 past each response).
 
     One logsumexp serves both: H = lse(z) - Σ softmax(z)·z with softmax(z) = exp(z - lse(z)). Over a
     49k vocabulary that pass costs about as much as the LM head itself. Without ``entropy_grad`` the
-    entropy is a metric only and stays out of the graph.
+    entropy is a metric only and stays out of the graph, and :class:`TargetLogProb` computes both.
     """
-    lse = logits.logsumexp(dim=-1)
-    log_prob = logits.gather(-1, targets[..., None]).squeeze(-1) - lse
-    z, lse_z = (logits, lse) if entropy_grad else (logits.detach(), lse.detach())
-    entropy = lse_z - (torch.exp(z - lse_z[..., None]) * z).sum(-1)
+    if packed is not None:
+        targets = targets[packed.row, packed.column]
+    if entropy_grad:
+        lse = logits.logsumexp(dim=-1)
+        log_prob = logits.gather(-1, targets[..., None]).squeeze(-1) - lse
+        entropy = lse - (torch.exp(logits - lse[..., None]) * logits).sum(-1)
+    else:
+        log_prob, entropy = TargetLogProb.apply(logits, targets)
+    if packed is not None:
+        return to_rows(log_prob, packed), to_rows(entropy, packed)
     return log_prob, entropy
+
+
+class TargetLogProb(torch.autograd.Function):
+    """(log softmax(z)[target], entropy of softmax(z)) over the last dimension; the entropy has no
+    gradient. The same values as autograd's composition, with one vocabulary-sized buffer in each
+    direction where autograd's logsumexp, gather, exp and add allocate several
+    (docs/performance.md#flat-log-probs)."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lse = logits.logsumexp(dim=-1)
+        log_prob = logits.gather(-1, targets[..., None]).squeeze(-1) - lse
+        probs = torch.sub(logits, lse[..., None]).exp_()
+        entropy = lse - probs.mul_(logits).sum(-1)
+        ctx.save_for_backward(logits, lse, targets)
+        ctx.mark_non_differentiable(entropy)
+        return log_prob, entropy
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor, _entropy_grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        logits, lse, targets = ctx.saved_tensors
+        # d(z_t - lse(z))/dz = onehot(t) - softmax(z)
+        grad_logits = torch.sub(logits, lse[..., None]).exp_().mul_(-grad[..., None])
+        return grad_logits.scatter_add_(-1, targets[..., None], grad[..., None]), None
 
 
 def _micro_inputs(rows: StepRows, row_ids: list[int], models: Models) -> Inputs:
@@ -236,9 +295,10 @@ def batch_log_probs(
     out = torch.zeros_like(rows.response_mask)
     for micro in micro_batches(rows.steps, row_ids, micro_batch_size):
         inputs = _micro_inputs(rows, micro, models)
-        logits = response_logits(model, inputs)
+        logits, packed = micro_logits(model, inputs)
         targets = rows.response_ids[micro, : inputs.width].to(models.device)
-        out[micro, : inputs.width] = token_log_probs(logits, targets, temperature).float().cpu()
+        log_probs = token_log_probs(logits, targets, temperature, packed=packed)
+        out[micro, : inputs.width] = log_probs.float().cpu()
     return out * rows.response_mask
 
 
@@ -410,14 +470,21 @@ def actor_micro_loss(
     rows: StepRows,
     prepared: Prepared,
     config: RunConfig,
+    *,
+    packed: PackedInputs | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The actor loss of one micro-batch (its own mean; the caller scales it) and its metrics."""
+    """The actor loss of one micro-batch (its own mean; the caller scales it) and its metrics.
+
+    ``logits`` are [b, Tm, V], or with ``packed`` the flat [N, V] of :func:`packed_logits`.
+    """
     algorithm, device = config.algorithm, logits.device
     temperature = config.rollout.temperature
     scaled = logits.float() / temperature if temperature > 0 and temperature != 1.0 else logits.float()
     mask = _rows_slice(rows.response_mask, row_ids, width, device)
     targets = _rows_slice(rows.response_ids, row_ids, width, device)
-    log_prob, token_entropy = log_probs_and_entropy(scaled, targets, entropy_grad=algorithm.entropy_coef > 0)
+    log_prob, token_entropy = log_probs_and_entropy(
+        scaled, targets, entropy_grad=algorithm.entropy_coef > 0, packed=packed
+    )
     old = (
         log_prob.detach()
         if prepared.old_log_probs is None
@@ -493,8 +560,10 @@ def update_actor(
         total_tokens = float(rows.response_mask[row_ids].sum())
         for micro in micro_batches(rows.steps, row_ids, config.optim.micro_batch_size):
             inputs = _micro_inputs(rows, micro, models)
-            logits = response_logits(models.policy, inputs)
-            loss, metrics = actor_micro_loss(logits, micro, inputs.width, rows, prepared, config)
+            logits, packed = micro_logits(models.policy, inputs)
+            loss, metrics = actor_micro_loss(
+                logits, micro, inputs.width, rows, prepared, config, packed=packed
+            )
             scale = _loss_scale(rows.response_mask[micro], total_tokens, len(row_ids), agg_mode)
             (loss * scale).backward()
             for key, value in metrics.items():
