@@ -1,5 +1,6 @@
 """Real Chromium on the experiment form: another model refills the Advanced section and leaves it
-open, and a Save pressed while that refill is on its way saves what it brings."""
+open, keeps the chosen retention policy, and a Save pressed while that refill is on its way saves
+what it brings."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ def test_a_save_pressed_while_the_model_refill_is_on_its_way_saves_that_models_d
     page.select_option("#id_train_dataset", str(arithmetic["train"].pk))
     page.uncheck("#id_launch")
     page.click("#advanced summary")
+    page.select_option("#id_retention", "sample")  # nothing a model changes: each refill keeps it
+    page.fill("#id_sample_fraction", "0.25")
     # A local folder not chosen yet: a model of unknown size gets the preset's plain (4B) defaults.
     page.select_option("#id_model_choice", "path")
     plain_n = PRESETS.get("grpo").defaults["rollout.n"]
@@ -42,3 +45,5 @@ def test_a_save_pressed_while_the_model_refill_is_on_its_way_saves_that_models_d
     page.wait_for_url("**/experiments/*/")
     config = RunConfig.model_validate(Experiment.objects.get(team=acme, name="saved at once").config)
     assert (config.model.path, config.rollout.n) == ("tiny-test", SMALL_MODEL_GROUP)  # not the plain n
+    kept = Experiment.objects.get(team=acme, name="saved at once").retention
+    assert (kept.retention, kept.sample_fraction) == ("sample", 0.25)
