@@ -203,7 +203,9 @@ def _initial(request: HttpRequest, source: Experiment | None) -> dict[str, Any]:
     initial = initial_from_config(config)
     initial.update(name="", task=task, model_choice=model, train_dataset="", val_dataset="")
     # The retention policy depends on nothing the refill changes: the user's choice stays.
-    initial.update({name: request.GET[name] for name in ExperimentForm.RETENTION_FIELDS if name in request.GET})
+    initial.update(
+        {name: request.GET[name] for name in ExperimentForm.RETENTION_FIELDS if name in request.GET}
+    )
     if model == "path":
         initial["model_path"] = model_path
     return initial
