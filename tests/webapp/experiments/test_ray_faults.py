@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import signal
 import socket
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -122,14 +123,16 @@ def _is_loopback(address: str) -> bool:
 
 
 def test_every_process_of_the_test_ray_head_listens_on_loopback_only(ray_head: Any) -> None:
-    # The agents start after the Jobs API answers; wait until they listen (or the head died).
+    # The raylet and the agents may start listening after the Jobs API answers (later still on a
+    # busy machine): wait until they listen, the head dies, or two minutes pass.
     late = {"ray::DashboardAgent", "ray::RuntimeEnvAgent"}
+    deadline = time.monotonic() + 120
 
     def agents_up() -> list[tuple[str, str, int]] | bool:
         found = _listening(ray_head)
-        if ray_head.proc.poll() is not None or "raylet" not in {name for name, _, _ in found}:
+        if ray_head.proc.poll() is not None or time.monotonic() > deadline:
             return True  # nothing more will start: check what there is
-        return found if late <= {name for name, _, _ in found} else []
+        return found if {"raylet", *late} <= {name for name, _, _ in found} else []
 
     poll_until(agents_up, every_s=0.5)
     sockets = _listening(ray_head)
