@@ -92,8 +92,9 @@ test: install-test browser
 docs: install-test
 	$(PY) -m webapp.docs_site
 
+# No OpenMP override: each framework runs as it would on its own (docs/performance.md#cpu-threads).
 bench: install-test
-	OMP_WAIT_POLICY=PASSIVE $(PY) -m bench $(BENCH_ARGS)
+	$(PY) -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var

@@ -4,7 +4,8 @@ Ours runs the demo experiment exactly as the New-experiment form starts it (arit
 SmolLM2-135M-Instruct, GRPO with the preset's small-model defaults, docs/presets.md) for a fixed
 wall-clock budget. TRL's GRPOTrainer gets the same model, prompts, reward function, group size,
 batch, learning rate, temperature and reply length, and the same budget. TRL has no tool loop, so
-its replies are single-turn (the prompt allows answering directly, which the reward accepts).
+its replies are single-turn (the prompt allows answering directly, which the reward accepts). Each
+side runs in a process of its own, ours first, with the environment it is given.
 
     .venv/bin/python bench/bench_learning.py [--budget-s 600] [--threads 2] [--only ours|trl]
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import argparse
@@ -36,6 +36,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench._sides import run_sides  # noqa: E402
+
+SIDES = ("ours", "trl")
 
 VAL_ROWS = 50
 SEED = 1
@@ -278,13 +282,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     results: dict[str, Any] = {}
-    summaries: dict[str, dict[str, float]] = {}
-    for name, runner in (("ours", run_ours), ("trl", run_trl)):
-        if args.only in (None, name):
-            with tempfile.TemporaryDirectory() as tmp:
-                results[name] = runner(Path(tmp), budget_s=args.budget_s, val_rows=args.val_rows)
-            gc.collect()
-            summaries[name] = summarise(name, results[name], args.window)
+    if args.only is None:  # each side in a process of its own (bench/_sides.py), ours first
+        forwarded = [
+            "--budget-s",
+            str(args.budget_s),
+            "--threads",
+            str(args.threads),
+            "--val-rows",
+            str(args.val_rows),
+        ]
+        results = {
+            name: side["results"][name] for name, side in run_sides(__file__, forwarded, SIDES).items()
+        }
+        print()
+    else:
+        runner = run_ours if args.only == "ours" else run_trl
+        with tempfile.TemporaryDirectory() as tmp:
+            results[args.only] = runner(Path(tmp), budget_s=args.budget_s, val_rows=args.val_rows)
+    summaries = {name: summarise(name, result, args.window) for name, result in results.items()}
     if "ours" in summaries:
         gain = summaries["ours"]["gain"]
         print(

@@ -63,9 +63,9 @@ class Executor(Protocol):
 EXECUTORS: Registry[Executor] = Registry("executor")
 
 
-# torch's idle OpenMP threads spin by default; on a machine shared with the web server and other
-# runs that stalls generation many times over (measured: 40-60 s instead of 3.5 s for 4x32 tokens).
-TRAINER_ENV = {"PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+# torch's OpenMP threads keep their default spin: the torch backend lowers its thread count while
+# the machine is busy, which is what made spinning threads stall (docs/performance.md#cpu-threads).
+TRAINER_ENV = {"PYTHONUNBUFFERED": "1"}
 
 
 def launch_env(job: Job) -> dict[str, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,9 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
+from trainer.backends.torch.threads import ThreadBudget
 from trainer.llm import Generation, SamplingParams
 
 
@@ -36,6 +39,10 @@ def sample_next(
 
     The log-prob is under the distribution actually sampled from (temperature and top-p applied);
     greedy decoding reports the plain softmax log-prob of the argmax.
+
+    A draw inverts the cumulative distribution at one uniform number per row: the same distribution
+    as ``torch.multinomial``, which spends a random number per vocabulary entry (measured: 33 ms a
+    call for 16 rows of SmolLM2's 49,152 tokens, a seventh of a decode step; docs/performance.md#generation).
     """
     logits = logits.float()
     if sampling.greedy or sampling.temperature <= 0:
@@ -50,9 +57,78 @@ def sample_next(
         drop_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= sampling.top_p
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
-    log_probs = torch.log_softmax(logits, dim=-1)
-    tokens = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
-    return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
+    log_normaliser = torch.logsumexp(logits, dim=-1, keepdim=True)
+    # float64 sums keep a token of probability 1e-9 drawable after 49,152 additions.
+    cumulative = torch.cumsum((logits - log_normaliser).exp_(), dim=-1, dtype=torch.float64)
+    draw = torch.rand((logits.shape[0], 1), generator=generator, dtype=torch.float64) * cumulative[:, -1:]
+    # right=True: the first token whose cumulative mass exceeds the draw, so never a dropped (p = 0) one.
+    tokens = torch.searchsorted(cumulative, draw, right=True).clamp_(max=logits.shape[-1] - 1)
+    return tokens.squeeze(-1), (logits.gather(-1, tokens) - log_normaliser).squeeze(-1)
+
+
+class ReservedCacheLayer(DynamicLayer):
+    """A KV cache layer that writes each new token into room reserved up front.
+
+    transformers' DynamicLayer concatenates the whole cache with the new token at every decode step,
+    copying it (and faulting in fresh memory) once per layer and token: 22% of a CPU decode step for
+    16 rows of SmolLM2 (docs/performance.md#generation). Here the keys and values are views of
+    buffers sized for the prompt and every new token; a wave that outgrows them doubles them.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        batch, heads, _, dim = key_states.shape
+        self._key_buffer = key_states.new_empty((batch, heads, self.capacity, dim))
+        self._value_buffer = value_states.new_empty((batch, heads, self.capacity, dim))
+        self.device = key_states.device
+        self.is_initialized = True
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self._key_buffer.shape[-2]:
+            self._key_buffer, self._value_buffer = (
+                _grown(buffer, max(end, 2 * buffer.shape[-2]), self.length)
+                for buffer in (self._key_buffer, self._value_buffer)
+            )
+        self._key_buffer[:, :, self.length : end] = key_states
+        self._value_buffer[:, :, self.length : end] = value_states
+        self.length = end
+        return self._expose()
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self._key_buffer, self._value_buffer = self._key_buffer[indices], self._value_buffer[indices]
+            self._expose()
+
+    def _expose(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Point keys and values (what the base class and attention read) at the used part."""
+        keys, values = self._key_buffer[:, :, : self.length], self._value_buffer[:, :, : self.length]
+        self.keys, self.values = keys, values
+        return keys, values
+
+
+def _grown(buffer: torch.Tensor, capacity: int, used: int) -> torch.Tensor:
+    bigger = buffer.new_empty((*buffer.shape[:2], capacity, buffer.shape[-1]))
+    bigger[:, :, :used] = buffer[:, :, :used]
+    return bigger
+
+
+def reserved_cache(capacity: int) -> DynamicCache:
+    """A DynamicCache whose layers reserve ``capacity`` positions (see :class:`ReservedCacheLayer`)."""
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = functools.partial(ReservedCacheLayer, capacity)  # type: ignore[assignment]
+    return cache
 
 
 def _batch_key(sampling: SamplingParams) -> SamplingParams:
@@ -64,7 +140,8 @@ class TorchGenerationEngine:
 
     Callers that register with :meth:`track` let the engine start a batch as soon as every live
     flow is waiting on it; untracked callers are batched with whoever queued before the engine ran,
-    and a flow busy in slow tool I/O holds the others back by at most ``max_wait_s``.
+    and a flow busy in slow tool I/O holds the others back by at most ``max_wait_s``. A wave runs on
+    the event loop's thread, so tool I/O still in flight resumes when the wave ends.
     """
 
     def __init__(
@@ -77,6 +154,7 @@ class TorchGenerationEngine:
         seed: int = 0,
         max_batch_size: int = 64,
         max_wait_s: float = 0.05,
+        threads: ThreadBudget | None = None,
     ) -> None:
         if not stop_token_ids:
             raise ValueError("stop_token_ids must hold at least the tokenizer's EOS id")
@@ -88,6 +166,7 @@ class TorchGenerationEngine:
         self.generator.manual_seed(seed)
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_s
+        self.threads = threads  # decided again before each batch, in the thread that runs it
         self._pending: list[_Request] = []
         self._active = 0
         self._arrived: asyncio.Event | None = None
@@ -130,8 +209,10 @@ class TorchGenerationEngine:
             await self._wait_for_wave()
             batch = self._take_batch()
             try:
-                results = await asyncio.to_thread(
-                    self.generate_batch,
+                # On the event loop's own thread, not a worker: libgomp throttles its threads' spin
+                # once a second thread runs torch work, and that costs a third of a decode step
+                # (docs/performance.md#cpu-threads). Flows are all waiting on this wave anyway.
+                results = self.generate_batch(
                     [r.prompt_ids for r in batch],
                     batch[0].sampling,
                     [r.sampling.max_new_tokens for r in batch],
@@ -179,6 +260,8 @@ class TorchGenerationEngine:
         limits = (
             list(max_new_tokens) if max_new_tokens is not None else [sampling.max_new_tokens] * len(prompts)
         )
+        if self.threads is not None:
+            self.threads.refresh()
         was_training = self.model.training
         self.model.eval()
         started = time.perf_counter()
@@ -196,9 +279,10 @@ class TorchGenerationEngine:
         return results
 
     def _prefill(
-        self, prompts: list[list[int]]
+        self, prompts: list[list[int]], new_tokens: int
     ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Run each distinct prompt once; return (cache, last logits, attention mask, next position) per row."""
+        """Run each distinct prompt once; return (cache, last logits, attention mask, next position) per
+        row. The cache reserves room for ``new_tokens`` more."""
         unique: dict[tuple[int, ...], int] = {}
         row_to_unique = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
         width = max(len(p) for p in unique)
@@ -211,7 +295,7 @@ class TorchGenerationEngine:
             mask[i, width - len(prompt) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
+        cache = reserved_cache(width + new_tokens)
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
@@ -228,7 +312,7 @@ class TorchGenerationEngine:
     def _decode(
         self, prompts: list[list[int]], sampling: SamplingParams, limits: list[int]
     ) -> list[Generation]:
-        cache, logits, mask, position = self._prefill(prompts)
+        cache, logits, mask, position = self._prefill(prompts, max(limits))
         stop_ids = torch.tensor(self.stop_token_ids, device=self.device)
         alive = torch.arange(len(prompts), device=self.device)  # original row of each batch row
         row_limits = torch.tensor(limits, device=self.device)

@@ -19,7 +19,7 @@ import torch
 
 from trainer.backends.torch.data import load_rows
 from trainer.backends.torch.engine import TorchGenerationEngine
-from trainer.backends.torch.loop import DTYPES, TrainResult, resolve_device, sampling_params
+from trainer.backends.torch.loop import DTYPES, TrainResult, resolve_device, sampling_params, thread_budget
 from trainer.backends.torch.rollout import rollout
 from trainer.evaluation import metrics_of, record_accuracy
 from trainer.mdp import Trajectory
@@ -53,8 +53,7 @@ def evaluate(
     """Evaluate ``config``'s model on its val rows; statuses are the caller's, as for :func:`train`."""
     if not config.data.val_path:
         raise ValueError("an evaluation scores the rows of data.val_path: set data.val_path")
-    if config.trainer.num_threads:
-        torch.set_num_threads(config.trainer.num_threads)
+    threads = thread_budget(config)
     random.seed(config.trainer.seed)
     torch.manual_seed(config.trainer.seed)
     device = resolve_device(config.trainer.device)
@@ -74,6 +73,7 @@ def evaluate(
         pad_token_id=int(tokenizer.pad_token_id),
         device=device,
         seed=config.trainer.seed,
+        threads=threads,
     )
     k, size = config.rollout.n, config.trainer.batch_size
     batches = [rows[start : start + size] for start in range(0, len(rows), size)]

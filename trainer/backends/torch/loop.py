@@ -29,6 +29,7 @@ from trainer.backends.torch.data import Row, batch_for_step, load_rows
 from trainer.backends.torch.engine import TorchGenerationEngine
 from trainer.backends.torch.optim import adamw
 from trainer.backends.torch.rollout import rollout
+from trainer.backends.torch.threads import ThreadBudget
 from trainer.backends.torch.timing import timed
 from trainer.backends.torch.update import (
     Models,
@@ -94,6 +95,7 @@ class Run:
     val_rows: list[Row]
     start_step: int = 1
     last_metrics: dict[str, float] = field(default_factory=dict)
+    threads: ThreadBudget | None = None
 
     @property
     def generators(self) -> dict[str, torch.Generator]:
@@ -169,8 +171,7 @@ def build_models(config: RunConfig, device: torch.device, tokenizer: Any, checkp
 
 def setup_run(config: RunConfig) -> Run:
     """Seed, load data and models (from the latest checkpoint when resuming), build the engine."""
-    if config.trainer.num_threads:
-        torch.set_num_threads(config.trainer.num_threads)
+    threads = thread_budget(config)
     random.seed(config.trainer.seed)
     torch.manual_seed(config.trainer.seed)
     device = resolve_device(config.trainer.device)
@@ -190,9 +191,10 @@ def setup_run(config: RunConfig) -> Run:
         pad_token_id=int(tokenizer.pad_token_id),
         device=device,
         seed=config.trainer.seed,
+        threads=threads,
     )
     minibatch_generator = torch.Generator().manual_seed(config.trainer.seed + 1)
-    run = Run(config, tokenizer, models, engine, minibatch_generator, train_rows, val_rows)
+    run = Run(config, tokenizer, models, engine, minibatch_generator, train_rows, val_rows, threads=threads)
     if resume_from is not None:
         resumed = load_training_state(resume_from, models, generators=run.generators)
         run.start_step = resumed.step + 1
@@ -202,6 +204,13 @@ def setup_run(config: RunConfig) -> Run:
 
 
 # -- one training step ------------------------------------------------------------------------
+
+
+def thread_budget(config: RunConfig) -> ThreadBudget:
+    """At most trainer.num_threads (torch's default when unset), fewer while the machine is busy."""
+    threads = ThreadBudget(config.trainer.num_threads or torch.get_num_threads())
+    threads.refresh()
+    return threads
 
 
 def sampling_params(config: RunConfig, *, greedy: bool = False) -> SamplingParams:
@@ -227,6 +236,8 @@ def set_learning_rates(run: Run, step: int) -> float:
 
 def train_step(run: Run, step: int, reporter: Reporter) -> dict[str, float]:
     config = run.config
+    if run.threads is not None:
+        run.threads.refresh()
     started, generating = time.perf_counter(), run.engine.busy_s
     prompts = batch_for_step(
         run.train_rows, step, config.trainer.batch_size, seed=config.trainer.seed, shuffle=config.data.shuffle
