@@ -49,8 +49,10 @@ RISE_GOAL = 0.25
 TIME_GOAL = 0.5
 
 
-def demo_config(workdir: Path, val_rows: int) -> Any:
-    """The demo's config: the recipe's data (enough problems for ``val_rows`` held out) and defaults."""
+def demo_config(workdir: Path, val_rows: int, sets: Sequence[str] = ()) -> Any:
+    """The demo's config: the recipe's data (enough problems for ``val_rows`` held out) and defaults,
+    then ``--set path=value`` overrides (both sides read them: TRL's settings come from this config)."""
+    from bench.profile_step import parse_sets
     from tasks_lib.registry import PrepareOptions, load_recipes
     from trainer.config import RunConfig
 
@@ -67,7 +69,8 @@ def demo_config(workdir: Path, val_rows: int) -> Any:
             "trainer.total_steps": 10_000,  # the budget stops it
             "trainer.device": "cpu",
             "trainer.seed": SEED,
-        },
+        }
+        | parse_sets(sets),
     )
 
 
@@ -75,11 +78,11 @@ def val_accuracy(metrics: dict[str, float]) -> float:
     return next(value for key, value in metrics.items() if key.startswith("val/") and key.endswith("/acc"))
 
 
-def run_ours(workdir: Path, *, budget_s: float, val_rows: int) -> dict[str, Any]:
+def run_ours(workdir: Path, *, budget_s: float, val_rows: int, sets: Sequence[str] = ()) -> dict[str, Any]:
     from trainer.backends.torch.loop import setup_run, train_step, validate
     from trainer.report.reporters import MemoryReporter
 
-    config = demo_config(workdir, val_rows)
+    config = demo_config(workdir, val_rows, sets)
     print(
         f"ours: lr {config.optim.lr}, n {config.rollout.n}, batch {config.trainer.batch_size} prompts, "
         f"mini-batch {config.optim.mini_batch_size}, {config.rollout.max_new_tokens} new tokens, "
@@ -131,7 +134,7 @@ def _samples(config: Any) -> int:
 # -- TRL --------------------------------------------------------------------------------------
 
 
-def run_trl(workdir: Path, *, budget_s: float, val_rows: int) -> dict[str, Any]:
+def run_trl(workdir: Path, *, budget_s: float, val_rows: int, sets: Sequence[str] = ()) -> dict[str, Any]:
     import pyarrow.parquet as pq
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -140,7 +143,7 @@ def run_trl(workdir: Path, *, budget_s: float, val_rows: int) -> dict[str, Any]:
     from tasks_lib.arithmetic.reward import compute_score
     from trainer.models import smollm2_path
 
-    config = demo_config(workdir, val_rows)
+    config = demo_config(workdir, val_rows, sets)
     rows = pq.read_table(config.data.train_path).to_pylist()
     val = _val_rows(config, val_rows)
 
@@ -269,6 +272,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--val-rows", type=int, default=VAL_ROWS)
     parser.add_argument("--only", choices=["ours", "trl"])
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        help="path=value over the demo's config, both sides",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
@@ -298,7 +308,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         runner = run_ours if args.only == "ours" else run_trl
         with tempfile.TemporaryDirectory() as tmp:
-            results[args.only] = runner(Path(tmp), budget_s=args.budget_s, val_rows=args.val_rows)
+            results[args.only] = runner(
+                Path(tmp), budget_s=args.budget_s, val_rows=args.val_rows, sets=args.sets
+            )
     summaries = {name: summarise(name, result, args.window) for name, result in results.items()}
     if "ours" in summaries:
         gain = summaries["ours"]["gain"]

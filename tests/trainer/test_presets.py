@@ -6,7 +6,7 @@ import pytest
 
 from trainer.algos.advantages import ESTIMATORS
 from trainer.algos.losses import AGG_MODES, KL_KINDS, POLICY_LOSSES
-from trainer.algos.presets import PRESETS, SMALL_MODEL_GROUP, SMALL_MODEL_MAX_PARAMETERS, Preset
+from trainer.algos.presets import PRESETS, SMALL_MODEL_LR, SMALL_MODEL_MAX_PARAMETERS, Preset
 from trainer.registry import RegistryError
 
 # docs/algorithms.md#presets: name -> (estimator, policy loss, critic, where the KL goes).
@@ -49,8 +49,9 @@ def test_group_presets_sample_eight_per_prompt() -> None:
 def test_a_description_names_the_group_size_of_the_values_in_force() -> None:
     grpo = PRESETS.get("grpo")
     assert "n = 8 samples" in grpo.describe()  # the preset's own defaults (a 4B model)
-    small = grpo.defaults_for(SMALL_MODEL_MAX_PARAMETERS, {"rollout.n"})
-    assert f"n = {SMALL_MODEL_GROUP} samples" in grpo.describe(small)
+    assert "n = 4 samples" in grpo.describe({"rollout.n": 4})  # a user's own n
+    small = grpo.defaults_for(SMALL_MODEL_MAX_PARAMETERS, {"rollout.n", "optim.lr"})
+    assert "n = 8 samples" in grpo.describe(small)  # a small model keeps the preset's group
     assert all("{" not in PRESETS.get(name).describe() for name in PRESETS.names())
 
 
@@ -126,7 +127,7 @@ def test_a_small_model_gets_the_small_model_settings_and_a_large_one_agent_r1s(n
     small = RunConfig.from_preset(name, **{"model.path": "smollm2-135m-instruct"})
     large = RunConfig.from_preset(name, **{"model.path": "Qwen/Qwen3-4B-Instruct-2507"})
     group = PRESETS.get(name).group_size
-    assert (small.optim.lr, small.rollout.n) == (1e-5, 4 if group > 1 else 1)
+    assert (small.optim.lr, small.rollout.n) == (SMALL_MODEL_LR, group)
     assert small.algorithm.skip_zero_advantage_groups
     assert small.optim.mini_batch_size == small.trainer.batch_size * small.rollout.n  # one on-policy pass
     assert (large.optim.lr, large.rollout.n) == (1e-6, group)
@@ -136,4 +137,4 @@ def test_the_users_values_win_over_the_small_model_settings() -> None:
     from trainer.config import RunConfig
 
     config = RunConfig.from_preset("grpo", **{"model.path": "smollm2-135m-instruct", "optim.lr": 3e-6})
-    assert config.optim.lr == 3e-6 and config.rollout.n == 4
+    assert config.optim.lr == 3e-6 and config.rollout.n == 8

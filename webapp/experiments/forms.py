@@ -48,7 +48,7 @@ MODEL_CHOICES = [
 
 def preset_choices(model_path: str, backend: str) -> list[tuple[str, str]]:
     """Each preset with its description, the defaults it names being those this model and backend
-    get (docs/presets.md#defaults-by-model-size): a small model's grpo says n = 4, not 8."""
+    get (docs/presets.md#defaults-by-model-size)."""
     from trainer.algos.presets import PRESETS
     from trainer.models import parameter_count
 

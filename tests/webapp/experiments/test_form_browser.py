@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from trainer.algos.presets import PRESETS, SMALL_MODEL_GROUP
+from trainer.algos.presets import PRESETS, SMALL_MODEL_LR
 from trainer.config import RunConfig
 from webapp.experiments.models import Experiment
 
@@ -30,8 +30,10 @@ def test_a_save_pressed_while_the_model_refill_is_on_its_way_saves_that_models_d
     page.fill("#id_sample_fraction", "0.25")
     # A local folder not chosen yet: a model of unknown size gets the preset's plain (4B) defaults.
     page.select_option("#id_model_choice", "path")
-    plain_n = PRESETS.get("grpo").defaults["rollout.n"]
-    page.wait_for_function(f"() => document.querySelector(\"[name='rollout.n']\").value === '{plain_n}'")
+    plain_lr = PRESETS.get("grpo").defaults["optim.lr"]
+    page.wait_for_function(
+        f"() => Number(document.querySelector(\"[name='optim.lr']\").value) === {plain_lr}"
+    )
     assert page.evaluate("() => document.getElementById('advanced').open")  # the refill left it open
 
     held: list[Any] = []  # the next refill waits until Save has been clicked
@@ -44,6 +46,6 @@ def test_a_save_pressed_while_the_model_refill_is_on_its_way_saves_that_models_d
     held[0].continue_()
     page.wait_for_url("**/experiments/*/")
     config = RunConfig.model_validate(Experiment.objects.get(team=acme, name="saved at once").config)
-    assert (config.model.path, config.rollout.n) == ("tiny-test", SMALL_MODEL_GROUP)  # not the plain n
+    assert (config.model.path, config.optim.lr) == ("tiny-test", SMALL_MODEL_LR)  # not the plain lr
     kept = Experiment.objects.get(team=acme, name="saved at once").retention
     assert (kept.retention, kept.sample_fraction) == ("sample", 0.25)
