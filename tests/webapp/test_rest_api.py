@@ -141,8 +141,8 @@ def test_an_experiment_from_preset_task_and_dataset_then_changed_cloned_and_dele
     changed = alice("PATCH", f"/t/acme/experiments/{pk}", {"config": {"rollout.n": 8}, "description": "d"})
     assert changed.status_code == 200, changed.content
     assert changed.json()["config"]["rollout"]["n"] == 8 and changed.json()["description"] == "d"
-    clone = alice("POST", f"/t/acme/experiments/{pk}/clone", {"config": {"rollout.n": 4}}).json()
-    assert clone["name"] == f"{body['name']} (clone)" and clone["config"]["rollout"]["n"] == 4
+    clone = alice("POST", f"/t/acme/experiments/{pk}/clone", {"config": {"rollout.n": 16}}).json()
+    assert clone["name"] == f"{body['name']} (clone)" and clone["config"]["rollout"]["n"] == 16
     assert Experiment.objects.get(pk=clone["id"]).cloned_from_id == pk
     kept = ExperimentRetention.objects.get(experiment_id=clone["id"])  # the clone keeps the source's policy
     assert (kept.retention, kept.sample_fraction) == ("sample", 0.25)

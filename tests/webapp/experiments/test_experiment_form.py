@@ -127,11 +127,11 @@ def test_the_preset_and_task_switches_refill_the_advanced_fields(personas: Any, 
     assert critic_lr is not None and float(critic_lr.group(1)) == 1e-4
     # Choosing another model refills them (hx-trigger on #advanced) ...
     assert "change from:#id_model_choice" in html
-    # ... and the presets' descriptions, out of band: they name the group size this model gets.
+    # ... and the presets' descriptions, out of band: they name the group size (a small model keeps the preset's).
     preset_field = re.search(r'<div [^>]*id="field-preset" hx-swap-oob="true">.*?</div>', html, re.S)
     assert (
         preset_field
-        and "grpo — GRPO: outcome advantage normalised over the n = 4 samples" in preset_field.group(0)
+        and "grpo — GRPO: outcome advantage normalised over the n = 8 samples" in preset_field.group(0)
     )
     unsized = client_for("alice").get(
         f"/t/{personas['acme'].slug}/experiments/new/?preset=ppo&task=arithmetic&model_choice=path&model_path=",
@@ -161,7 +161,7 @@ def test_a_form_value_beats_the_task_recipe_which_beats_the_preset(personas: Any
         RunConfig.model_validate(Experiment.objects.get(team=acme, name=n).config) for n in ("recipe", "mine")
     )
     # n: the preset's for a small model like the form's SmolLM2 (docs/presets.md)
-    assert (recipe.task, recipe.algorithm.gamma, recipe.rollout.n) == ("hotpotqa", 0.99, 4)
+    assert (recipe.task, recipe.algorithm.gamma, recipe.rollout.n) == ("hotpotqa", 0.99, 8)
     assert mine.algorithm.gamma == 0.9
 
 

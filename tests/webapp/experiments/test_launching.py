@@ -213,7 +213,7 @@ def test_in_the_browser_a_grpo_experiment_is_created_launched_watched_and_cloned
     page.click("text=Clone")
     page.fill("#id_name", "browser grpo clone")
     page.click("#advanced summary")
-    page.fill("[name='optim.lr']", "0.00002")
+    page.fill("[name='optim.lr']", "0.00003")
     page.uncheck("#id_launch")
     page.click("#experiment-form button[type=submit]")
     page.wait_for_selector("text=Differences from browser grpo")
@@ -223,4 +223,4 @@ def test_in_the_browser_a_grpo_experiment_is_created_launched_watched_and_cloned
     }
     assert set(rows) == {"name", "optim.lr"}, rows
     assert rows["name"] == ["browser grpo", "browser grpo clone"]
-    assert [float(v) for v in rows["optim.lr"]] == [1e-5, 2e-5]  # a small model's default, then ours
+    assert [float(v) for v in rows["optim.lr"]] == [2e-5, 3e-5]  # a small model's default, then ours

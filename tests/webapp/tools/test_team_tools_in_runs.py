@@ -251,7 +251,7 @@ def test_the_verl_agent_loop_fetches_the_runs_team_tool_and_remote_reward_over_i
     config = RunConfig.from_preset("grpo", **{
         "name": "team parts on verl", "task": "arithmetic", "backend": "verl", "executor": "ray",
         "model.path": "tiny-test", "data.train_path": train.reference, "resources.gpus_per_node": 1,
-        "trainer.batch_size": 1, "optim.mini_batch_size": 4, "rollout.tools": ["team_lookup"],
+        "trainer.batch_size": 1, "optim.mini_batch_size": 8, "rollout.tools": ["team_lookup"],
         "rollout.max_steps": 3, "rollout.max_new_tokens": 64,
     })  # fmt: skip
     run, token = claimed_run(personas, config)
