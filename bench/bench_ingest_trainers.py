@@ -168,8 +168,16 @@ def bench_copy(database_url: str, count: int) -> float:
     rows = [[(p["key"], p["step"], p["value"], p["ts"]) for p in batch_points(s)] for s in range(SECONDS)]
 
     def copy_all(run_id: int, barrier: threading.Barrier) -> None:
-        with psycopg.connect(database_url) as conn:
-            barrier.wait()
+        try:
+            conn = psycopg.connect(database_url)
+        except psycopg.Error:
+            barrier.abort()  # the others, and main, stop waiting for this connection
+            raise
+        with conn:
+            try:
+                barrier.wait()
+            except threading.BrokenBarrierError:
+                return  # another connection failed; main says so
             for batch in rows:
                 with (
                     conn.cursor() as cursor,
@@ -184,7 +192,12 @@ def bench_copy(database_url: str, count: int) -> float:
     threads = [threading.Thread(target=copy_all, args=(i, barrier)) for i in range(count)]
     for thread in threads:
         thread.start()
-    barrier.wait()
+    try:
+        barrier.wait()
+    except threading.BrokenBarrierError:
+        raise RuntimeError(
+            f"the COPY peer could not open {count} connections beside the web tier's (Postgres' max_connections)"
+        ) from None
     started = time.perf_counter()
     for thread in threads:
         thread.join()

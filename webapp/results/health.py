@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,13 +66,15 @@ def save_rule(team: Team, name: str, *, enabled: bool, threshold: float, stop_ru
     )
 
 
-def series_of(points: Iterable[Mapping[str, Any]]) -> dict[str, list[Point]]:
-    """A batch's points by key, in step order, with the derived count of non-finite values per step."""
+def series_of(points: Iterable[Mapping[str, Any]], keys: Container[str]) -> dict[str, list[Point]]:
+    """A batch's points of these keys, by key in step order, with the derived count of non-finite
+    values per step (of every key)."""
     series: dict[str, list[Point]] = defaultdict(list)
     non_finite: dict[int, int] = {}
     for point in points:
         step, value = point["step"], point["value"]
-        series[point["key"]].append((step, value))
+        if point["key"] in keys:
+            series[point["key"]].append((step, value))
         non_finite[step] = non_finite.get(step, 0) + (not math.isfinite(value))
     for points_of_key in series.values():
         points_of_key.sort(key=lambda point: point[0])
@@ -91,11 +93,13 @@ def observe(run: Run, points: Sequence[Mapping[str, Any]]) -> list[HealthAlert]:
     not judged: its checks watch an update it never makes (docs/health.md#at-ingestion)."""
     if not points or run.is_evaluation:
         return []
-    new = series_of(points)
+    keys = {point["key"] for point in points} | {NON_FINITE_KEY}
     rules = [rule for rule in team_rules(run.team_id).values() if rule.enabled]
-    touched = [rule for rule in rules if any(rule.check.watches(key) for key in new)]
+    touched = [rule for rule in rules if any(rule.check.watches(key) for key in keys)]
     if not touched:
         return []
+    # Only the watched keys' points: a check's window keeps nothing else (merge_window).
+    new = series_of(points, {key for key in keys if any(rule.check.watches(key) for rule in touched)})
     context = context_of(run)
     names = [rule.check.name for rule in touched]
     with transaction.atomic():
