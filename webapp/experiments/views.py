@@ -214,6 +214,11 @@ def _initial(request: HttpRequest, source: Experiment | None) -> dict[str, Any]:
 def _defaults(preset: str, task: str, chosen: dict[str, Any]) -> RunConfig:
     """The config the form opens with. A GPU backend's defaults validate only with a GPU, which the
     user sets next: they are taken with one; a preset or task that is not known falls back to grpo."""
+    from tasks_lib.registry import load_recipes
+
+    # The task recipe's defaults sit under the preset's; a web worker's first request may come here
+    # before anything else has imported the recipes.
+    load_recipes()
     for attempt in ({}, {"resources.gpus_per_node": 1}):
         try:
             return RunConfig.from_preset(preset, task=task, **chosen, **attempt)

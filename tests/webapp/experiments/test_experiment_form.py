@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 from django.test import Client
 
+from tasks_lib.registry import load_recipes
 from tests.conftest import PASSWORD
 from tests.webapp.experiments.conftest import dataset_from_recipe
 from trainer.config import RunConfig
@@ -146,6 +149,22 @@ def test_the_preset_and_task_switches_refill_the_advanced_fields(personas: Any, 
         HTTP_HX_TARGET="id_task",
     )
     assert re.search(r'name="algorithm.gamma" value="0.99"', hotpot.content.decode())
+
+
+def test_a_fresh_web_worker_opens_the_form_with_the_task_recipes_defaults() -> None:
+    # A gunicorn worker's first request may open the form before anything imported the recipes;
+    # the form must still start from the task's defaults (the demo's 30 steps of 3 turns).
+    script = (
+        "import django; django.setup()\n"
+        "from webapp.experiments.views import _defaults\n"
+        "config = _defaults('grpo', 'arithmetic', {'model.path': 'smollm2-135m-instruct', 'backend': 'torch'})\n"
+        "print(config.trainer.total_steps, config.rollout.max_steps)"
+    )
+    fresh = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    recipe = load_recipes().get("arithmetic")
+    assert fresh.stdout.split() == [str(recipe.run_overrides["trainer.total_steps"]), str(recipe.max_steps)]
 
 
 def test_a_form_value_beats_the_task_recipe_which_beats_the_preset(personas: Any, tmp_path: Path) -> None:
