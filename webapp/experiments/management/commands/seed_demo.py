@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from webapp.accounts.models import Team
-from webapp.experiments.demo import DEMO_RECIPE, demo_experiment, import_recipe
+from webapp.experiments.demo import DEMO_RECIPE, demo_datasets, demo_experiment, import_recipe
 
 DEMO_TEAM = "Demo"
 DEMO_RECIPES = ("arithmetic", "gsm8k", "hotpotqa", "webshop", "alfworld")
@@ -26,7 +26,11 @@ class Command(BaseCommand):
         team = Team.create_with_owner(DEMO_TEAM, admin)
         datasets = {}
         for recipe in DEMO_RECIPES:
-            datasets[recipe], problem = import_recipe(team, recipe, admin)
+            # Every recipe's fixtures to look at; the demo's own task, the data its run learns from.
+            imported = (
+                demo_datasets(team, admin) if recipe == DEMO_RECIPE else import_recipe(team, recipe, admin)
+            )
+            datasets[recipe], problem = imported
             if problem:
                 # ALFWorld's engine is an optional (GPL) install; the demo goes on without it.
                 self.stdout.write(f"  {recipe}: no demo dataset ({problem})")
