@@ -9,7 +9,8 @@ synchronous_commit off (about a minute per million steps on a quiet machine). BE
 keeps the seeded database there and reuses it on the next run with the same BENCH_STEPS.
 Then, over HTTP on loopback against gunicorn, logged in:
 - ours: /t/<team>/search/ for a word in 0.1% of the steps and for one in 10%, narrowed to the run
-  and team-wide; the peer: the rollout list's first page of the same run (a page users already wait for).
+  and team-wide; the group view of one prompt's 8 samples; the peer: the rollout list's first page of
+  the same run (a page users already wait for).
 - the trajectory page of a 4,000-token step with its six per-token signals; the peer: the same
   page of a step with the same response and no signals.
 Goal (issue 16): search p50 <= 100 ms at 1,000,000 steps. Prints figures, each with the load average
@@ -242,6 +243,8 @@ def main() -> None:
                 searches[f"search '{word}' in the run's older half of steps"] = timed(
                     client, f"{search}?q={word}&run={run}&step_max={STEPS // 128}", "matching step"
                 )
+            group_id = f"g{STEPS // 16}"  # 8 samples of one prompt, halfway through the run
+            group = timed(client, f"/t/{seeded.team}/runs/{run}/groups/{group_id}/", group_id)
             page = timed(client, f"{rollouts}{seeded.with_signals}/", "token-view")
             plain = timed(client, f"{rollouts}{seeded.without}/", "Response")
     print(f"{STEPS} steps in one run; goal: search p50 <= 100 ms")
@@ -249,6 +252,7 @@ def main() -> None:
           f"({rollout_list.load})")  # fmt: skip
     for name, figure in searches.items():
         print(f"{name:52s} {figure.line(rollout_list)}")
+    print(f"{'group view, the 8 samples of one prompt':52s} {group.line(rollout_list)}")
     print(f"{'trajectory page without signals (its peer)':52s} p50 {plain.p50 * 1000:7.1f} ms, "
           f"{plain.size / 1024:4.0f} KiB ({plain.load})")  # fmt: skip
     print(f"{f'trajectory page, {LONG_TOKENS} tokens with 6 signals':52s} {page.line(plain)}")
