@@ -95,11 +95,12 @@ def observe(run: Run, points: Sequence[Mapping[str, Any]]) -> list[HealthAlert]:
         return []
     keys = {point["key"] for point in points} | {NON_FINITE_KEY}
     rules = [rule for rule in team_rules(run.team_id).values() if rule.enabled]
-    touched = [rule for rule in rules if any(rule.check.watches(key) for key in keys)]
+    watched = {rule.check.name: {key for key in keys if rule.check.watches(key)} for rule in rules}
+    touched = [rule for rule in rules if watched[rule.check.name]]
     if not touched:
         return []
     # Only the watched keys' points: a check's window keeps nothing else (merge_window).
-    new = series_of(points, {key for key in keys if any(rule.check.watches(key) for rule in touched)})
+    new = series_of(points, set().union(*watched.values()))
     context = context_of(run)
     names = [rule.check.name for rule in touched]
     with transaction.atomic():
