@@ -17,7 +17,7 @@ from typing import Any, Literal, get_args
 
 from trainer.algos.advantages import ESTIMATORS
 from trainer.algos.losses import POLICY_LOSSES
-from trainer.config import CRITIC_ESTIMATORS
+from trainer.config import CRITIC_ESTIMATORS, TrainerConfig
 from trainer.registry import Registry
 
 __all__ = ["PRESETS", "Preset"]
@@ -92,7 +92,8 @@ def small_model_defaults(preset: Preset) -> dict[str, Any]:
     return {
         "optim.lr": SMALL_MODEL_LR,
         "optim.critic_lr": 1e-4,
-        "optim.mini_batch_size": 4 * preset.group_size,  # trainer.batch_size's default (4 prompts) times n
+        # trainer.batch_size's default prompts times n samples each
+        "optim.mini_batch_size": TrainerConfig.model_fields["batch_size"].default * preset.group_size,
         "optim.micro_batch_size": 8,
         "algorithm.skip_zero_advantage_groups": True,
     }
