@@ -29,11 +29,15 @@ def test_a_save_pressed_while_the_model_refill_is_on_its_way_saves_that_models_d
     page.select_option("#id_retention", "sample")  # nothing a model changes: each refill keeps it
     page.fill("#id_sample_fraction", "0.25")
     # A local folder not chosen yet: a model of unknown size gets the preset's plain (4B) defaults.
+    # The new #advanced listens for the next model change only once htmx has settled it: wait for that,
+    # not just for its values (they show ~20 ms earlier, and a change in between sends no refill).
+    page.evaluate(
+        "() => document.body.addEventListener('htmx:afterSettle', () => "
+        "{ window.settledLr = document.querySelector(\"[name='optim.lr']\").value; })"
+    )
     page.select_option("#id_model_choice", "path")
     plain_lr = PRESETS.get("grpo").defaults["optim.lr"]
-    page.wait_for_function(
-        f"() => Number(document.querySelector(\"[name='optim.lr']\").value) === {plain_lr}"
-    )
+    page.wait_for_function(f"() => Number(window.settledLr) === {plain_lr}")
     assert page.evaluate("() => document.getElementById('advanced').open")  # the refill left it open
 
     held: list[Any] = []  # the next refill waits until Save has been clicked
