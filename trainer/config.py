@@ -281,7 +281,8 @@ class ReportConfig(_Section):
         default=None,
         description="Which trajectories keep their per-token signals (advantage, log-prob, ratio, entropy, "
         "clipped, KL) for the trajectory page: all, a sample of report.token_signals_per_step each step, or "
-        "none. None is the backend's default: a sample on torch, none on verl.",
+        "none (None: a sample). Backend verl records advantage, log-prob, entropy and KL, not the ratio "
+        "and clip of its update (docs/verl.md#token-signals).",
     )
     token_signals_per_step: int = Field(
         default=4, ge=1, description="Trajectories per step that keep their per-token signals when sampling."

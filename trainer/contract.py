@@ -196,9 +196,11 @@ METRICS_PATH = _INGEST + "/metrics"
 TRAJECTORIES_PATH = _INGEST + "/trajectories"
 LOGS_PATH = _INGEST + "/logs"
 CHECKPOINTS_PATH = _INGEST + "/checkpoints"
+# Per-token signals of steps reported before their update ran (verl: docs/verl.md#token-signals).
+TOKEN_SIGNALS_PATH = _INGEST + "/token-signals"
 TRAINER_PATHS: tuple[str, ...] = (
     CLAIM_PATH, CONFIG_PATH, DATASET_PATH, STATUS_PATH, HEARTBEAT_PATH, SPECS_PATH,
-    METRICS_PATH, TRAJECTORIES_PATH, LOGS_PATH, CHECKPOINTS_PATH,
+    METRICS_PATH, TRAJECTORIES_PATH, LOGS_PATH, CHECKPOINTS_PATH, TOKEN_SIGNALS_PATH,
 )  # fmt: skip
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 # Sent with every lifecycle and ingestion call after the claim; the server answers 409 to any other.
@@ -488,6 +490,21 @@ class TrajectoryBatch(_Wire):
     batch_id: BatchId = Field(default_factory=new_batch_id)
     training_step: Count = Field(description="Training step whose rollouts these are.")
     trajectories: list[TrajectoryWire]
+
+
+class StepSignalsWire(_Wire):
+    """The per-token signals (and the advantage) of one step of a trajectory stored earlier: what a
+    backend whose update runs after the trajectory was reported sends once it has them."""
+
+    trajectory_id: Identifier = Field(description="The trajectory's id (TrajectoryWire.id).")
+    step_index: Count = Field(description="The step's index in that trajectory (StepWire.index).")
+    advantage: float | None = Field(default=None, description="The step's advantage, mean over its tokens.")
+    token_signals: TokenSignalsWire
+
+
+class TokenSignalsBatch(_Wire):
+    batch_id: BatchId = Field(default_factory=new_batch_id)
+    steps: list[StepSignalsWire]
 
 
 class ClaimRequest(_Wire):

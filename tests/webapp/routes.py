@@ -17,7 +17,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from tests.webapp.datasets.conftest import contract_row, write_parquet
-from trainer.contract import API_ROOT, CLAIMANT_HEADER
+from trainer.contract import API_ROOT, CLAIMANT_HEADER, encode_floats
 from webapp.accounts.models import ApiToken, Role
 from webapp.datasets import files
 from webapp.datasets.models import Dataset, ImportStatus, RecipeImport
@@ -451,6 +451,16 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     "/api/ingest/runs/{run_id}/trajectories": lambda w: _trajectory_batch(),
     "/api/ingest/runs/{run_id}/logs": lambda w: {"seq": 0, "text": "x"},
     "/api/ingest/runs/{run_id}/checkpoints": lambda w: {"step": 1, "path": "/tmp/c"},
+    "/api/ingest/runs/{run_id}/token-signals": lambda w: {
+        "steps": [
+            {
+                "trajectory_id": "t0",
+                "step_index": 0,
+                "advantage": 0.5,
+                "token_signals": {"tokens": ["x"], "signals": {"advantage": encode_floats([0.5])}},
+            }
+        ]
+    },
     "/api/t/{team_slug}/experiments": lambda w: {
         "config": {
             "name": "api exp",

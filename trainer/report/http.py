@@ -26,6 +26,7 @@ from trainer.contract import (
     LOGS_PATH,
     METRICS_PATH,
     STATUS_PATH,
+    TOKEN_SIGNALS_PATH,
     TRAJECTORIES_PATH,
     CheckpointRecord,
     Heartbeat,
@@ -34,6 +35,8 @@ from trainer.contract import (
     MetricPoint,
     RunStatus,
     StatusUpdate,
+    StepSignalsWire,
+    TokenSignalsBatch,
     TrajectoryBatch,
     TrajectoryWire,
     to_floats,
@@ -59,6 +62,7 @@ _KIND_PATHS = {
     "status": STATUS_PATH,
     "logs": LOGS_PATH,
     "checkpoints": CHECKPOINTS_PATH,
+    "signals": TOKEN_SIGNALS_PATH,
 }
 
 
@@ -163,6 +167,14 @@ class HttpReporter(Reporter):
                     "trajectories",
                     TrajectoryBatch(training_step=step, trajectories=wire[start : start + size]),
                 )
+        self._wake.set()
+
+    def log_token_signals(self, steps: Sequence[StepSignalsWire]) -> None:
+        size = self.max_trajectories_per_batch
+        with self._lock:
+            self._cut_all_locked()
+            for start in range(0, len(steps), size):
+                self._spool_locked("signals", TokenSignalsBatch(steps=list(steps[start : start + size])))
         self._wake.set()
 
     def _wire(self, trajectory: Trajectory) -> TrajectoryWire | None:
@@ -271,7 +283,9 @@ class HttpReporter(Reporter):
             self._log_parts, self._log_chars = [], 0
 
     def _spool_locked(
-        self, kind: str, body: MetricBatch | TrajectoryBatch | StatusUpdate | LogChunk | CheckpointRecord
+        self,
+        kind: str,
+        body: MetricBatch | TrajectoryBatch | TokenSignalsBatch | StatusUpdate | LogChunk | CheckpointRecord,
     ) -> None:
         name = f"{self._seq:012d}.{kind}.{body.batch_id}.json.gz"
         self._seq += 1

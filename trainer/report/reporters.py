@@ -34,6 +34,8 @@ from trainer.contract import (
     Heartbeat,
     RunStatus,
     StatusUpdate,
+    StepSignalsWire,
+    TokenSignalsBatch,
     TrajectoryBatch,
     TrajectoryWire,
     to_floats,
@@ -84,6 +86,10 @@ class Reporter(ABC):
         deleted: bool = False,
     ) -> None:
         """A checkpoint saved at ``step`` (its size in bytes), or one the trainer ``deleted`` since."""
+
+    def log_token_signals(self, steps: Sequence[StepSignalsWire]) -> None:  # noqa: B027
+        """Per-token signals of steps already reported with their trajectories (a backend whose update
+        runs after the rollout was reported: verl). Reporters that keep no trajectories ignore them."""
 
     def close(self) -> None:  # noqa: B027 - most reporters hold nothing to release
         """Flush and release; safe to call twice."""
@@ -154,8 +160,8 @@ class ConsoleReporter(Reporter):
 class JsonlReporter(Reporter):
     """Appends one JSON object per event to a file: ``{"type": ..., "ts": ..., ...}``.
 
-    Types: metrics (step, values), trajectories (step, trajectories as TrajectoryWire), status,
-    heartbeat, log, checkpoint. Every line is flushed, so a crash loses nothing already logged.
+    Types: metrics (step, values), trajectories (step, trajectories as TrajectoryWire), token_signals
+    (TokenSignalsBatch), status, heartbeat, log, checkpoint. Every line is flushed, so a crash loses nothing already logged.
     """
 
     def __init__(self, path: str | Path, *, include_token_ids: bool = False) -> None:
@@ -182,6 +188,9 @@ class JsonlReporter(Reporter):
             TrajectoryWire.from_trajectory(t, include_token_ids=self.include_token_ids) for t in trajectories
         ]
         self._write("trajectories", TrajectoryBatch(training_step=step, trajectories=wire))
+
+    def log_token_signals(self, steps: Sequence[StepSignalsWire]) -> None:
+        self._write("token_signals", TokenSignalsBatch(steps=list(steps)))
 
     def set_status(self, status: RunStatus, message: str = "", progress: float | None = None) -> None:
         self._write("status", StatusUpdate(status=status, message=message, progress=progress))
@@ -228,6 +237,7 @@ class MemoryReporter(Reporter):
 
     metrics: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     trajectories: list[tuple[int, list[Trajectory]]] = field(default_factory=list)
+    token_signals: list[list[StepSignalsWire]] = field(default_factory=list)
     statuses: list[tuple[str, str, float | None]] = field(default_factory=list)
     heartbeats: list[tuple[int, int]] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
@@ -240,6 +250,9 @@ class MemoryReporter(Reporter):
 
     def log_trajectories(self, step: int, trajectories: Sequence[Trajectory]) -> None:
         self.trajectories.append((step, list(trajectories)))
+
+    def log_token_signals(self, steps: Sequence[StepSignalsWire]) -> None:
+        self.token_signals.append(list(steps))
 
     def set_status(self, status: RunStatus, message: str = "", progress: float | None = None) -> None:
         self.statuses.append((status, message, progress))
@@ -285,6 +298,10 @@ class MultiReporter(Reporter):
     def log_trajectories(self, step: int, trajectories: Sequence[Trajectory]) -> None:
         for reporter in self.reporters:
             reporter.log_trajectories(step, trajectories)
+
+    def log_token_signals(self, steps: Sequence[StepSignalsWire]) -> None:
+        for reporter in self.reporters:
+            reporter.log_token_signals(steps)
 
     def set_status(self, status: RunStatus, message: str = "", progress: float | None = None) -> None:
         for reporter in self.reporters:

@@ -22,10 +22,12 @@ from trainer.contract import (
     IDEMPOTENCY_HEADER,
     LOGS_PATH,
     METRICS_PATH,
+    TOKEN_SIGNALS_PATH,
     TRAJECTORIES_PATH,
     CheckpointRecord,
     LogChunk,
     MetricBatch,
+    TokenSignalsBatch,
     TrajectoryBatch,
 )
 from webapp.api import RunTokenAuth, api, get_run_for_claimant, route
@@ -94,6 +96,16 @@ def post_trajectories(request: HttpRequest, run_id: int, batch: TrajectoryBatch)
     result = rollouts.store_batch(run, batch, _batch_id(request, batch.batch_id, request.body))
     run.note_progress()  # verl's rollouts have no step counter of ours: their arrival is the progress
     return {"stored": result.stored, "skipped": result.skipped, "dropped": result.dropped,
+            "duplicate": result.duplicate_batch}  # fmt: skip
+
+
+@router.post(route(TOKEN_SIGNALS_PATH), summary="Add per-token signals to steps already reported")
+def post_token_signals(request: HttpRequest, run_id: int, batch: TokenSignalsBatch) -> dict[str, Any]:
+    """Signals a backend computes after it reported the trajectory (verl). A step whose trajectory
+    has not arrived yet waits for it (``waiting``); a step its stored trajectory lacks is ``missing``."""
+    run = get_run_for_claimant(request, run_id)
+    result = rollouts.store_token_signals(run, batch, _batch_id(request, batch.batch_id, request.body))
+    return {"stored": result.stored, "waiting": result.waiting, "missing": result.missing,
             "duplicate": result.duplicate_batch}  # fmt: skip
 
 

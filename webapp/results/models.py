@@ -244,6 +244,26 @@ class TrajectoryStep(models.Model):
         indexes = [GinIndex(fields=["search"], name="step_search")]
 
 
+class PendingTokenSignals(models.Model):
+    """Per-token signals that arrived before their trajectory (verl sends them from its driver once the
+    advantages exist, the trajectory comes from a rollout worker): written onto the step when the
+    trajectory is stored, deleted when retention drops it (docs/rollouts.md#token-signals)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    trajectory_uid = models.CharField(max_length=200)
+    step_index = models.IntegerField()
+    training_step = models.IntegerField(help_text="The run's newest stored training step when these arrived.")
+    payload = models.JSONField(help_text="The StepSignalsWire as it arrived.")
+    received = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "trajectory_uid", "step_index"], name="pending_signals_unique_per_step"
+            )
+        ]
+
+
 class ToolCall(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, db_constraint=False, related_name="+")
     trajectory = models.ForeignKey(

@@ -16,26 +16,40 @@ from typing import Any
 
 from django.contrib.postgres.search import SearchQuery
 from django.db import connection, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, Max, Q, QuerySet
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 from ninja import Schema
 
 from trainer.contract import (
     TOKEN_SIGNALS,
+    StepSignalsWire,
     StepWire,
+    TokenSignalsBatch,
     TokenSignalsWire,
     TrajectoryBatch,
     TrajectoryWire,
 )
 from webapp.experiments.models import Run
 from webapp.results import retention, storage
-from webapp.results.models import IngestBatch, RetentionKind, TextBlob, ToolCall, Trajectory, TrajectoryStep
+from webapp.results.models import (
+    IngestBatch,
+    PendingTokenSignals,
+    RetentionKind,
+    TextBlob,
+    ToolCall,
+    Trajectory,
+    TrajectoryStep,
+)
 from webapp.results.retention import Retention
 
 TOKEN_FIELDS = ("prompt_ids", "response_ids", "response_mask", "rollout_log_probs")
 SEARCH_CONFIG = "simple"  # no stemming, no stop words: tool names and identifiers are found as typed
 SEARCH_DOC_MAX = 200_000  # characters of one step indexed (a tsvector holds at most 1 MB)
+# Signals waiting for their trajectory are given up once the run has stored trajectories this many
+# training steps newer: the trajectory was dropped by the run's retention policy, or its rollout
+# worker died before reporting it.
+PENDING_SIGNALS_STEPS = 8
 # Above this many characters two prompts are not line-diffed (difflib is quadratic on long lines): the
 # new prompt is shown whole instead.
 DIFF_MAX_CHARS = 50_000
@@ -47,6 +61,14 @@ class StoreResult:
     stored: int = 0
     skipped: int = 0
     dropped: int = 0  # by the run's retention policy (docs/rollouts.md#retention)
+
+
+@dataclass
+class SignalsResult:
+    duplicate_batch: bool = False
+    stored: int = 0  # steps whose signals were written
+    waiting: int = 0  # steps whose trajectory has not arrived yet (PendingTokenSignals)
+    missing: int = 0  # steps a stored trajectory does not have
 
 
 def success_of(wire: TrajectoryWire) -> bool:
@@ -74,6 +96,10 @@ def store_batch(run: Run, batch: TrajectoryBatch, batch_id: str) -> StoreResult:
         known = set(Trajectory.objects.filter(run=run, uid__in=uids).values_list("uid", flat=True))
         fresh = _unique_by_id([t for t in batch.trajectories if t.id not in known])
         chosen = _retained(run, Retention.of(counters), batch.training_step, fresh)
+        kept = {w.id for w in chosen}
+        PendingTokenSignals.objects.filter(
+            run=run, trajectory_uid__in=[w.id for w in fresh if w.id not in kept]
+        ).delete()
         sizes = _store(run, batch.training_step, chosen) if chosen else storage.Sizes()
         storage.count_batch(counters, received=len(fresh), kept=len(chosen), sizes=sizes)
         return StoreResult(
@@ -131,7 +157,79 @@ def _store(run: Run, training_step: int, wires: Sequence[TrajectoryWire]) -> sto
         [step.index for wire in wires for step in wire.steps],
         [search_document(step) for wire in wires for step in wire.steps],
     )
+    _write_pending_signals(run, {row.uid: row.pk for row in rows})
     return storage.batch_sizes(run.pk, [row.pk for row in rows], new_texts)
+
+
+def store_token_signals(run: Run, batch: TokenSignalsBatch, batch_id: str) -> SignalsResult:
+    """Write each step's per-token signals (and advantage) onto the stored step; a step whose
+    trajectory has not arrived yet waits in PendingTokenSignals and is written when it does."""
+    with transaction.atomic():
+        if not IngestBatch.claim(run.pk, batch_id, "token_signals"):
+            return SignalsResult(duplicate_batch=True)
+        counters = storage.storage_row(run)  # the run's batches take turns, as in store_batch
+        uids = {s.trajectory_id for s in batch.steps}
+        stored = dict(Trajectory.objects.filter(run=run, uid__in=uids).values_list("uid", "pk"))
+        present = [(stored[s.trajectory_id], s) for s in batch.steps if s.trajectory_id in stored]
+        waiting = [s for s in batch.steps if s.trajectory_id not in stored]
+        written, grown = _write_signals(run.pk, present)
+        storage.count_batch(counters, received=0, kept=0, sizes=storage.Sizes(token_signal_bytes=grown))
+        latest = Trajectory.objects.filter(run=run).aggregate(step=Max("training_step"))["step"] or 0
+        PendingTokenSignals.objects.filter(run=run, training_step__lt=latest - PENDING_SIGNALS_STEPS).delete()
+        PendingTokenSignals.objects.bulk_create(
+            [
+                PendingTokenSignals(
+                    run=run,
+                    trajectory_uid=s.trajectory_id,
+                    step_index=s.step_index,
+                    training_step=latest,
+                    payload=s.model_dump(mode="json"),
+                )
+                for s in waiting
+            ],
+            update_conflicts=True,
+            unique_fields=["run", "trajectory_uid", "step_index"],
+            update_fields=["training_step", "payload"],
+        )
+        return SignalsResult(stored=written, waiting=len(waiting), missing=len(present) - written)
+
+
+def _write_pending_signals(run: Run, trajectory_ids: dict[str, int]) -> None:
+    """Write the signals that arrived before these just-stored trajectories, and forget them."""
+    pending = PendingTokenSignals.objects.filter(run=run, trajectory_uid__in=list(trajectory_ids))
+    steps = [StepSignalsWire.model_validate(row.payload) for row in pending]
+    if steps:
+        _write_signals(run.pk, [(trajectory_ids[s.trajectory_id], s) for s in steps])
+        pending.delete()
+
+
+def _write_signals(run_id: int, steps: Sequence[tuple[int, StepSignalsWire]]) -> tuple[int, int]:
+    """Set token_signals (and the advantage, when sent) of each (trajectory pk, step); the steps
+    written and how many stored bytes of signals that added."""
+    if not steps:
+        return 0, 0
+    table = TrajectoryStep._meta.db_table
+    with connection.cursor() as cursor:
+        # One statement for the batch; the old size is read in the same statement's FROM, before the update.
+        cursor.execute(
+            f"""UPDATE {table} AS s
+            SET token_signals = v.blob, advantage = coalesce(v.adv, s.advantage)
+            FROM unnest(%s::bigint[], %s::int[], %s::bytea[], %s::float8[]) AS v(tid, idx, blob, adv),
+                 LATERAL (SELECT coalesce(pg_column_size(o.token_signals), 0) AS size FROM {table} o
+                          WHERE o.run_id = %s AND o.trajectory_id = v.tid AND o.index = v.idx) AS old
+            WHERE s.run_id = %s AND s.trajectory_id = v.tid AND s.index = v.idx
+            RETURNING pg_column_size(s.token_signals) - old.size""",
+            [
+                [tid for tid, _ in steps],
+                [step.step_index for _, step in steps],
+                [pack_token_signals(step.token_signals) for _, step in steps],
+                [step.advantage for _, step in steps],
+                run_id,
+                run_id,
+            ],
+        )
+        grown = [int(row[0]) for row in cursor.fetchall()]
+    return len(grown), sum(grown)
 
 
 def search_document(step: StepWire) -> str:

@@ -124,13 +124,20 @@ def test_it_validates_greedily_on_the_val_split(
 def test_a_resumed_run_continues_exactly_where_it_stopped(
     make_config: Callable[..., RunConfig], tmp_path: Path
 ) -> None:
+    # One thread for both: the thread budget follows the machine's load, and another thread count sums
+    # the same products in another order (beside another test worker the weights drifted past 1e-6).
+    one = {"trainer.num_threads": 1}
     straight = MemoryReporter()
-    train(make_config(**{"trainer.total_steps": 3, "trainer.checkpoint_dir": str(tmp_path / "a")}), straight)
+    train(
+        make_config(**{"trainer.total_steps": 3, "trainer.checkpoint_dir": str(tmp_path / "a")}, **one),
+        straight,
+    )
 
     first, second = MemoryReporter(), MemoryReporter()
     # trainer.resume from the start: only a resumable run's checkpoints hold optimizer and RNG state.
     interrupted = make_config(
-        **{"trainer.total_steps": 2, "trainer.checkpoint_dir": str(tmp_path / "b"), "trainer.resume": True}
+        **{"trainer.total_steps": 2, "trainer.checkpoint_dir": str(tmp_path / "b"), "trainer.resume": True},
+        **one,
     )
     train(interrupted, first)
     result = train(interrupted.with_overrides(**{"trainer.total_steps": 3}), second)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainer.contract import StepSignalsWire, TokenSignalsWire
 from trainer.mdp import Step, ToolCallRecord, Trajectory
 from trainer.report.client import RunApiClient
 from trainer.report.http import HttpReporter
@@ -12,6 +13,7 @@ from webapp.experiments.models import Experiment, Run, RunStatus
 from webapp.results.metrics_store import forget_cached_keys
 from webapp.results.models import Checkpoint, LogChunk, MetricLatest, MetricPoint, ToolCall, TrajectoryStep
 from webapp.results.models import Trajectory as StoredTrajectory
+from webapp.results.rollouts import unpack_token_signals
 
 
 def _trajectory(step: int, k: int) -> Trajectory:
@@ -53,6 +55,10 @@ def test_the_http_reporter_delivers_everything_to_the_live_server(
         )
         reporter.heartbeat(step, 30)
     reporter.log_trajectories(29, [_trajectory(29, k) for k in range(2)])
+    reporter.log_token_signals(
+        [StepSignalsWire(trajectory_id="train-29-p0-s1", step_index=1, advantage=0.5,
+                         token_signals=TokenSignalsWire.of(["4", "."], {"advantage": [0.5, 0.5]}))]
+    )  # fmt: skip
     reporter.log_text("step 29 done\n")
     reporter.log_checkpoint(29, "/tmp/ckpt-29", {"reward/mean": 0.97})
     reporter.set_status("succeeded", "finished")
@@ -64,6 +70,8 @@ def test_the_http_reporter_delivers_everything_to_the_live_server(
     assert MetricLatest.objects.get(run=run, key__name="reward/mean").step == 29
     assert StoredTrajectory.objects.filter(run=run, training_step=29).count() == 2
     assert TrajectoryStep.objects.filter(trajectory__run=run).count() == 4
+    signalled = TrajectoryStep.objects.get(trajectory__run=run, trajectory__uid="train-29-p0-s1", index=1)
+    assert unpack_token_signals(bytes(signalled.token_signals)).signals == {"advantage": [0.5, 0.5]}
     assert ToolCall.objects.filter(run=run, name="calc").count() == 2
     assert LogChunk.objects.get(run=run).text == "step 29 done\n"
     assert Checkpoint.objects.get(run=run).path == "/tmp/ckpt-29"

@@ -35,7 +35,6 @@ from trainer.backends.torch.update import (
     Models,
     Prepared,
     is_on_policy,
-    keeps_token_signals,
     kl_enabled,
     prepare_update,
     token_signals_of,
@@ -64,6 +63,7 @@ from trainer.models import (
     resolve_model_path,
     with_lora,
 )
+from trainer.report.token_signals import kept_trajectories
 from trainer.rollout import rollout_metrics, score_rewards, stop_token_ids, validation_metrics
 
 if TYPE_CHECKING:
@@ -292,14 +292,8 @@ def train_step(run: Run, step: int, reporter: Reporter) -> dict[str, float]:
 
 
 def token_signal_trajectories(config: RunConfig, count: int) -> list[int]:
-    """Which of a step's ``count`` trajectories keep their per-token signals (report.token_signals):
-    all, none, or report.token_signals_per_step spread evenly over the batch (so over its groups)."""
-    if not keeps_token_signals(config):
-        return []
-    if config.report.token_signals == "all" or count <= config.report.token_signals_per_step:
-        return list(range(count))
-    k = config.report.token_signals_per_step
-    return sorted({i * count // k for i in range(k)})
+    """Which of a step's ``count`` trajectories keep their per-token signals (report.token_signals)."""
+    return kept_trajectories(config.report.token_signals, config.report.token_signals_per_step, count)
 
 
 def keep_token_signals(run: Run, rows: StepRows, prepared: Prepared) -> None:

@@ -35,6 +35,7 @@ from trainer.contract import (
     TIMING_UPDATE_CRITIC_S,
     TIMING_VALUES_S,
 )
+from trainer.report.token_signals import keeps_token_signals
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -99,11 +100,6 @@ class Prepared:
 
 
 CAPTURED = ("log_prob", "ratio", "entropy", "clipped", "kl")  # what the actor update fills in
-
-
-def keeps_token_signals(config: RunConfig) -> bool:
-    """The torch backend's default (None) is a sample per step."""
-    return config.report.token_signals != "none"
 
 
 # -- forward passes ---------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from pydantic import PrivateAttr
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
 from trainer.backends.verl.estimators import ANCHOR_FIELD
+from trainer.backends.verl.signals import trajectory_id
 from trainer.config import RunConfig
 from trainer.contract import API_ENV, CLAIMANT_ENV, RUN_ID_ENV, TOKEN_ENV, RunSpecs
 from trainer.flows import FLOWS
@@ -268,7 +269,7 @@ class StudioAgentLoop(AgentLoopBase):
             output = await flow.run(self.sampling(sampling_params), **row)
             trajectory = output.to_trajectory(
                 row,
-                traj_id=f"{row.get('uid', uuid.uuid4().hex)}-s{row.get('session_id', 0)}",
+                traj_id=trajectory_id(row.get("uid", uuid.uuid4().hex), row.get("session_id", 0)),
                 group_id=str(row.get("uid", "")),
                 rollout_index=int(row.get("session_id", 0)),
             )

@@ -39,8 +39,6 @@ _REFUSED_WHEN_SET = {
     "or use backend torch for an evaluation",
     "report.jsonl_path": "backend verl reports to the web app only (metrics through MLflow, trajectories "
     "from the Ray workers): set report.jsonl_path to none, or use backend torch",
-    "report.token_signals_per_step": "backend verl does not record per-token signals: set "
-    "report.token_signals_per_step back to its default, or use backend torch",
 }
 STALL_HINT = "verl may be waiting for GPUs or CPUs the cluster cannot give it (see the job's log)"
 
@@ -67,7 +65,7 @@ class VerlBackend:
         "trainer.total_steps", "trainer.batch_size", "trainer.seed", "trainer.val_every",
         "trainer.save_every", "trainer.checkpoint_dir", "trainer.resume", "trainer.keep_checkpoints",
         "resources.gpus_per_node", "resources.nodes",
-        "report.console",
+        "report.console", "report.token_signals", "report.token_signals_per_step",
     }  # fmt: skip
 
     def train(
@@ -80,15 +78,6 @@ class VerlBackend:
 
     def problems(self, config: RunConfig) -> list[Problem]:
         problems = refuse_when_set(config, _REFUSED_WHEN_SET)
-        if config.report.token_signals not in (None, "none"):
-            # verl's update computes them inside its FSDP workers and hands none of them back.
-            problems.append(
-                (
-                    "report.token_signals",
-                    "backend verl does not record per-token signals (its update keeps them inside the "
-                    "FSDP workers): set report.token_signals to none, or use backend torch",
-                )
-            )
         if config.trainer.device == "cpu":
             problems.append(
                 (

@@ -40,6 +40,10 @@ PREFIX = "agent_r1_"
 # (docs/verl.md#advantages).
 ALGORITHM_KEY = "agent_r1"
 STEP_WEIGHT_KEY = "gigpo_step_weight"
+# What the driver's token-signal report reads there (trainer.backends.verl.signals).
+SIGNALS_KEY = "token_signals"
+SIGNALS_PER_STEP_KEY = "token_signals_per_step"
+TOKENIZER_KEY = "tokenizer"
 LOGGERS = ("console", "mlflow")
 # model.dtype as verl spells it: FSDP's compute dtype (mixed_precision.param_dtype) and vLLM's dtype.
 FSDP_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
@@ -93,6 +97,9 @@ def _algorithm(config: RunConfig) -> dict[str, Any]:
         "algorithm.lam": algo.lam,
         "algorithm.norm_adv_by_std_in_grpo": algo.norm_adv_by_std,
         f"+algorithm.{ALGORITHM_KEY}.{STEP_WEIGHT_KEY}": algo.gigpo_step_weight,
+        f"+algorithm.{ALGORITHM_KEY}.{SIGNALS_KEY}": config.report.token_signals or "sample",
+        f"+algorithm.{ALGORITHM_KEY}.{SIGNALS_PER_STEP_KEY}": config.report.token_signals_per_step,
+        f"+algorithm.{ALGORITHM_KEY}.{TOKENIZER_KEY}": config.model.path,
         "algorithm.use_kl_in_reward": in_reward,
         "algorithm.kl_penalty": algo.kl_kind,
         "algorithm.kl_ctrl.type": "fixed",

@@ -26,7 +26,9 @@ from torch import Tensor
 
 from trainer.algos.advantages import ESTIMATORS, StepBatch
 from trainer.backends.verl.command import ALGORITHM_KEY, STEP_WEIGHT_KEY, verl_estimator_name
+from trainer.backends.verl.signals import Fetch, report_token_signals
 from trainer.config import ANCHOR_ESTIMATORS, CRITIC_ESTIMATORS
+from trainer.report.reporters import Reporter
 
 # The per-token field our agent loop adds to each verl row: the anchor id (Step.anchor_id) of the
 # step a model token belongs to, 0 on tool/env tokens. GiGPO reads it at each step's first token.
@@ -243,25 +245,40 @@ VERL_ESTIMATORS: dict[str, VerlEstimator] = {
 # -- the hook -------------------------------------------------------------------------------------
 
 
-def _anchors_from_transfer_queue(batch_keys: Sequence[str]) -> Tensor:
-    """The :data:`ANCHOR_FIELD` of the training rows ``batch_keys`` as [B, R], from TransferQueue."""
+def _fields_from_transfer_queue(batch_keys: Sequence[str], names: Sequence[str]) -> dict[str, Tensor]:
+    """Fields ``names`` of the training rows ``batch_keys`` from TransferQueue, each padded to [B, R]."""
     import transfer_queue as tq
 
-    fields = tq.kv_batch_get(
-        keys=list(batch_keys), partition_id=TRAIN_PARTITION, select_fields=[ANCHOR_FIELD]
-    )
-    return fields.to_padded_tensor()[ANCHOR_FIELD]
+    fields = tq.kv_batch_get(keys=list(batch_keys), partition_id=TRAIN_PARTITION, select_fields=list(names))
+    padded = fields.to_padded_tensor()
+    return {name: padded[name] for name in names}
+
+
+def _anchors_from_transfer_queue(batch_keys: Sequence[str]) -> Tensor:
+    """The :data:`ANCHOR_FIELD` of the training rows ``batch_keys`` as [B, R], from TransferQueue."""
+    return _fields_from_transfer_queue(batch_keys, [ANCHOR_FIELD])[ANCHOR_FIELD]
+
+
+def _run_reporter() -> Reporter | None:
+    from trainer.backends.verl.agent_loop import trajectory_reporter  # the agent loop imports this module
+
+    return trajectory_reporter()
 
 
 def with_step_inputs(
     verl_step: Callable[..., Any],
     anchors_for: Callable[[Sequence[str]], Tensor] = _anchors_from_transfer_queue,
+    *,
+    fetch: Fetch = _fields_from_transfer_queue,
+    reporter_for: Callable[[], Reporter | None] = _run_reporter,
 ) -> Callable[..., Any]:
     """verl v1's advantage step (``compute_advantage_for_multi_trajectories``) that gives our
-    estimators the critic values and anchor ids verl's own call leaves out; others go to ``verl_step``.
+    estimators the critic values and anchor ids verl's own call leaves out (others go to
+    ``verl_step``), then sends the kept trajectories' per-token signals (:mod:`.signals`).
 
     ``data`` holds the batch verl fetched for the step (rewards after any KL penalty, the response
-    mask, the critic's ``values`` when there is a critic, the ``uid`` of every row).
+    mask, the rollout, old and reference log-probs, the critic's ``values`` when there is a critic,
+    the ``uid`` of every row).
     """
 
     def compute_advantage_for_multi_trajectories(
@@ -269,28 +286,42 @@ def with_step_inputs(
     ) -> Any:
         estimator = VERL_ESTIMATORS.get(str(getattr(adv_estimator, "value", adv_estimator)))
         if estimator is None or not estimator.reads_step_inputs:
-            return verl_step(data, batch_keys=batch_keys, adv_estimator=adv_estimator, **kwargs)
-        batch = data.batch
-        has_values = "values" in batch.keys()  # noqa: SIM118 - a TensorDict refuses `in`, its keys() do not
-        values = batch["values"] if estimator.name in CRITIC_ESTIMATORS and has_values else None
-        anchors = anchors_for(batch_keys) if estimator.name in ANCHOR_ESTIMATORS else None
-        if anchors is not None and anchors.shape != batch["response_mask"].shape:
-            raise ValueError(
-                f"{ANCHOR_FIELD} has shape {tuple(anchors.shape)}, the response mask "
-                f"{tuple(batch['response_mask'].shape)}: the rows did not come from our agent loop"
-            )
-        batch["advantages"], batch["returns"] = estimator(
-            token_level_rewards=batch["token_level_rewards"],
-            response_mask=batch["response_mask"],
-            index=data.non_tensor_batch["uid"],
-            config=kwargs.get("config"),
-            values=values,
-            anchors=anchors,
+            data = verl_step(data, batch_keys=batch_keys, adv_estimator=adv_estimator, **kwargs)
+        else:
+            _our_advantages(data, batch_keys, estimator, anchors_for, kwargs.get("config"))
+        report_token_signals(
+            reporter_for(), data.batch, batch_keys, kwargs.get("config"), fetch=fetch, ours_key=ALGORITHM_KEY
         )
         return data
 
     compute_advantage_for_multi_trajectories.agent_r1 = True  # type: ignore[attr-defined]
     return compute_advantage_for_multi_trajectories
+
+
+def _our_advantages(
+    data: Any,
+    batch_keys: Sequence[str],
+    estimator: VerlEstimator,
+    anchors_for: Callable[[Sequence[str]], Tensor],
+    config: Mapping[str, Any] | None,
+) -> None:
+    batch = data.batch
+    has_values = "values" in batch.keys()  # noqa: SIM118 - a TensorDict refuses `in`, its keys() do not
+    values = batch["values"] if estimator.name in CRITIC_ESTIMATORS and has_values else None
+    anchors = anchors_for(batch_keys) if estimator.name in ANCHOR_ESTIMATORS else None
+    if anchors is not None and anchors.shape != batch["response_mask"].shape:
+        raise ValueError(
+            f"{ANCHOR_FIELD} has shape {tuple(anchors.shape)}, the response mask "
+            f"{tuple(batch['response_mask'].shape)}: the rows did not come from our agent loop"
+        )
+    batch["advantages"], batch["returns"] = estimator(
+        token_level_rewards=batch["token_level_rewards"],
+        response_mask=batch["response_mask"],
+        index=data.non_tensor_batch["uid"],
+        config=config,
+        values=values,
+        anchors=anchors,
+    )
 
 
 def install() -> None:

@@ -26,7 +26,7 @@ from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
 from trainer.algos.advantages import ESTIMATORS
 from trainer.backends.torch.batch import flatten
-from trainer.backends.verl import agent_loop
+from trainer.backends.verl import agent_loop, signals
 from trainer.backends.verl.command import compose
 from trainer.backends.verl.estimators import (
     ANCHOR_FIELD,
@@ -403,3 +403,113 @@ def test_the_rollouts_give_gigpo_anchor_groups_beyond_the_first_step(
     first_tokens = [output[ANCHOR_FIELD][0].item() for output in outputs]
     assert first_tokens[:4] == [trajectories[0].steps[0].anchor_id] * 4  # one prompt, one anchor
     assert first_tokens[4] != first_tokens[0]
+
+
+# -- per-token signals from the driver (trainer.backends.verl.signals) -------------------------------
+
+
+def test_the_hook_sends_every_steps_token_signals_under_the_id_the_agent_loop_reported(
+    rollouts: tuple[list[dict[str, Any]], list[Trajectory]],
+    smol_tokenizer: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    outputs, trajectories = rollouts
+    monkeypatch.setattr(
+        signals, "token_decoder", lambda path: lambda ids: smol_tokenizer.batch_decode([[t] for t in ids])
+    )
+    mask, rewards, rollout = (
+        pad(outputs, "response_mask"),
+        pad(outputs, "rm_scores"),
+        pad(outputs, "rollout_log_probs"),
+    )
+    old, ref = rollout + 0.01, rollout - 0.3 * mask  # the actor's pass, the reference's
+    entropy = torch.rand(mask.shape, generator=torch.Generator().manual_seed(0))
+    data = verl_data(rewards, mask, [uid for uid, _, _ in SCRIPTS])
+    for name, value_ in (("rollout_log_probs", rollout), ("old_log_probs", old), ("ref_log_prob", ref)):
+        data.batch[name] = value_
+    keys = [f"{uid}_{s}_0" for s, (uid, _, _) in enumerate(SCRIPTS)]
+    asked: list[tuple[list[str], tuple[str, ...]]] = []
+
+    def fetch(rows: Any, names: Any) -> dict[str, torch.Tensor]:
+        asked.append((list(rows), tuple(names)))
+        picked = [keys.index(key) for key in rows]
+        return {"responses": pad(outputs, "responses")[picked], "entropy": entropy[picked]}
+
+    memory = MemoryReporter()
+    config = OmegaConf.create({"gamma": 1.0, "lam": 1.0, "norm_adv_by_std_in_grpo": True, "kl_penalty": "k1",
+                               "agent_r1": {"token_signals": "all", "tokenizer": "smol"}})  # fmt: skip
+    step = with_step_inputs(
+        compute_advantage_for_multi_trajectories, fetch=fetch, reporter_for=lambda: memory
+    )
+    data = step(data, batch_keys=keys, adv_estimator="agent_r1_grpo", config=config)
+
+    assert asked == [(keys, ("responses", "entropy"))]
+    [sent] = memory.token_signals
+    assert [(s.trajectory_id, s.step_index) for s in sent] == [
+        (t.id, k) for t in trajectories for k in range(len(t.steps))
+    ]
+    by_key = {(s.trajectory_id, s.step_index): s for s in sent}
+    for i, trajectory in enumerate(trajectories):
+        for k, ((start, end), step_) in enumerate(zip(runs(mask[i]), trajectory.steps, strict=True)):
+            wire = by_key[(trajectory.id, k)]
+            values = wire.token_signals.decoded()
+            assert wire.token_signals.tokens == smol_tokenizer.batch_decode([[t] for t in step_.response_ids])
+            assert sorted(values) == ["advantage", "entropy", "kl", "log_prob"]
+            torch.testing.assert_close(
+                torch.tensor(values["advantage"]), data.batch["advantages"][i, start:end]
+            )
+            torch.testing.assert_close(
+                torch.tensor(values["log_prob"]), torch.tensor(step_.rollout_log_probs)
+            )
+            torch.testing.assert_close(torch.tensor(values["entropy"]), entropy[i, start:end])
+            torch.testing.assert_close(
+                torch.tensor(values["kl"]), torch.full((end - start,), 0.31)
+            )  # k1: old - ref
+            assert wire.advantage == pytest.approx(float(data.batch["advantages"][i, start:end].mean()))
+
+
+def test_a_sampled_run_sends_a_few_trajectories_and_none_sends_nothing(
+    rollouts: tuple[list[dict[str, Any]], list[Trajectory]],
+    smol_tokenizer: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    outputs, _ = rollouts
+    monkeypatch.setattr(
+        signals, "token_decoder", lambda path: lambda ids: smol_tokenizer.batch_decode([[t] for t in ids])
+    )
+    mask = pad(outputs, "response_mask")
+    keys = [f"{uid}_{s}_0" for s, (uid, _, _) in enumerate(SCRIPTS)]
+
+    def fetch(rows: Any, names: Any) -> dict[str, torch.Tensor]:
+        if "entropy" in names:
+            raise KeyError("entropy")  # verl's bypass mode stores none
+        return {"responses": pad(outputs, "responses")[[keys.index(key) for key in rows]]}
+
+    def sent(policy: str) -> list[Any]:
+        memory = MemoryReporter()
+        config = OmegaConf.create(
+            {"agent_r1": {"token_signals": policy, "token_signals_per_step": 2, "tokenizer": "smol"}}
+        )
+        step = with_step_inputs(
+            compute_advantage_for_multi_trajectories, fetch=fetch, reporter_for=lambda: memory
+        )
+        step(verl_data(pad(outputs, "rm_scores"), mask, [uid for uid, _, _ in SCRIPTS]), batch_keys=keys,
+             adv_estimator="agent_r1_grpo", config=config)  # fmt: skip
+        return [s for batch in memory.token_signals for s in batch]
+
+    # Two of six, spread over the batch: rows 0 and 3; without entropy in TransferQueue, the rest.
+    sampled = sent("sample")
+    assert {s.trajectory_id for s in sampled} == {
+        signals.trajectory_id_of_key(keys[0]),
+        signals.trajectory_id_of_key(keys[3]),
+    }
+    assert all(sorted(s.token_signals.signals) == ["advantage"] for s in sampled)
+    assert sent("none") == []
+
+
+def test_a_trajectory_id_survives_underscores_in_the_prompt_uid() -> None:
+    assert (
+        signals.trajectory_id_of_key("my_prompt_uid_3_0")
+        == signals.trajectory_id("my_prompt_uid", 3)
+        == "my_prompt_uid-s3"
+    )

@@ -1,0 +1,130 @@
+"""Per-token signals sent after their trajectories (verl's driver, docs/verl.md#token-signals): written
+onto the stored steps, held until a late trajectory arrives, replay-safe, counted in the run's storage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from tests.webapp.results.conftest import Trainer
+from trainer.contract import TOKEN_SIGNALS_PATH, StepSignalsWire, TokenSignalsWire
+from webapp.results.models import PendingTokenSignals, RunStorage, TrajectoryStep
+from webapp.results.rollouts import PENDING_SIGNALS_STEPS, unpack_token_signals
+
+pytestmark = pytest.mark.django_db
+
+
+def trajectory(uid: str, steps: int = 2) -> dict[str, Any]:
+    return {
+        "id": uid,
+        "group_id": "g",
+        "sample_index": 0,
+        "total_reward": 1.0,
+        "steps": [
+            {
+                "index": k,
+                "prompt_text": f"prompt {k}",
+                "response_text": f"answer {k} of {uid}",
+                "num_response_tokens": 3,
+            }
+            for k in range(steps)
+        ],
+    }
+
+
+def signals(uid: str, index: int, advantage: float = 0.5) -> dict[str, Any]:
+    wire = StepSignalsWire(
+        trajectory_id=uid,
+        step_index=index,
+        advantage=advantage,
+        token_signals=TokenSignalsWire.of(
+            ["an", "swer", "<b>"], {"advantage": [advantage] * 3, "kl": [0.01, 0.02, 0.03]}
+        ),
+    )
+    return wire.model_dump(mode="json")
+
+
+def send(trainer: Trainer, steps: list[dict[str, Any]], batch_id: str) -> dict[str, Any]:
+    response = trainer.post(TOKEN_SIGNALS_PATH, {"batch_id": batch_id, "steps": steps})
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def stored(run: Any, uid: str, index: int) -> TrajectoryStep:
+    return TrajectoryStep.objects.get(run=run, trajectory__uid=uid, index=index)
+
+
+def test_signals_are_written_onto_the_stored_steps_and_shown(
+    trainer: Trainer, run: Any, client: Client, personas: Any
+) -> None:
+    assert trainer.trajectories(1, [trajectory("a"), trajectory("b")]).status_code == 200
+    before = RunStorage.objects.get(pk=run.pk).token_signal_bytes
+
+    result = send(trainer, [signals("a", 1, 0.25), signals("b", 0, -1.5), signals("a", 7)], "s1")
+
+    assert result == {"stored": 2, "waiting": 0, "missing": 1, "duplicate": False}  # "a" has no step 7
+    step = stored(run, "a", 1)
+    assert step.advantage == 0.25
+    unpacked = unpack_token_signals(bytes(step.token_signals))
+    assert unpacked.tokens == ["an", "swer", "<b>"]
+    assert unpacked.signals["kl"] == pytest.approx([0.01, 0.02, 0.03])
+    assert stored(run, "a", 0).token_signals is None and stored(run, "b", 0).advantage == -1.5
+    assert RunStorage.objects.get(pk=run.pk).token_signal_bytes > before
+
+    client.force_login(personas["alice"])
+    page = client.get(f"/t/acme/runs/{run.pk}/rollouts/{step.trajectory_id}/").content.decode()
+    assert '<option value="kl">' in page and '<option value="ratio">' not in page
+    assert "&lt;b&gt;" in page and "<b>" not in page.split('id="tokens-1"', 1)[1].split("</script>", 1)[0]
+
+
+def test_a_replayed_batch_changes_nothing(trainer: Trainer, run: Any) -> None:
+    trainer.trajectories(1, [trajectory("a")])
+    send(trainer, [signals("a", 0, 0.25)], "s1")
+    assert send(trainer, [signals("a", 0, 9.0)], "s1")["duplicate"] is True
+    assert stored(run, "a", 0).advantage == 0.25
+
+
+def test_signals_that_arrive_before_their_trajectory_wait_for_it(trainer: Trainer, run: Any) -> None:
+    assert send(trainer, [signals("late", 1, 0.75)], "s1") == {
+        "stored": 0, "waiting": 1, "missing": 0, "duplicate": False,
+    }  # fmt: skip
+    assert PendingTokenSignals.objects.filter(run=run).count() == 1
+
+    assert trainer.trajectories(1, [trajectory("late")]).status_code == 200
+
+    step = stored(run, "late", 1)
+    assert step.advantage == 0.75
+    assert unpack_token_signals(bytes(step.token_signals)).tokens == ["an", "swer", "<b>"]
+    assert not PendingTokenSignals.objects.filter(run=run).exists()
+    assert RunStorage.objects.get(pk=run.pk).token_signal_bytes > 0
+
+
+def test_signals_whose_trajectory_never_comes_are_given_up_as_the_run_moves_on(
+    trainer: Trainer, run: Any
+) -> None:
+    send(trainer, [signals("lost", 0)], "s1")  # its rollout worker died, say
+    trainer.trajectories(PENDING_SIGNALS_STEPS, [trajectory("x")], batch_id="t1")
+    send(trainer, [signals("x", 0)], "s2")
+    assert PendingTokenSignals.objects.filter(run=run, trajectory_uid="lost").exists()  # not yet
+
+    trainer.trajectories(PENDING_SIGNALS_STEPS + 1, [trajectory("y")], batch_id="t2")
+    send(trainer, [signals("y", 0)], "s3")
+    assert not PendingTokenSignals.objects.filter(run=run).exists()
+
+
+def test_bad_signals_are_refused_with_the_reason(trainer: Trainer, run: Any) -> None:
+    trainer.trajectories(1, [trajectory("a")])
+    bad = signals("a", 0)
+    bad["token_signals"]["tokens"] = ["one"]  # three values for one token
+    response = trainer.post(TOKEN_SIGNALS_PATH, {"batch_id": "s1", "steps": [bad]})
+    assert response.status_code == 400
+    assert "has 3 values for 1 tokens" in response.content.decode()
+    assert stored(run, "a", 0).token_signals is None
+
+
+def test_deleting_the_run_deletes_its_waiting_signals(trainer: Trainer, run: Any) -> None:
+    send(trainer, [signals("late", 0)], "s1")
+    run.delete()
+    assert not PendingTokenSignals.objects.exists()
