@@ -168,10 +168,11 @@ def store_token_signals(run: Run, batch: TokenSignalsBatch, batch_id: str) -> Si
         if not IngestBatch.claim(run.pk, batch_id, "token_signals"):
             return SignalsResult(duplicate_batch=True)
         counters = storage.storage_row(run)  # the run's batches take turns, as in store_batch
-        uids = {s.trajectory_id for s in batch.steps}
+        steps = list({(s.trajectory_id, s.step_index): s for s in batch.steps}.values())  # the last wins
+        uids = {s.trajectory_id for s in steps}
         stored = dict(Trajectory.objects.filter(run=run, uid__in=uids).values_list("uid", "pk"))
-        present = [(stored[s.trajectory_id], s) for s in batch.steps if s.trajectory_id in stored]
-        waiting = [s for s in batch.steps if s.trajectory_id not in stored]
+        present = [(stored[s.trajectory_id], s) for s in steps if s.trajectory_id in stored]
+        waiting = [s for s in steps if s.trajectory_id not in stored]
         written, grown = _write_signals(run.pk, present)
         storage.count_batch(counters, received=0, kept=0, sizes=storage.Sizes(token_signal_bytes=grown))
         latest = Trajectory.objects.filter(run=run).aggregate(step=Max("training_step"))["step"] or 0

@@ -79,9 +79,13 @@ def test_signals_are_written_onto_the_stored_steps_and_shown(
     assert "&lt;b&gt;" in page and "<b>" not in page.split('id="tokens-1"', 1)[1].split("</script>", 1)[0]
 
 
-def test_a_replayed_batch_changes_nothing(trainer: Trainer, run: Any) -> None:
+def test_a_replayed_batch_changes_nothing_and_a_step_sent_twice_keeps_the_last(
+    trainer: Trainer, run: Any
+) -> None:
+    assert send(trainer, [signals("a", 0, 1.0), signals("a", 0, 0.25)], "s0")["waiting"] == 1
     trainer.trajectories(1, [trajectory("a")])
-    send(trainer, [signals("a", 0, 0.25)], "s1")
+    assert stored(run, "a", 0).advantage == 0.25
+    send(trainer, [signals("a", 0, 0.5), signals("a", 0, 0.25)], "s1")
     assert send(trainer, [signals("a", 0, 9.0)], "s1")["duplicate"] is True
     assert stored(run, "a", 0).advantage == 0.25
 
