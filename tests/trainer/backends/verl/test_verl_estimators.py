@@ -408,15 +408,18 @@ def test_the_rollouts_give_gigpo_anchor_groups_beyond_the_first_step(
 # -- per-token signals from the driver (trainer.backends.verl.signals) -------------------------------
 
 
-def test_the_hook_sends_every_steps_token_signals_under_the_id_the_agent_loop_reported(
-    rollouts: tuple[list[dict[str, Any]], list[Trajectory]],
-    smol_tokenizer: Any,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    outputs, trajectories = rollouts
+@pytest.fixture
+def smol_decoder(smol_tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver decodes token texts with SmolLM2's tokenizer (ours is read from its GGUF, not a path)."""
     monkeypatch.setattr(
         signals, "token_decoder", lambda path: lambda ids: smol_tokenizer.batch_decode([[t] for t in ids])
     )
+
+
+def test_the_hook_sends_every_steps_token_signals_under_the_id_the_agent_loop_reported(
+    rollouts: tuple[list[dict[str, Any]], list[Trajectory]], smol_tokenizer: Any, smol_decoder: None
+) -> None:
+    outputs, trajectories = rollouts
     mask, rewards, rollout = (
         pad(outputs, "response_mask"),
         pad(outputs, "rm_scores"),
@@ -469,14 +472,9 @@ def test_the_hook_sends_every_steps_token_signals_under_the_id_the_agent_loop_re
 
 
 def test_a_sampled_run_sends_a_few_trajectories_and_none_sends_nothing(
-    rollouts: tuple[list[dict[str, Any]], list[Trajectory]],
-    smol_tokenizer: Any,
-    monkeypatch: pytest.MonkeyPatch,
+    rollouts: tuple[list[dict[str, Any]], list[Trajectory]], smol_decoder: None
 ) -> None:
     outputs, _ = rollouts
-    monkeypatch.setattr(
-        signals, "token_decoder", lambda path: lambda ids: smol_tokenizer.batch_decode([[t] for t in ids])
-    )
     mask = pad(outputs, "response_mask")
     keys = [f"{uid}_{s}_0" for s, (uid, _, _) in enumerate(SCRIPTS)]
 
