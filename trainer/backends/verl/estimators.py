@@ -289,9 +289,7 @@ def with_step_inputs(
             data = verl_step(data, batch_keys=batch_keys, adv_estimator=adv_estimator, **kwargs)
         else:
             _our_advantages(data, batch_keys, estimator, anchors_for, kwargs.get("config"))
-        report_token_signals(
-            reporter_for(), data.batch, batch_keys, kwargs.get("config"), fetch=fetch, ours_key=ALGORITHM_KEY
-        )
+        report_token_signals(reporter_for(), data.batch, batch_keys, kwargs.get("config"), fetch=fetch)
         return data
 
     compute_advantage_for_multi_trajectories.agent_r1 = True  # type: ignore[attr-defined]

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from trainer.algos.losses import kl_penalty
-from trainer.backends.verl.command import SIGNALS_KEY, SIGNALS_PER_STEP_KEY, TOKENIZER_KEY
+from trainer.backends.verl.command import ALGORITHM_KEY, SIGNALS_KEY, SIGNALS_PER_STEP_KEY, TOKENIZER_KEY
 from trainer.contract import TOKEN_SIGNALS_MAX_TOKENS, StepSignalsWire, TokenSignalsWire
 from trainer.report.reporters import Reporter
 from trainer.report.token_signals import kept_trajectories
@@ -93,7 +93,7 @@ def step_signals(
             if end - start > TOKEN_SIGNALS_MAX_TOKENS:
                 continue  # longer than the wire carries for one step (TokenSignalsWire)
             tokens = decode(responses[position, start:end].tolist())
-            signals = {name: _values(value[position], start, end) for name, value in per_token.items()}
+            signals = {name: value[position, start:end].float().tolist() for name, value in per_token.items()}
             advantage = sum(signals["advantage"]) / max(len(signals["advantage"]), 1)
             out.append(
                 StepSignalsWire(
@@ -119,12 +119,6 @@ def _runs(mask: Tensor) -> list[tuple[int, int]]:
     return list(zip(starts, ends, strict=True))
 
 
-def _values(row: Tensor, start: int, end: int) -> list[float]:
-    """The row's values on [start, end); a fetched tensor padded shorter than the batch gives 0s."""
-    values = row[start:end].float().tolist()
-    return values + [0.0] * (end - start - len(values))
-
-
 def report_token_signals(
     reporter: Reporter | None,
     batch: Mapping[str, Tensor],
@@ -132,13 +126,12 @@ def report_token_signals(
     algorithm: Mapping[str, Any] | None,
     *,
     fetch: Fetch,
-    ours_key: str,
 ) -> int:
     """Send the kept steps' signals of one training batch; the number sent. Never raises: the
     trajectory page losing a batch's colours must not stop training."""
     if reporter is None or algorithm is None:
         return 0
-    settings = algorithm.get(ours_key) or {}
+    settings = algorithm.get(ALGORITHM_KEY) or {}
     try:
         steps = step_signals(
             batch,
