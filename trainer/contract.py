@@ -347,10 +347,16 @@ def decode_floats(text: str) -> list[float]:
 
 
 class TokenSignalsWire(_Wire):
-    """One step's response tokens (their text) and what the update computed for each of them."""
+    """One step's response tokens (their text) and what the update computed for each of them.
 
-    tokens: list[Annotated[str, _cut(TOKEN_TEXT_MAX)]] = Field(
-        max_length=TOKEN_SIGNALS_MAX_TOKENS, description="Each response token's text, in order."
+    ``tokens`` may be left out only where the signals are added to a step stored earlier
+    (:class:`StepSignalsWire`): they then count the tokens stored with it.
+    """
+
+    tokens: list[Annotated[str, _cut(TOKEN_TEXT_MAX)]] | None = Field(
+        default=None,
+        max_length=TOKEN_SIGNALS_MAX_TOKENS,
+        description="Each response token's text, in order; null: the tokens the step already has.",
     )
     signals: dict[TokenSignal, str] = Field(
         description="Per signal: base64 of little-endian float32, one value per token."
@@ -358,22 +364,29 @@ class TokenSignalsWire(_Wire):
 
     @model_validator(mode="after")
     def _one_value_per_token(self) -> TokenSignalsWire:
+        counts = set()
         for name, encoded in self.signals.items():
             try:
                 count = len(decode_floats(encoded))
             except ValueError as error:
                 raise ValueError(f"signals.{name} {error}") from None
-            if count != len(self.tokens):
+            if self.tokens is not None and count != len(self.tokens):
                 raise ValueError(f"signals.{name} has {count} values for {len(self.tokens)} tokens")
+            counts.add(count)
+        if self.tokens is None and len(counts) != 1:
+            raise ValueError("signals without tokens must be at least one array, all of one length")
         return self
 
     def decoded(self) -> dict[str, list[float]]:
         return {name: decode_floats(encoded) for name, encoded in self.signals.items()}
 
     @classmethod
-    def of(cls, tokens: Sequence[str], signals: Mapping[str, Sequence[float]]) -> TokenSignalsWire:
+    def of(cls, tokens: Sequence[str] | None, signals: Mapping[str, Sequence[float]]) -> TokenSignalsWire:
         return cls.model_validate(
-            {"tokens": list(tokens), "signals": {k: encode_floats(v) for k, v in signals.items()}}
+            {
+                "tokens": None if tokens is None else list(tokens),
+                "signals": {k: encode_floats(v) for k, v in signals.items()},
+            }
         )
 
 
@@ -401,6 +414,12 @@ class StepWire(_Wire):
         default=None,
         description="Per-token signals of the update, for the trajectories the run keeps them of.",
     )
+
+    @model_validator(mode="after")
+    def _signals_name_their_tokens(self) -> StepWire:
+        if self.token_signals is not None and self.token_signals.tokens is None:
+            raise ValueError("token_signals of a step sent with its trajectory must carry the tokens")
+        return self
 
 
 class TrajectoryWire(_Wire):
@@ -494,7 +513,12 @@ class TrajectoryBatch(_Wire):
 
 class StepSignalsWire(_Wire):
     """The per-token signals (and the advantage) of one step of a trajectory stored earlier: what a
-    backend whose update runs after the trajectory was reported sends once it has them."""
+    backend whose update runs after the trajectory was reported sends once it has them.
+
+    The signals add to those the step has; one sent again replaces its values. Several senders may
+    each send some (verl: the driver sends the tokens with advantage, log-prob, entropy and KL, the
+    actor workers the ratio and clip decision without the tokens).
+    """
 
     trajectory_id: Identifier = Field(description="The trajectory's id (TrajectoryWire.id).")
     step_index: Count = Field(description="The step's index in that trajectory (StepWire.index).")

@@ -132,3 +132,93 @@ def test_deleting_the_run_deletes_its_waiting_signals(trainer: Trainer, run: Any
     send(trainer, [signals("late", 0)], "s1")
     run.delete()
     assert not PendingTokenSignals.objects.exists()
+
+
+def update_signals(uid: str, index: int, ratio: float = 1.1, count: int = 3) -> dict[str, Any]:
+    """What verl's actor workers send: the update's ratio and clip decision, without the tokens."""
+    wire = StepSignalsWire(
+        trajectory_id=uid,
+        step_index=index,
+        token_signals=TokenSignalsWire.of(
+            None, {"ratio": [ratio] * count, "clipped": [0.0, 1.0, 0.0][:count]}
+        ),
+    )
+    return wire.model_dump(mode="json")
+
+
+def signal_names(run: Any, uid: str, index: int) -> dict[str, list[float]]:
+    step = stored(run, uid, index)
+    assert step.token_signals is not None
+    unpacked = unpack_token_signals(bytes(step.token_signals))
+    assert unpacked.tokens == ["an", "swer", "<b>"]
+    return unpacked.signals
+
+
+ALL_FOUR = ["advantage", "clipped", "kl", "ratio"]
+
+
+def test_the_updates_signals_add_to_the_drivers_whichever_comes_first(
+    trainer: Trainer, run: Any, client: Client, personas: Any
+) -> None:
+    trainer.trajectories(1, [trajectory("a"), trajectory("b")])
+    # The driver's first (the usual order), then the worker's: added, the advantage kept.
+    send(trainer, [signals("a", 0, 0.25)], "d1")
+    assert send(trainer, [update_signals("a", 0)], "w1") == {
+        "stored": 1, "waiting": 0, "missing": 0, "duplicate": False,
+    }  # fmt: skip
+    assert sorted(signal_names(run, "a", 0)) == ALL_FOUR
+    assert stored(run, "a", 0).advantage == 0.25
+    # The worker's first: it waits for the tokens, then both are written.
+    assert send(trainer, [update_signals("b", 1)], "w2")["waiting"] == 1
+    assert stored(run, "b", 1).token_signals is None
+    assert send(trainer, [signals("b", 1, -0.5)], "d2")["stored"] == 1
+    assert sorted(signal_names(run, "b", 1)) == ALL_FOUR
+    assert not PendingTokenSignals.objects.filter(run=run).exists()
+    # A later epoch's ratio replaces the earlier one; the other signals stay.
+    send(trainer, [update_signals("a", 0, ratio=0.8)], "w3")
+    values = signal_names(run, "a", 0)
+    assert values["ratio"] == pytest.approx([0.8] * 3) and values["kl"] == pytest.approx([0.01, 0.02, 0.03])
+
+    client.force_login(personas["alice"])
+    page = client.get(f"/t/acme/runs/{run.pk}/rollouts/{stored(run, 'a', 0).trajectory_id}/").content.decode()
+    assert '<option value="ratio">' in page and '<option value="clipped">' in page
+
+
+def test_both_senders_wait_together_for_a_late_trajectory(trainer: Trainer, run: Any) -> None:
+    send(trainer, [update_signals("late", 0), update_signals("late", 1)], "w1")
+    send(trainer, [signals("late", 0, 0.75)], "d1")
+    assert PendingTokenSignals.objects.filter(run=run).count() == 2  # step 0 merged, step 1 still waiting
+    send(trainer, [signals("late", 1, -0.25)], "d2")
+
+    trainer.trajectories(1, [trajectory("late")])
+
+    assert sorted(signal_names(run, "late", 0)) == ALL_FOUR
+    assert sorted(signal_names(run, "late", 1)) == ALL_FOUR
+    assert (stored(run, "late", 0).advantage, stored(run, "late", 1).advantage) == (0.75, -0.25)
+    assert not PendingTokenSignals.objects.filter(run=run).exists()
+
+
+def test_update_signals_whose_tokens_never_come_wait_and_are_given_up(trainer: Trainer, run: Any) -> None:
+    send(trainer, [update_signals("a", 0)], "w1")
+    trainer.trajectories(1, [trajectory("a")], batch_id="t1")  # its driver's send was lost, say
+    assert stored(run, "a", 0).token_signals is None
+    assert PendingTokenSignals.objects.filter(run=run, trajectory_uid="a").exists()
+
+    trainer.trajectories(PENDING_SIGNALS_STEPS + 2, [trajectory("y")], batch_id="t2")
+    send(trainer, [signals("y", 0)], "d1")
+    assert not PendingTokenSignals.objects.filter(run=run).exists()
+
+
+def test_update_signals_that_do_not_count_the_steps_tokens_are_refused(trainer: Trainer, run: Any) -> None:
+    trainer.trajectories(1, [trajectory("a")])
+    send(trainer, [signals("a", 0)], "d1")
+    assert send(trainer, [update_signals("a", 0, count=2)], "w1")["missing"] == 1
+    assert sorted(signal_names(run, "a", 0)) == ["advantage", "kl"]
+
+    uneven = update_signals("a", 0)
+    uneven["token_signals"]["signals"]["clipped"] = TokenSignalsWire.of(None, {"clipped": [0.0]}).signals[
+        "clipped"
+    ]
+    response = trainer.post(TOKEN_SIGNALS_PATH, {"batch_id": "w2", "steps": [uneven]})
+    assert response.status_code == 400
+    assert "all of one length" in response.content.decode()

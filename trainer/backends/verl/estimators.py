@@ -26,7 +26,7 @@ from torch import Tensor
 
 from trainer.algos.advantages import ESTIMATORS, StepBatch
 from trainer.backends.verl.command import ALGORITHM_KEY, STEP_WEIGHT_KEY, verl_estimator_name
-from trainer.backends.verl.signals import Fetch, report_token_signals
+from trainer.backends.verl.signals import KEPT_FIELD, Fetch, Mark, report_token_signals, run_reporter
 from trainer.config import ANCHOR_ESTIMATORS, CRITIC_ESTIMATORS
 from trainer.report.reporters import Reporter
 
@@ -259,10 +259,13 @@ def _anchors_from_transfer_queue(batch_keys: Sequence[str]) -> Tensor:
     return _fields_from_transfer_queue(batch_keys, [ANCHOR_FIELD])[ANCHOR_FIELD]
 
 
-def _run_reporter() -> Reporter | None:
-    from trainer.backends.verl.agent_loop import trajectory_reporter  # the agent loop imports this module
+def _mark_in_transfer_queue(batch_keys: Sequence[str], flags: Tensor) -> None:
+    """Store ``flags`` [B] as the :data:`~.signals.KEPT_FIELD` of the training rows ``batch_keys``."""
+    import transfer_queue as tq
+    from tensordict import TensorDict
 
-    return trajectory_reporter()
+    fields = TensorDict({KEPT_FIELD: flags}, batch_size=[len(batch_keys)])
+    tq.kv_batch_put(keys=list(batch_keys), partition_id=TRAIN_PARTITION, fields=fields)
 
 
 def with_step_inputs(
@@ -270,11 +273,13 @@ def with_step_inputs(
     anchors_for: Callable[[Sequence[str]], Tensor] = _anchors_from_transfer_queue,
     *,
     fetch: Fetch = _fields_from_transfer_queue,
-    reporter_for: Callable[[], Reporter | None] = _run_reporter,
+    mark: Mark = _mark_in_transfer_queue,
+    reporter_for: Callable[[], Reporter | None] = run_reporter,
 ) -> Callable[..., Any]:
     """verl v1's advantage step (``compute_advantage_for_multi_trajectories``) that gives our
     estimators the critic values and anchor ids verl's own call leaves out (others go to
-    ``verl_step``), then sends the kept trajectories' per-token signals (:mod:`.signals`).
+    ``verl_step``), then sends the kept trajectories' per-token signals and marks their rows for the
+    actor update (:mod:`.signals`).
 
     ``data`` holds the batch verl fetched for the step (rewards after any KL penalty, the response
     mask, the rollout, old and reference log-probs, the critic's ``values`` when there is a critic,
@@ -289,7 +294,9 @@ def with_step_inputs(
             data = verl_step(data, batch_keys=batch_keys, adv_estimator=adv_estimator, **kwargs)
         else:
             _our_advantages(data, batch_keys, estimator, anchors_for, kwargs.get("config"))
-        report_token_signals(reporter_for(), data.batch, batch_keys, kwargs.get("config"), fetch=fetch)
+        report_token_signals(
+            reporter_for(), data.batch, batch_keys, kwargs.get("config"), fetch=fetch, mark=mark
+        )
         return data
 
     compute_advantage_for_multi_trajectories.agent_r1 = True  # type: ignore[attr-defined]

@@ -9,21 +9,29 @@ micro-batch's loss, so that verl's sum over micro-batches and data-parallel rank
 loss (docs/verl.md#policy-losses).
 
 Policy losses are registered in verl's policy-loss registry as ``agent_r1_<name>``; the critic's loss
-has no registry, so :func:`install` points the v1 trainer's critic at :func:`verl_value_loss`.
+has no registry, so :func:`install` points the v1 trainer's critic at :func:`verl_value_loss`, and
+the actor workers' ``ppo_loss`` at :func:`verl_ppo_loss`, which hands the per-token ratio and clip
+decision of the rows the run keeps signals of to :mod:`.signals` (docs/verl.md#token-signals).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from torch import Tensor
 
 from trainer.algos.losses import POLICY_LOSSES, masked_mean, value_loss
+from trainer.backends.verl import signals
 from trainer.backends.verl.command import verl_loss_name
 from trainer.backends.verl.estimators import StepLayout, step_layout
 from trainer.contract import VERL_KEY_ALIASES
+
+# Where a policy loss leaves its per-token signals ([b, R], signals.UPDATE_SIGNALS) while
+# verl_ppo_loss asks for them; None otherwise.
+_CAPTURED: ContextVar[dict[str, Tensor] | None] = ContextVar("agent_r1_captured_signals", default=None)
 
 # Our metric names (trainer.algos.losses, "actor/" + name on the torch backend) as verl spells them,
 # so that verl's metrics of our losses reach the run under the keys its own losses use.
@@ -109,14 +117,19 @@ class VerlPolicyLoss:
                 "algorithm.rollout_correction off"
             )
         layout = step_layout(response_mask)
+        captured = _CAPTURED.get()
+        token_out: dict[str, Tensor] | None = None if captured is None else {}
         loss, metrics = POLICY_LOSSES.get(self.name)(
             layout.gather(log_prob),
             layout.gather(old_log_prob),
             layout.gather(advantages),
             layout.valid.to(log_prob.dtype),
             agg_mode=loss_agg_mode,
+            token_out=token_out,
             **clip_parameters(config),
         )
+        if captured is not None and token_out is not None:
+            captured.update({name: layout.scatter(token_out[name]) for name in signals.UPDATE_SIGNALS})
         scale = micro_batch_scale(layout, loss_agg_mode, config.global_batch_info)
         return loss * scale, {verl_metric_key(key): float(value) for key, value in metrics.items()}
 
@@ -124,6 +137,29 @@ class VerlPolicyLoss:
 VERL_POLICY_LOSSES: dict[str, VerlPolicyLoss] = {
     verl_loss_name(name): VerlPolicyLoss(name) for name in POLICY_LOSSES.names()
 }
+
+
+def verl_ppo_loss(
+    config: Any, model_output: Any, data: Any, dp_group: Any = None
+) -> tuple[Tensor, dict[str, Any]]:
+    """verl's actor loss (``workers/utils/losses.py`` ``ppo_loss``, unchanged), and for the rows the
+    driver marked (:data:`.signals.KEPT_FIELD`) the ratio and clip decision our policy loss computed
+    per token, sent to the run: the trajectory page's update-time signals (docs/verl.md#token-signals).
+
+    A micro-batch is seen once per PPO epoch; the last one sent wins, as on the torch backend.
+    """
+    from verl.workers.utils.losses import ppo_loss
+
+    if not signals.has_field(data, signals.KEPT_FIELD):
+        return ppo_loss(config, model_output, data, dp_group)
+    captured: dict[str, Tensor] = {}
+    token = _CAPTURED.set(captured)
+    try:
+        loss, metrics = ppo_loss(config, model_output, data, dp_group)
+    finally:
+        _CAPTURED.reset(token)
+    signals.report_update_signals(signals.run_reporter(), data, captured)
+    return loss, metrics
 
 
 def verl_value_loss(
@@ -159,17 +195,21 @@ def verl_value_loss(
 
 
 def install() -> None:
-    """Register our policy losses in verl and give the v1 trainer's critic our value loss; safe to call
-    again.
+    """Register our policy losses in verl, give the v1 trainer's critic our value loss and the actor
+    workers our wrapper of their loss; safe to call again.
 
     ``core_algos.register_policy_loss`` is verl's extension point for policy losses. The critic's loss
     has none: ``trainer/ppo/v1/trainer_base.py`` hands ``partial(value_loss, config=...)`` to the
     critic workers from its module namespace, so that name is pointed here (docs/verl.md#policy-losses).
+    The actor workers build theirs the same way from ``workers/engine_workers.py``'s ``ppo_loss``
+    (``init_model``, after this hook has run in their process).
     """
     from verl.trainer.ppo import core_algos
     from verl.trainer.ppo.v1 import trainer_base
+    from verl.workers import engine_workers
 
     for verl_name, loss in VERL_POLICY_LOSSES.items():
         if core_algos.POLICY_LOSS_REGISTRY.get(verl_name) != loss:
             core_algos.register_policy_loss(verl_name)(loss)
     trainer_base.value_loss = verl_value_loss
+    engine_workers.ppo_loss = verl_ppo_loss

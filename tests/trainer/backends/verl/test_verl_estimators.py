@@ -438,15 +438,19 @@ def test_the_hook_sends_every_steps_token_signals_under_the_id_the_agent_loop_re
         picked = [keys.index(key) for key in rows]
         return {"responses": pad(outputs, "responses")[picked], "entropy": entropy[picked]}
 
-    memory = MemoryReporter()
+    memory, marked = MemoryReporter(), []
     config = OmegaConf.create({"gamma": 1.0, "lam": 1.0, "norm_adv_by_std_in_grpo": True, "kl_penalty": "k1",
                                "agent_r1": {"token_signals": "all", "tokenizer": "smol"}})  # fmt: skip
     step = with_step_inputs(
-        compute_advantage_for_multi_trajectories, fetch=fetch, reporter_for=lambda: memory
+        compute_advantage_for_multi_trajectories,
+        fetch=fetch,
+        mark=lambda rows, flags: marked.append((list(rows), flags.tolist())),
+        reporter_for=lambda: memory,
     )
     data = step(data, batch_keys=keys, adv_estimator="agent_r1_grpo", config=config)
 
     assert asked == [(keys, ("responses", "entropy"))]
+    assert marked == [(keys, [1] * len(keys))]  # for the actor workers' ratio and clip
     [sent] = memory.token_signals
     assert [(s.trajectory_id, s.step_index) for s in sent] == [
         (t.id, k) for t in trajectories for k in range(len(t.steps))
@@ -483,13 +487,18 @@ def test_a_sampled_run_sends_a_few_trajectories_and_none_sends_nothing(
             raise KeyError("entropy")  # verl's bypass mode stores none
         return {"responses": pad(outputs, "responses")[[keys.index(key) for key in rows]]}
 
+    marked: list[list[int]] = []
+
     def sent(policy: str) -> list[Any]:
         memory = MemoryReporter()
         config = OmegaConf.create(
             {"agent_r1": {"token_signals": policy, "token_signals_per_step": 2, "tokenizer": "smol"}}
         )
         step = with_step_inputs(
-            compute_advantage_for_multi_trajectories, fetch=fetch, reporter_for=lambda: memory
+            compute_advantage_for_multi_trajectories,
+            fetch=fetch,
+            mark=lambda rows, flags: marked.append(flags.tolist()),
+            reporter_for=lambda: memory,
         )
         step(verl_data(pad(outputs, "rm_scores"), mask, [uid for uid, _, _ in SCRIPTS]), batch_keys=keys,
              adv_estimator="agent_r1_grpo", config=config)  # fmt: skip
@@ -502,7 +511,9 @@ def test_a_sampled_run_sends_a_few_trajectories_and_none_sends_nothing(
         signals.trajectory_id_of_key(keys[3]),
     }
     assert all(sorted(s.token_signals.signals) == ["advantage"] for s in sampled)
+    assert marked == [[1, 0, 0, 1, 0, 0]]
     assert sent("none") == []
+    assert len(marked) == 1  # nothing kept, nothing marked
 
 
 def test_a_trajectory_id_survives_underscores_in_the_prompt_uid() -> None:

@@ -14,19 +14,22 @@ from typing import Any
 import pytest
 import torch
 from omegaconf import OmegaConf
-from tensordict import TensorDict
+from tensordict import NonTensorStack, TensorDict
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.v1 import trainer_base
 from verl.utils import tensordict_utils as tu
+from verl.workers import engine_workers
 from verl.workers.config import ActorConfig, PolicyLossConfig
 from verl.workers.utils.losses import ppo_loss
 
 from trainer.algos.losses import AGG_MODES, POLICY_LOSSES, agg_loss, kl_penalty, value_loss
 from trainer.algos.presets import PRESETS
 from trainer.backends.torch.update import VALUE_CLIP
+from trainer.backends.verl import signals
 from trainer.backends.verl.command import VerlPaths, overrides, verl_loss_name
-from trainer.backends.verl.losses import install, verl_value_loss
+from trainer.backends.verl.losses import install, verl_ppo_loss, verl_value_loss
 from trainer.config import AlgorithmConfig, RunConfig
+from trainer.report.reporters import MemoryReporter
 
 PATHS = VerlPaths(
     train_files="/shared/data/train.parquet",
@@ -314,3 +317,82 @@ def test_a_rollout_correction_weight_is_refused_not_dropped() -> None:
             actor,
             torch.ones_like(rows["log_prob"]),
         )
+
+
+# -- the update's per-token signals (trainer.backends.verl.losses.verl_ppo_loss) --------------------
+
+MARKED = [0, 2, 3]  # the rows the driver marked for signals (signals.KEPT_FIELD)
+REARRANGED = [[2, 0], [3, 1]]  # micro-batches of the mini-batch's rows, out of order
+
+
+def identified(found: Batch, rows: list[int], **info: Any) -> TensorDict:
+    """An actor micro-batch as verl's worker has it: every TransferQueue field of its rows, so also the
+    prompt uid and session id (stacks of Python values) and the driver's mark."""
+    data = micro_batch(found, rows, ACTOR_INPUTS, **info)
+    data["uid"] = NonTensorStack(*[f"prompt_{row // 2}" for row in rows])
+    data["session_id"] = NonTensorStack(*[row % 2 for row in rows])
+    data[signals.KEPT_FIELD] = torch.tensor([int(row in MARKED) for row in rows], dtype=torch.int8)
+    return data
+
+
+@pytest.mark.parametrize("policy_loss", POLICY_LOSSES.names())
+def test_the_actor_update_sends_each_marked_steps_ratio_and_clip_as_the_torch_loss_computes_them(
+    policy_loss: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory = MemoryReporter()
+    monkeypatch.setattr(signals, "run_reporter", lambda: memory)
+    preset = next(name for name in PRESETS.names() if PRESETS.get(name).policy_loss == policy_loss)
+    config = run_config(preset)
+    actor, found = actor_config(config), batch(4)
+    assert engine_workers.ppo_loss is verl_ppo_loss  # what the actor workers build their loss from
+    info = mini_batch_info(found)
+    mini_batch = identified(found, list(range(len(TRAJECTORIES))), **info)
+    for (
+        rows
+    ) in REARRANGED:  # split as verl's engine does with dynamic batch sizes (tu.index_select_tensor_dict)
+        lengths = found.rows["response_length"][rows]
+        output = {"log_probs": packed(found.rows["log_prob"][rows], lengths)}
+        loss, _ = verl_ppo_loss(actor, output, tu.index_select_tensor_dict(mini_batch, rows))
+        plain, _ = ppo_loss(actor, output, micro_batch(found, rows, ACTOR_INPUTS, **info))
+        torch.testing.assert_close(loss, plain)  # the loss itself is verl's, untouched
+    expected: dict[str, torch.Tensor] = {}
+    algorithm = config.algorithm
+    POLICY_LOSSES.get(policy_loss)(
+        found.steps["log_prob"],
+        found.steps["old_log_prob"],
+        found.steps["advantages"],
+        found.steps["response_mask"],
+        clip_low=algorithm.clip_low,
+        clip_high=algorithm.clip_high,
+        dual_clip_c=algorithm.dual_clip_c,
+        token_out=expected,
+    )
+    sent = {(s.trajectory_id, s.step_index): s for batch_ in memory.token_signals for s in batch_}
+    wanted = {}
+    for step, (row, _, length) in enumerate(found.places):
+        index = sum(1 for other, _, _ in found.places[:step] if other == row)
+        if row in MARKED:
+            wanted[(signals.trajectory_id(f"prompt_{row // 2}", row % 2), index)] = (step, length)
+    assert set(sent) == set(wanted)
+    for key, (step, length) in wanted.items():
+        wire = sent[key]
+        assert wire.token_signals.tokens is None and wire.advantage is None  # the driver sent those
+        values = wire.token_signals.decoded()
+        assert sorted(values) == ["clipped", "ratio"]
+        torch.testing.assert_close(torch.tensor(values["ratio"]), expected["ratio"][step, :length])
+        torch.testing.assert_close(torch.tensor(values["clipped"]), expected["clipped"][step, :length])
+    if policy_loss == "vanilla":  # the batch has clipped tokens and unclipped ones
+        assert 0 < float(expected["clipped"].sum()) < float(found.steps["response_mask"].sum())
+
+
+def test_an_unmarked_micro_batch_sends_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = MemoryReporter()
+    monkeypatch.setattr(signals, "run_reporter", lambda: memory)
+    actor, found = actor_config(run_config("grpo")), batch()
+    rows = MICRO_BATCHES[0]
+    output = {"log_probs": packed(found.rows["log_prob"][rows], found.rows["response_length"][rows])}
+    verl_ppo_loss(actor, output, micro_batch(found, rows, ACTOR_INPUTS, **mini_batch_info(found)))
+    data = identified(found, rows, **mini_batch_info(found))
+    data[signals.KEPT_FIELD] = torch.zeros(len(rows), dtype=torch.int8)
+    verl_ppo_loss(actor, output, data)
+    assert memory.token_signals == []
