@@ -67,6 +67,7 @@ class Recipe:
     max_steps: int = 5
     input_help: str = ""  # what --input points at (the public raw format)
     needs_input: bool = True  # False when the recipe generates its data or has --from-package
+    generates: bool = False  # True when, given a size and no input, it makes that many items (seeded)
     run_overrides: Mapping[str, Any] = field(default_factory=dict)  # further RunConfig settings that suit it
 
     def run_defaults(self) -> dict[str, Any]:

@@ -30,5 +30,6 @@ RECIPE = register(
         },
         input_help="optional JSON Lines of {question, answer}; without --input the problems are generated",
         needs_input=False,
+        generates=True,
     ),
 )

@@ -25,5 +25,6 @@ RECIPE = register(
         input_help="a folder with products.jsonl and goals.jsonl in our catalog schema; without --input a "
         "synthetic catalog is generated",
         needs_input=False,
+        generates=True,
     ),
 )

@@ -392,7 +392,13 @@ class RecipeImport(models.Model):
         from tasks_lib.registry import PrepareOptions, load_recipes
 
         recipe = load_recipes().get(self.task)
-        origin = self.input_path or ("packaged items" if self.options.get("from_package") else "fixtures")
+        origin = self.input_path or (
+            "packaged items"
+            if self.options.get("from_package")
+            else "generated"
+            if self.options.get("size") and recipe.generates
+            else "fixtures"
+        )
         if self.options.get("size"):
             origin += f", size {self.options['size']}, seed {self.options.get('seed', 0)}"
         datasets = []

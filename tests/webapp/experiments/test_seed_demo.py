@@ -25,6 +25,10 @@ def test_the_demo_team_has_recipe_datasets_and_a_ready_experiment(db: Any) -> No
     train, val = (Dataset.resolve(demo, path) for path in (config.data.train_path, config.data.val_path))
     assert train is not None and val is not None
     assert (train.stats["rows"], val.stats["rows"]) == (450, 50)
+    assert (train.name, val.name) == (
+        "arithmetic train (generated, size 500, seed 0)",
+        "arithmetic val (generated, size 500, seed 0)",
+    )
     assert not experiment.runs.exists()  # ready to launch, not launched
 
     call_command("seed_demo")  # a second `make run` changes nothing
