@@ -51,6 +51,16 @@ def our_bodies() -> list[bytes]:
     return bodies
 
 
+def gzip_ingest_headers(run_token: str) -> dict[str, str]:
+    """The headers of a gzipped ingestion body from the benches' claimed run, as HttpReporter sends them."""
+    return {
+        "Authorization": f"Bearer {run_token}",
+        "Content-Type": "application/json",
+        "Content-Encoding": "gzip",
+        CLAIMANT_HEADER: BENCH_CLAIMANT,
+    }
+
+
 def post_all(url: str, bodies: list[bytes], headers: dict[str, str]) -> float:
     def send(chunk: list[bytes]) -> None:
         with httpx.Client(timeout=120) as client:
@@ -69,12 +79,7 @@ def post_all(url: str, bodies: list[bytes], headers: dict[str, str]) -> float:
 def bench_ours(database_url: str) -> float:
     run, run_token, _ = make_run()
     bodies = our_bodies()
-    headers = {
-        "Authorization": f"Bearer {run_token}",
-        "Content-Type": "application/json",
-        "Content-Encoding": "gzip",
-        CLAIMANT_HEADER: BENCH_CLAIMANT,
-    }
+    headers = gzip_ingest_headers(run_token)
     with studio_server(database_url) as server:
         url = server.url + METRICS_PATH.format(run_id=run.pk)
         post_all(url, bodies[:2], headers)  # warm up: connections, the key cache of each worker

@@ -20,10 +20,10 @@ import logging
 import os
 import random
 
-from _common import BENCH_CLAIMANT, make_run, postgres, ratio, setup_django, studio_server
-from bench_ingest import post_all
+from _common import make_run, postgres, ratio, setup_django, studio_server
+from bench_ingest import gzip_ingest_headers, post_all
 
-from trainer.contract import CLAIMANT_HEADER, TOKEN_SIGNALS_PATH, TRAJECTORIES_PATH, encode_floats
+from trainer.contract import TOKEN_SIGNALS_PATH, TRAJECTORIES_PATH, encode_floats
 
 BATCHES = int(os.environ.get("BENCH_SIGNAL_BATCHES", "30"))  # x 64 trajectories x 3 steps
 TRAJECTORIES = 64
@@ -112,12 +112,7 @@ def main() -> None:
         trajectories = trajectory_bodies()
         driver = signal_bodies(("advantage", "log_prob", "entropy", "kl"), True, "d")
         workers = signal_bodies(("ratio", "clipped"), False, "w")
-        headers = {
-            "Authorization": f"Bearer {run_token}",
-            "Content-Type": "application/json",
-            "Content-Encoding": "gzip",
-            CLAIMANT_HEADER: BENCH_CLAIMANT,
-        }
+        headers = gzip_ingest_headers(run_token)
         with studio_server(database_url) as server:
             base = server.url
             stored = steps_per_second(base + TRAJECTORIES_PATH.format(run_id=run.pk), trajectories, headers)
