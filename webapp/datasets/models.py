@@ -360,7 +360,21 @@ class RecipeImport(models.Model):
         ordering = ["-created"]
 
     def __str__(self) -> str:
-        return f"{self.task} from {self.input_path or 'fixtures'}"
+        return f"{self.task} from {self.origin}"
+
+    @property
+    def origin(self) -> str:
+        """Where the items come from, as the datasets' names and the preparations list say it."""
+        from tasks_lib.registry import load_recipes
+
+        recipes = load_recipes()
+        generated = self.options.get("size") and self.task in recipes and recipes.get(self.task).generates
+        origin = self.input_path or (
+            "packaged items" if self.options.get("from_package") else "generated" if generated else "fixtures"
+        )
+        if self.options.get("size"):
+            origin += f", size {self.options['size']}, seed {self.options.get('seed', 0)}"
+        return origin
 
     @classmethod
     def start(
@@ -392,15 +406,7 @@ class RecipeImport(models.Model):
         from tasks_lib.registry import PrepareOptions, load_recipes
 
         recipe = load_recipes().get(self.task)
-        origin = self.input_path or (
-            "packaged items"
-            if self.options.get("from_package")
-            else "generated"
-            if self.options.get("size") and recipe.generates
-            else "fixtures"
-        )
-        if self.options.get("size"):
-            origin += f", size {self.options['size']}, seed {self.options.get('seed', 0)}"
+        origin = self.origin
         datasets = []
         with tempfile.TemporaryDirectory(dir=files.incoming_dir()) as out:
             # As `python -m tasks_lib prepare --fixtures` does: the fixtures folder is the input.

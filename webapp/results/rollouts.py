@@ -175,12 +175,7 @@ def store_token_signals(run: Run, batch: TokenSignalsBatch, batch_id: str) -> Si
             (row.trajectory_uid, row.step_index): row
             for row in PendingTokenSignals.objects.filter(run=run, trajectory_uid__in=uids)
         }
-        steps = [
-            merge_step_signals(StepSignalsWire.model_validate(pending[key].payload), s)
-            if (key := _step_key(s)) in pending
-            else s
-            for s in steps
-        ]
+        steps = [_after_waiting(pending.get(_step_key(s)), s) for s in steps]
         stored = dict(Trajectory.objects.filter(run=run, uid__in=uids).values_list("uid", "pk"))
         present = [(stored[s.trajectory_id], s) for s in steps if s.trajectory_id in stored]
         waiting = [s for s in steps if s.trajectory_id not in stored]
@@ -201,6 +196,13 @@ def store_token_signals(run: Run, batch: TokenSignalsBatch, batch_id: str) -> Si
 
 def _step_key(step: StepSignalsWire) -> tuple[str, int]:
     return step.trajectory_id, step.step_index
+
+
+def _after_waiting(waiting: PendingTokenSignals | None, step: StepSignalsWire) -> StepSignalsWire:
+    """``step`` merged into what waited for that step, if anything did (it came first)."""
+    if waiting is None:
+        return step
+    return merge_step_signals(StepSignalsWire.model_validate(waiting.payload), step)
 
 
 def _merged_by_step(steps: Sequence[StepSignalsWire]) -> list[StepSignalsWire]:

@@ -4,6 +4,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.test import Client
 
 from trainer.config import RunConfig
 from webapp.accounts.models import Team
@@ -13,7 +14,7 @@ from webapp.experiments.models import Experiment
 
 
 def test_the_demo_team_has_recipe_datasets_and_a_ready_experiment(db: Any) -> None:
-    get_user_model().objects.create_superuser("admin", "", "pw-for-the-demo")
+    admin = get_user_model().objects.create_superuser("admin", "", "pw-for-the-demo")
     call_command("seed_demo")
     demo = Team.objects.get(name="Demo")
     names = set(Dataset.usable_for(demo).values_list("name", flat=True))
@@ -29,6 +30,10 @@ def test_the_demo_team_has_recipe_datasets_and_a_ready_experiment(db: Any) -> No
         "arithmetic train (generated, size 500, seed 0)",
         "arithmetic val (generated, size 500, seed 0)",
     )
+    client = Client()
+    client.force_login(admin)
+    page = client.get(f"/t/{demo.slug}/datasets/").content.decode()
+    assert "<td>generated, size 500, seed 0</td>" in page and "<td>fixtures</td>" in page  # preparations
     assert not experiment.runs.exists()  # ready to launch, not launched
 
     call_command("seed_demo")  # a second `make run` changes nothing

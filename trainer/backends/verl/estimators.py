@@ -26,7 +26,14 @@ from torch import Tensor
 
 from trainer.algos.advantages import ESTIMATORS, StepBatch
 from trainer.backends.verl.command import ALGORITHM_KEY, STEP_WEIGHT_KEY, verl_estimator_name
-from trainer.backends.verl.signals import KEPT_FIELD, Fetch, Mark, report_token_signals, run_reporter
+from trainer.backends.verl.signals import (
+    KEPT_FIELD,
+    Fetch,
+    Mark,
+    has_field,
+    report_token_signals,
+    run_reporter,
+)
 from trainer.config import ANCHOR_ESTIMATORS, CRITIC_ESTIMATORS
 from trainer.report.reporters import Reporter
 
@@ -311,8 +318,7 @@ def _our_advantages(
     config: Mapping[str, Any] | None,
 ) -> None:
     batch = data.batch
-    has_values = "values" in batch.keys()  # noqa: SIM118 - a TensorDict refuses `in`, its keys() do not
-    values = batch["values"] if estimator.name in CRITIC_ESTIMATORS and has_values else None
+    values = batch["values"] if estimator.name in CRITIC_ESTIMATORS and has_field(batch, "values") else None
     anchors = anchors_for(batch_keys) if estimator.name in ANCHOR_ESTIMATORS else None
     if anchors is not None and anchors.shape != batch["response_mask"].shape:
         raise ValueError(
