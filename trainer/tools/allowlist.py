@@ -18,10 +18,11 @@ Redirects are never followed by the callers: a 3xx is an error, not a result.
 from __future__ import annotations
 
 import ipaddress
+import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
@@ -105,12 +106,39 @@ class AllowRule:
 
 
 def _path_within(path: str, prefix: str) -> bool:
+    """Whether ``path`` lies under ``prefix`` segment by segment, both compared as a server reads
+    them (:func:`normalised_path`): ``/v1/..\\admin`` is ``/admin``, outside ``/v1/``."""
     if not prefix:
         return True
-    # Dot segments would let /v1/../admin pass a /v1/ prefix and then leave it on the server.
-    if any(segment in (".", "..") for segment in path.split("/")) or "%2e" in path.lower():
+    inside, folder = normalised_path(path), normalised_path(prefix)
+    if inside is None or folder is None:
         return False
-    return path.startswith(prefix) or path + "/" == prefix
+    folder = folder.rstrip("/")
+    return not folder or inside == folder or inside.startswith(folder + "/")
+
+
+# Enough for %252e (an encoded "%2e"); a path that still changes after this many decodings is refused.
+_DECODINGS = 3
+
+
+def normalised_path(path: str) -> str | None:
+    """The path a server acts on, None when decoding never settles. Percent-decoded (again while
+    that changes it: some servers decode twice), backslashes read as slashes (IIS and some proxies
+    do), a segment's ``;params`` ignored when telling dot segments (Tomcat's ``..;``), and dot
+    segments resolved (RFC 3986, 5.2.4). A rule's prefix is matched against this, never the raw
+    text, so no URL that names a folder inside the prefix lands outside it (docs/security.md#outbound)."""
+    for _ in range(_DECODINGS + 1):
+        decoded = unquote(path)
+        if decoded == path:
+            segments = [_dot_or_segment(s) for s in path.replace("\\", "/").split("/")]
+            return posixpath.normpath("/" + "/".join(segments)).replace("//", "/")
+        path = decoded
+    return None
+
+
+def _dot_or_segment(segment: str) -> str:
+    name = segment.split(";", 1)[0]
+    return name if name in (".", "..") else segment
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,30 @@ def test_a_url_prefix_rule_checks_scheme_port_and_path_and_no_dot_segments() -> 
             check_url(url, rules)
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/..\\admin",  # a backslash a server reads as a slash
+        "/v1\\..\\admin",
+        "/v1/%2e%2e\\admin",
+        "/v1/%252e%252e/admin",  # decoded twice by some servers
+        "/v1/%2E%2E%2Fadmin",  # an encoded slash
+        "/v1/..;/admin",  # Tomcat's path parameter on a dot segment
+        "/v1/./../admin",
+        "/v1/%25252525252e%25252525252e/admin",  # never settles
+    ],
+)
+def test_a_url_prefix_rule_compares_the_path_a_server_would_act_on(path: str) -> None:
+    with pytest.raises(OutboundRefused, match="is not allowed"):
+        check_url("https://api.example.com" + path, policy("https://api.example.com/v1/"))
+
+
+def test_a_path_that_stays_inside_the_prefix_once_normalised_is_allowed() -> None:
+    rules = policy("https://api.example.com/v1/")
+    for path in ("/v1/a/../search", "/v1/./search", "/v1/%73earch", "/v1//search", "/v1/a\\b"):
+        assert check_url("https://api.example.com" + path, rules).rule == rules.rules[0], path
+
+
 def test_credentials_in_the_url_are_refused() -> None:
     with pytest.raises(OutboundRefused, match="credentials in the URL"):
         check_url("http://user:pw@tools.internal:8080/", policy("tools.internal:8080"))
