@@ -32,14 +32,9 @@ from ninja.security import HttpBearer
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from trainer.contract import API_ROOT, CLAIMANT_HEADER, INT4_MAX
-from webapp.accounts.models import ApiToken, Scope
-from webapp.accounts.throttle import (
-    TokenLockedOut,
-    check_token_allowed,
-    retry_after_s,
-    token_failed,
-    token_is_known,
-)
+from webapp.accounts.access import check_token_scope
+from webapp.accounts.models import ApiToken
+from webapp.accounts.throttle import TokenLockedOut, admit_bearer, retry_after_s
 from webapp.experiments.models import Run
 from webapp.outage import database_down_response
 
@@ -76,10 +71,8 @@ class RunTokenAuth(HttpBearer):
     """The per-run token a trainer process gets at launch; ``request.auth`` is its Run (while it lives)."""
 
     def authenticate(self, request: HttpRequest, token: str) -> Run | None:
-        check_token_allowed(request)
         run = Run.for_token(token)
-        if run is None and not token_is_known(token):
-            token_failed(request)
+        admit_bearer(request, token, run, run_token=True)
         return run
 
 
@@ -110,16 +103,13 @@ class UserTokenAuth(HttpBearer):
     (docs/api.md#tokens)."""
 
     def authenticate(self, request: HttpRequest, token: str) -> Any | None:
-        check_token_allowed(request)
         found = ApiToken.find(token)
+        admit_bearer(request, token, found)
         if found is None:
-            if not token_is_known(token):
-                token_failed(request)
             return None
         request.user = found.user
         request.api_token = found  # type: ignore[attr-defined]
-        if request.method not in SAFE_METHODS and not found.allows(Scope.WRITE):
-            raise PermissionDenied(f"the token {found.name!r} may only read (it lacks the write scope)")
+        check_token_scope(found, write=request.method not in SAFE_METHODS)
         return found.user
 
 

@@ -31,6 +31,9 @@ from webapp.tools.models import TeamReward, TeamTool, ToolTrial
 
 PERSONAS = ("anonymous", "outsider", "viewer", "member", "owner")
 RUN_TOKENS = ("own run", "other run", "finished run")
+# The owner's personal tokens that must not write: one without the write scope, and one a token
+# issued over the API before that token was revoked (docs/api.md#tokens).
+SCOPED_TOKENS = ("read token", "child of revoked")
 
 
 def claimant_of(name: str) -> str:
@@ -176,6 +179,10 @@ def _build_world(folder: Path) -> World:
         "viewer_membership": acme.memberships.get(user=users["viewer"]).pk,
     }
     issued = {persona: ApiToken.issue(user, "matrix") for persona, user in users.items()}
+    issued["read token"] = ApiToken.issue(users["owner"], "matrix read", scopes=["read"])
+    parent, _plain = ApiToken.issue(users["owner"], "matrix parent")
+    issued["child of revoked"] = ApiToken.issue(users["owner"], "matrix child", parent=parent)
+    parent.revoke()
     tokens = {persona: plain for persona, (_row, plain) in issued.items()}
     ids.update({f"token:{persona}": row.pk for persona, (row, _plain) in issued.items()})
     artifact = artifact_root(runs["own run"]) / "reports" / "eval.txt"
@@ -505,7 +512,7 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     "/api/t/{team_slug}/imports": lambda w: {"name": "x"},
     "/api/tokens": lambda w: {"name": "ci", "scopes": ["read"], "expires_in_days": 7},
 }
-API_CALLERS = ("anonymous", "outsider", "viewer", "member", "owner", *RUN_TOKENS)
+API_CALLERS = ("anonymous", "outsider", "viewer", "member", "owner", *SCOPED_TOKENS, *RUN_TOKENS)
 # Operations only a team's owners may make (a member gets a 403 like a viewer).
 OWNER_OPERATIONS = frozenset(
     {
@@ -518,12 +525,14 @@ OWNER_OPERATIONS = frozenset(
 
 def api_expected(kind: str, method: str, caller: str, path: str = "") -> set[int] | None:
     """The statuses a caller must get; None: allowed (any status but 401/403/404 and 5xx)."""
-    if caller == "anonymous":
+    if caller in ("anonymous", "child of revoked"):
         return {401}
     if kind == "RunTokenAuth":
-        return {401} if caller in (*PERSONAS, "finished run") else {404} if caller == "other run" else None
+        return None if caller == "own run" else {404} if caller == "other run" else {401}
     if caller in RUN_TOKENS:
         return {401}
+    if caller == "read token" and method != "GET":
+        return {403}
     if "{team_slug}" not in path:
         return None  # the caller's own things (its tokens): every signed-in persona has them
     if caller == "outsider":
@@ -586,11 +595,11 @@ READS_EXPERIMENTS = frozenset(
 
 
 def mlflow_expected(call: str, method: str, caller: str) -> set[int] | None:
-    if caller in ("anonymous", "finished run"):
+    if caller in ("anonymous", "finished run", "child of revoked"):
         return {401}
     if caller == "outsider":
         return {404}
-    if caller == "viewer" and method == "POST" and call not in READS_EXPERIMENTS:
+    if caller in ("viewer", "read token") and method == "POST" and call not in READS_EXPERIMENTS:
         return {403}
     if caller == "other run":
         return {403} if call in CREATES else {404} if call not in READS_EXPERIMENTS else None

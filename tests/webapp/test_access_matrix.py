@@ -207,11 +207,11 @@ ARTIFACT_ROUTES = {
 
 
 def artifact_expected(method: str, caller: str) -> set[int] | None:
-    if caller in ("anonymous", "finished run"):
+    if caller in ("anonymous", "finished run", "child of revoked"):
         return {401}
     if caller in ("outsider", "other run"):
         return {404}
-    if caller == "viewer" and method == "PUT":
+    if caller in ("viewer", "read token") and method == "PUT":
         return {403}
     return None
 
@@ -247,4 +247,43 @@ def test_every_mlflow_artifact_call_answers_each_caller_and_refusals_write_nothi
                 problems.append(f"{method} {root} as {caller}: {status} {response.content[:200]!r}")
     written = (artifact_root(run) / name).is_file()
     assert written == (artifact_expected("PUT", caller) is None), "a refused upload must write nothing"
+    assert not problems, "\n".join(problems)
+
+
+# Every MLflow call that writes to a run named in its body, aimed at a run that has ended.
+ENDED_RUN_WRITES = ("runs/update", "runs/log-batch", "runs/log-metric", "runs/log-parameter", "runs/set-tag")
+
+
+@pytest.mark.parametrize("caller", API_CALLERS)
+def test_no_caller_writes_into_an_ended_run(world: World, caller: str) -> None:
+    """The finding: members could PUT artifacts into, and log metrics to, finished runs. An ended run's
+    results are final for every caller (only an administrator's logged action reopens one)."""
+    from webapp.experiments.artifacts import artifact_root
+
+    run = world.runs["finished run"]
+    ended = {**world.ids, "mlflow_run": run.mlflow_run_id}
+    ended_world = World(world.slug, ended, world.users, world.tokens, world.run_tokens, world.parquet)
+    client, headers, problems = Client(), auth_headers(world, caller), []
+    prefix = f"/mlflow/t/{world.slug}"
+    calls: list[tuple[str, Any]] = [
+        (call, lambda call=call: client.post(
+            f"{prefix}/api/2.0/mlflow/{call}", json.dumps(MLFLOW_BODIES[call](ended_world)),
+            content_type="application/json", **headers,
+        ))
+        for call in ENDED_RUN_WRITES
+    ]  # fmt: skip
+    calls.append(("traces", lambda: client.post(
+        f"{prefix}/api/3.0/mlflow/traces", json.dumps(TRACE_BODIES["traces"](ended_world)),
+        content_type="application/json", **headers,
+    )))  # fmt: skip
+    folder = f"{run.experiment_id}/{run.mlflow_run_id}/artifacts"
+    calls.append(("artifact PUT", lambda: client.put(
+        f"{prefix}/api/2.0/mlflow-artifacts/artifacts/{folder}/late.txt", b"late", content_type="text/plain",
+        **headers,
+    )))  # fmt: skip
+    for name, send in calls:
+        response, changed = rolled_back(send)
+        if not 400 <= response.status_code < 500 or changed:
+            problems.append(f"{name} as {caller}: {response.status_code} {response.content[:200]!r}")
+    assert not artifact_root(run).exists(), "a refused write must leave no file"
     assert not problems, "\n".join(problems)

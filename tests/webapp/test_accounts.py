@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -182,5 +183,55 @@ def test_the_admin_shows_run_status_and_token_hashes_read_only(personas: Any, ad
     )
     assert 'name="name"' in run_page  # what a person may fix stays editable
     token_page = admin_client.get(f"/admin/accounts/apitoken/{token.pk}/change/").content.decode()
-    assert 'name="token_hash"' not in token_page and 'name="revoked_0"' in token_page
+    # Revoked by the admin's action, which revokes the tokens it issued too (ApiToken.revoke).
+    assert 'name="token_hash"' not in token_page and 'name="revoked_0"' not in token_page
     assert admin_client.get("/admin/accounts/apitoken/add/").status_code == 403
+
+
+def test_the_admins_revoke_action_revokes_the_tokens_a_token_issued(
+    personas: Any, admin_client: Client
+) -> None:
+    from django.contrib.admin.models import LogEntry
+
+    from webapp.accounts.models import ApiToken
+
+    parent, _plain = ApiToken.issue(personas["alice"], "parent")
+    ApiToken.issue(personas["alice"], "child", parent=parent)
+    answer = admin_client.post(
+        "/admin/accounts/apitoken/", {"action": "revoke", "_selected_action": [parent.pk]}
+    )
+    assert answer.status_code == 302
+    assert not ApiToken.objects.filter(revoked=None).exists()
+    assert LogEntry.objects.filter(object_id=str(parent.pk)).count() == 1
+
+
+def test_only_an_administrators_logged_action_reopens_an_ended_external_run(
+    personas: Any, admin_client: Client
+) -> None:
+    from django.contrib.admin.models import LogEntry
+
+    from webapp.accounts.models import ApiToken
+    from webapp.experiments.models import Experiment, Run, RunStatus
+
+    experiment, _created = Experiment.create_external(personas["acme"], "logged", personas["alice"])
+    run = Run.create_external(experiment, "logged", None)
+    run.finish(RunStatus.SUCCEEDED)
+    token = ApiToken.issue(personas["alice"], "mlflow")[1]
+    body = json.dumps({"run_id": run.mlflow_run_id, "key": "m", "value": 1.0, "timestamp": 1})
+
+    def log_metric() -> Any:
+        return Client().post(
+            "/mlflow/api/2.0/mlflow/runs/log-metric", body, content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {token}",
+        )  # fmt: skip
+
+    refused = log_metric()
+    assert refused.status_code == 400 and "'active' state" in refused.json()["message"]
+    answer = admin_client.post(
+        "/admin/experiments/run/", {"action": "reopen_for_writes", "_selected_action": [run.pk]}
+    )
+    assert answer.status_code == 302
+    run.refresh_from_db()
+    assert (run.status, run.finished_at) == (RunStatus.RUNNING, None)
+    assert LogEntry.objects.get(object_id=str(run.pk)).change_message == "Reopened for MLflow writes."
+    assert log_metric().status_code == 200

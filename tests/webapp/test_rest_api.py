@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from tests.webapp.datasets.conftest import contract_row, write_parquet
 from tests.webapp.tools.conftest import UNUSED_TOOL_ADDRESS, allow_tools_at
-from webapp.accounts.models import ApiToken, Membership, Role
+from webapp.accounts.models import ApiToken, Membership, Role, TokenRevoked
 from webapp.datasets.models import Dataset
 from webapp.experiments.models import Experiment, Run, RunStatus
 from webapp.results.models import Checkpoint, ExperimentRetention, LogChunk
@@ -81,6 +81,28 @@ def test_a_token_issues_a_narrower_token_that_expires_no_later(alice: Api, perso
     assert alice("GET", "/tokens").json()[0]["id"] == row.pk
     assert alice("DELETE", f"/tokens/{row.pk}").status_code == 204
     assert not ApiToken.objects.get(pk=row.pk).is_active
+
+
+def test_tokens_issued_by_a_token_die_with_it(client: Client, alice: Api, personas: Any) -> None:
+    """The finding: a token minted by a token survived its revocation."""
+    child = alice("POST", "/tokens", {"name": "ci"}).json()
+    grandchild = Api(client, child["token"])("POST", "/tokens", {"name": "ci job"}).json()
+    other = ApiToken.issue(personas["alice"], "laptop")[1]  # issued on the page: no parent
+    root = ApiToken.objects.get(pk=child["id"]).parent
+    assert root is not None and alice("DELETE", f"/tokens/{root.pk}").status_code == 204
+    for token in (child["token"], grandchild["token"]):
+        assert Api(client, token)("GET", "/t/acme/runs").status_code == 401
+    assert Api(client, other)("GET", "/t/acme/runs").status_code == 200
+    assert not ApiToken.objects.filter(pk__in=[child["id"], grandchild["id"]], revoked=None).exists()
+
+
+def test_a_revoked_token_issues_no_child(client: Client, personas: Any) -> None:
+    parent, plain = ApiToken.issue(personas["alice"], "parent")
+    parent.revoke()
+    with pytest.raises(TokenRevoked):
+        ApiToken.issue(personas["alice"], "late child", parent=parent)
+    assert Api(client, plain)("POST", "/tokens", {"name": "late"}).status_code == 401
+    assert ApiToken.objects.count() == 1
 
 
 def test_owners_manage_members_and_the_last_owner_stays(client: Client, alice: Api, personas: Any) -> None:

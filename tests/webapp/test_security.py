@@ -17,8 +17,9 @@ from django.urls import reverse
 
 from tests.conftest import PASSWORD
 from trainer.config import RunConfig
+from trainer.contract import CONFIG_PATH
 from webapp.accounts.models import ApiToken
-from webapp.experiments.models import Experiment
+from webapp.experiments.models import Experiment, Run
 from webapp.results.export import csv_cell, markdown_cell
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,17 +98,58 @@ def test_failed_logins_lock_the_account_out_even_for_the_right_password(
     assert other.status_code == 302  # the lock-out is per username and address, not the site's
 
 
-def test_unknown_bearer_tokens_lock_the_address_out(client: Client, personas: Any, settings: Any) -> None:
+def test_unknown_bearer_tokens_lock_out_those_guesses_not_the_good_tokens_sent_from_their_address(
+    client: Client, personas: Any, settings: Any
+) -> None:
+    """The finding: ten bad tokens from one address locked out every token from it, run tokens too."""
     settings.AXES_FAILURE_LIMIT = 3
     good = ApiToken.issue(personas["alice"], "tests")[1]
-    answers = [
-        client.get("/api/t/acme/experiments", HTTP_AUTHORIZATION=f"Bearer {guess}")
-        for guess in ("a" * 40, "b" * 40, "c" * 40)
-    ]
+    experiment = Experiment.objects.create(team=personas["acme"], name="e", task="gsm8k", preset="grpo")
+    run = Run.objects.create(experiment=experiment, team=experiment.team, seed=1, config={"seed": 1})
+    run_token = run.issue_token()
+
+    def get(token: str, path: str = "/api/t/acme/experiments") -> Any:
+        return client.get(path, HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    answers = [get(guess) for guess in ("a" * 40, "b" * 40, "c" * 40)]
     assert [answer.status_code for answer in answers] == [401, 401, 429]
-    locked = client.get("/api/t/acme/experiments", HTTP_AUTHORIZATION=f"Bearer {good}")
+    locked = get("d" * 40, CONFIG_PATH.format(run_id=run.pk))  # guesses stay locked out on every route
     assert locked.status_code == 429 and locked.json()["code"] == "throttled"
     assert int(locked["Retry-After"]) > 0
+    mlflow = get("e" * 40, "/mlflow/api/2.0/mlflow/experiments/get?experiment_id=0")
+    assert mlflow.status_code == 429 and mlflow.json()["error_code"] == "REQUEST_LIMIT_EXCEEDED"
+    # The good tokens of the same address go on: a person's, and a trainer's run token.
+    assert get(good).status_code == 200
+    assert get(run_token, CONFIG_PATH.format(run_id=run.pk)).status_code == 200
+    searched = client.post(
+        "/mlflow/api/2.0/mlflow/experiments/search", "{}", content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {good}",
+    )  # fmt: skip
+    assert searched.status_code == 200
+
+
+def test_a_personal_tokens_lock_out_is_its_own_and_a_live_run_token_has_none(
+    client: Client, personas: Any, settings: Any
+) -> None:
+    settings.AXES_FAILURE_LIMIT = 3
+    alice_row, alice = ApiToken.issue(personas["alice"], "tests")
+    bob = ApiToken.issue(personas["bob"], "tests")[1]
+    experiment = Experiment.objects.create(team=personas["acme"], name="e", task="gsm8k", preset="grpo")
+    run = Run.objects.create(experiment=experiment, team=experiment.team, seed=1, config={"seed": 1})
+    run_token = run.issue_token()
+
+    def get(token: str, path: str = "/api/t/acme/experiments") -> Any:
+        return client.get(path, HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    # Mangled copies of Alice's token (its hint, a wrong rest) lock her token out at this address...
+    mangled = [alice[: alice_row.HINT_LENGTH] + c * 34 for c in "xyz"]
+    assert [get(token).status_code for token in mangled] == [401, 401, 429]
+    assert get(alice).status_code == 429
+    # ... and no one else's; forged run tokens never lock out a live run's own.
+    assert get(bob).status_code == 200
+    forged = [f"r{run.pk}_{c * 43}" for c in "xyzw"]
+    assert [get(t, CONFIG_PATH.format(run_id=run.pk)).status_code for t in forged] == [401, 401, 429, 429]
+    assert get(run_token, CONFIG_PATH.format(run_id=run.pk)).status_code == 200
 
 
 def test_pages_carry_a_csp_and_signed_in_answers_are_private(client: Client, personas: Any) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
 
-from webapp.accounts.models import Membership, Role, Team
+from webapp.accounts.models import ApiToken, Membership, Role, Scope, Team
 
 
 def get_membership(request: HttpRequest, team_slug: str) -> Membership:
@@ -29,3 +29,16 @@ def get_team_for_user(request: HttpRequest, team_slug: str, *, role: str = Role.
     if not membership.allows(role):
         raise PermissionDenied(f"This needs the {role} role in {membership.team.name}.")
     return membership.team
+
+
+class ReadOnlyToken(PermissionDenied):
+    """A change asked of a personal token that lacks the write scope."""
+
+
+def check_token_scope(token: ApiToken | None, *, write: bool) -> None:
+    """The one scope check of every surface a personal token reaches: the REST API (imports and the
+    CLI's calls among it), MLflow's tracking, trace and artifact calls (docs/api.md#tokens). A token
+    without the write scope reads only; ReadOnlyToken (a 403) for anything else. ``token`` None: a
+    signed-in session or a run's token, which scopes do not limit."""
+    if write and token is not None and not token.allows(Scope.WRITE):
+        raise ReadOnlyToken(f"the token {token.name!r} may only read (it lacks the write scope)")

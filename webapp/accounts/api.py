@@ -11,10 +11,10 @@ from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from ninja import Field, Router, Schema, Status
-from ninja.errors import HttpError
+from ninja.errors import AuthenticationError, HttpError
 
 from webapp.accounts.access import get_team_for_user
-from webapp.accounts.models import ApiToken, LastOwner, Membership, Role
+from webapp.accounts.models import ApiToken, LastOwner, Membership, Role, TokenRevoked
 from webapp.api import FieldError, StrictSchema, UserTokenAuth
 
 router = Router(auth=UserTokenAuth(), tags=["members"])
@@ -121,7 +121,8 @@ def tokens(request: HttpRequest) -> Any:
 
 @tokens_router.post("/tokens", response={201: TokenCreated}, summary="Issue a personal API token")
 def issue_token(request: HttpRequest, body: TokenCreate) -> Any:
-    """A token may issue others with at most its own scopes, expiring no later than it does."""
+    """A token may issue others with at most its own scopes, expiring no later than it does; they
+    die with it (revoking it revokes them)."""
     caller: ApiToken = request.api_token  # type: ignore[attr-defined]
     wider = sorted(set(body.scopes) - set(caller.scopes))
     if wider:
@@ -129,11 +130,18 @@ def issue_token(request: HttpRequest, body: TokenCreate) -> Any:
     expires = timezone.now() + timedelta(days=body.expires_in_days) if body.expires_in_days else None
     if caller.expires is not None and (expires is None or expires > caller.expires):
         expires = caller.expires
-    token, plain = ApiToken.issue(request.user, body.name, scopes=list(body.scopes), expires=expires)
+    try:
+        token, plain = ApiToken.issue(
+            request.user, body.name, scopes=list(body.scopes), expires=expires, parent=caller
+        )
+    except TokenRevoked:
+        raise AuthenticationError from None  # revoked while this request ran: as if a moment later
     return Status(201, {**TokenOut.from_orm(token).dict(), "token": plain})
 
 
-@tokens_router.delete("/tokens/{int:pk}", response={204: None}, summary="Revoke one of your tokens")
+@tokens_router.delete(
+    "/tokens/{int:pk}", response={204: None}, summary="Revoke one of your tokens and those it issued"
+)
 def revoke_token(request: HttpRequest, pk: int) -> Any:
     token = get_object_or_404(ApiToken, pk=pk, user=request.user)
     token.revoke()

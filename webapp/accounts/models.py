@@ -125,6 +125,7 @@ class ApiToken(models.Model):
     """A personal token for the REST API. Only its SHA-256 is stored; the token is shown once."""
 
     PREFIX = "sk_"
+    HINT_LENGTH = 9
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100)
@@ -138,6 +139,10 @@ class ApiToken(models.Model):
     # Tokens issued before scopes existed could do everything: they keep both.
     scopes = models.JSONField(default=_all_scopes, help_text="read, write (docs/api.md#tokens).")
     expires = models.DateTimeField(null=True, blank=True, help_text="None: until revoked.")
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children",
+        help_text="The token that issued this one over the API: revoking it revokes this one too.",
+    )  # fmt: skip
 
     class Meta:
         ordering = ["-created"]
@@ -147,15 +152,29 @@ class ApiToken(models.Model):
 
     @classmethod
     def issue(
-        cls, user: Any, name: str, *, scopes: list[str] | None = None, expires: Any | None = None
+        cls,
+        user: Any,
+        name: str,
+        *,
+        scopes: list[str] | None = None,
+        expires: Any | None = None,
+        parent: ApiToken | None = None,
     ) -> tuple[ApiToken, str]:
-        """A new token for ``user``: (the row, the plain token to show once). Write implies read."""
+        """A new token for ``user``: (the row, the plain token to show once). Write implies read.
+        ``parent``: the token that asks for it over the API; the new one dies with it (TokenRevoked
+        when it is revoked already)."""
         plain = cls.PREFIX + secrets.token_urlsafe(32)
         chosen = sorted(set(scopes or _all_scopes()) | {Scope.READ})
-        token = cls.objects.create(
-            user=user, name=name, token_hash=_hash_api_token(plain), hint=plain[:9], scopes=chosen,
-            expires=expires,
-        )  # fmt: skip
+        with transaction.atomic():
+            # Race: the parent revoked while it issues a child. Both lock the parent's row: either
+            # the child exists before revoke() sweeps the children, or it sees the parent revoked.
+            live_parent = cls.objects.select_for_update().filter(pk=getattr(parent, "pk", None), revoked=None)
+            if parent is not None and not live_parent:
+                raise TokenRevoked(f"the token {parent.name!r} was revoked: it can issue no other")
+            token = cls.objects.create(
+                user=user, name=name, token_hash=_hash_api_token(plain), hint=plain[: cls.HINT_LENGTH],
+                scopes=chosen, expires=expires, parent=parent,
+            )  # fmt: skip
         return token, plain
 
     @classmethod
@@ -192,12 +211,26 @@ class ApiToken(models.Model):
         return plain.startswith(cls.PREFIX) and cls.objects.filter(token_hash=_hash_api_token(plain)).exists()
 
     def revoke(self) -> bool:
-        # Race: two revoke clicks; the first sets the time and the second changes nothing.
-        return guarded_update(self, Q(revoked__isnull=True), revoked=timezone.now())
+        """Revoke the token and every token issued by it, and by those, ...; True when this call
+        revoked this one (docs/api.md#tokens)."""
+        now = timezone.now()
+        with transaction.atomic():
+            # Race: two revoke clicks; the first sets the time and the second changes nothing.
+            revoked = guarded_update(self, Q(revoked__isnull=True), revoked=now)
+            parents = [self.pk]
+            while parents:
+                children = ApiToken.objects.filter(parent_id__in=parents, revoked__isnull=True)
+                parents = list(children.values_list("pk", flat=True))
+                ApiToken.objects.filter(pk__in=parents).update(revoked=now)
+        return revoked
 
     @property
     def is_active(self) -> bool:
         return self.revoked is None
+
+
+class TokenRevoked(Exception):
+    """A token asked to issue another after it was revoked."""
 
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)

@@ -1,10 +1,14 @@
 """Lock-outs after failed logins and bad bearer tokens, counted by django-axes (docs/security.md#throttling).
 
-Logins (the login page, the admin's) go through axes' authentication backend as they are. Bearer
-tokens do not pass through Django's ``authenticate``, so their checks report here: a token that
-matches nothing (not a revoked one, nor a finished run's, which are known and merely dead) counts as
-a failed attempt of the caller's address under one pseudo user name, and once the address has
-STUDIO_LOGIN_FAILURE_LIMIT of them, every bearer token from it gets 429 until the cool-off ends.
+Logins (the login page, the admin's) go through axes' authentication backend as they are: counted
+per account and address. Bearer tokens do not pass through Django's ``authenticate``, so their checks
+report here (:func:`admit_bearer`), counted per identity the token claims and address, never per
+address alone: a personal token under its hint and account when a stored token has that hint
+("sk_AbCdEf of alice"), any other text under one pseudo name. A token that matches nothing (not a
+revoked one, nor a finished run's, which are known and merely dead) counts as a failure; once an
+identity has STUDIO_LOGIN_FAILURE_LIMIT of them from an address, tokens claiming it from there get 429
+until the cool-off ends. So ten bad tokens lock out those guesses, not the good tokens sent from the
+same host; and a live run's token is never locked out: nothing but its own run's end stops it.
 """
 
 from __future__ import annotations
@@ -20,9 +24,8 @@ from django.shortcuts import render
 
 from webapp.middleware import API_PREFIX
 
-# The "user name" bad tokens are counted under: per address, apart from any real account's logins.
+# The start of the "user names" bad tokens are counted under, apart from any real account's logins.
 BEARER = "(bearer token)"
-_CREDENTIALS = {"username": BEARER}
 
 
 class WebLoginThrottle(AxesStandaloneBackend):
@@ -42,12 +45,13 @@ class WebLoginThrottle(AxesStandaloneBackend):
 
 
 class TokenLockedOut(Exception):
-    """The caller's address sent too many unknown bearer tokens; answered 429 with Retry-After."""
+    """Too many unknown bearer tokens claiming this one's identity came from the caller's address;
+    answered 429 with Retry-After."""
 
     def __init__(self) -> None:
         super().__init__(
-            "too many unknown bearer tokens from this address; try again after the cool-off "
-            f"({retry_after_s()} s)"
+            "too many unknown bearer tokens like this one from this address; try again after the "
+            f"cool-off ({retry_after_s()} s)"
         )
 
 
@@ -56,10 +60,31 @@ def retry_after_s() -> int:
     return int(cool_off.total_seconds()) if cool_off else 0
 
 
-def check_token_allowed(request: HttpRequest) -> None:
-    """TokenLockedOut when the caller's address is locked out for bearer tokens."""
-    if not AxesProxyHandler.is_allowed(request, _CREDENTIALS):
+def admit_bearer(request: HttpRequest, token: str, found: Any | None, *, run_token: bool = False) -> None:
+    """The lock-outs for a bearer token just looked up; ``found`` is what it authenticates (a
+    personal token, a run), None when it matched nothing. TokenLockedOut when the identity it claims
+    is locked out at the caller's address; a failure counted when it matched nothing and was never
+    issued. A live run's token (``run_token``) passes whatever else its address sent."""
+    if run_token and found is not None:
+        return
+    credentials = {"username": _claimed_identity(token, found)}
+    if not AxesProxyHandler.is_allowed(request, credentials):
         raise TokenLockedOut
+    if found is None and not token_is_known(token):
+        user_login_failed.send(sender=__name__, credentials=credentials, request=request)
+
+
+def _claimed_identity(token: str, found: Any | None) -> str:
+    from webapp.accounts.models import ApiToken
+
+    if isinstance(found, ApiToken):
+        return f"{BEARER} {found.hint} of {found.user.get_username()}"
+    if token.startswith(ApiToken.PREFIX):
+        hint = token[: ApiToken.HINT_LENGTH]
+        owner = ApiToken.objects.filter(hint=hint).values_list("user__username", flat=True).first()
+        if owner is not None:
+            return f"{BEARER} {hint} of {owner}"
+    return f"{BEARER} naming no token"
 
 
 def token_is_known(token: str) -> bool:
@@ -68,11 +93,6 @@ def token_is_known(token: str) -> bool:
     from webapp.experiments.models import Run, hash_token
 
     return ApiToken.is_known(token) or Run.objects.filter(token_hash=hash_token(token)).exists()
-
-
-def token_failed(request: HttpRequest) -> None:
-    """Count a bearer token that matched nothing against the caller's address."""
-    user_login_failed.send(sender=__name__, credentials=_CREDENTIALS, request=request)
 
 
 def locked_out(request: HttpRequest, response: HttpResponse | None, credentials: Any) -> HttpResponse:

@@ -1,8 +1,15 @@
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from webapp.experiments.models import Experiment, Run
+
+logger = logging.getLogger(__name__)
 
 
 @admin.register(Experiment)
@@ -36,3 +43,13 @@ class RunAdmin(admin.ModelAdmin):
         "cancel_requested", "cancel_requested_at", "cancelled_by", "queued_at", "started_at", "heartbeat_at",
         "progress_at", "finished_at", "mlflow_run_id", "created",
     ]  # fmt: skip
+    actions = ["reopen_for_writes"]
+
+    @admin.action(description="Reopen the selected ended external runs for MLflow writes")
+    def reopen_for_writes(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        """The one way an ended run takes writes again (docs/mlflow.md#access): explicit, by staff,
+        in the admin's history and the log."""
+        for run in queryset:
+            if run.reopen_external():
+                self.log_change(request, run, "Reopened for MLflow writes.")
+                logger.warning("run %s reopened for writes by %s", run.pk, request.user)

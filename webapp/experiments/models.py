@@ -523,6 +523,14 @@ class Run(models.Model):
             Run.objects.filter(pk=self.pk, executor=EXTERNAL_EXECUTOR).update(**changes)
         self.refresh_from_db()
 
+    def reopen_external(self) -> bool:
+        """An ended external run running again, so its MLflow client may log to it once more: only
+        an administrator's explicit, logged action does this (the Run admin's), never a client: an
+        ended run takes no writes (docs/mlflow.md#access). True when this call reopened it."""
+        # Race: two administrators at once; the second finds it running and changes nothing.
+        ended = Q(status__in=TERMINAL, executor=EXTERNAL_EXECUTOR)
+        return guarded_update(self, ended, status=RunStatus.RUNNING, finished_at=None, message="")
+
     def rename(self, name: str) -> None:
         Run.objects.filter(pk=self.pk).update(name=name)
         self.name = name

@@ -7,6 +7,9 @@ The client sends ``MLFLOW_TRACKING_TOKEN`` as ``Authorization: Bearer <token>``.
 - a run's own token (what a launched trainer holds): that one run, and a read of its experiment.
 
 Anything outside the caller's reach answers RESOURCE_DOES_NOT_EXIST (404), as if it did not exist.
+A personal token without the write scope reads only (the same check as the REST API's,
+:func:`webapp.accounts.access.check_token_scope`), and a run that has ended takes no more writes
+from anyone (docs/mlflow.md#access).
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from typing import Any
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from webapp.accounts.access import ReadOnlyToken, check_token_scope
 from webapp.accounts.models import ApiToken, Membership, Role, Team
-from webapp.accounts.throttle import TokenLockedOut, check_token_allowed, token_failed, token_is_known
+from webapp.accounts.throttle import TokenLockedOut, admit_bearer
 from webapp.experiments.models import Experiment, Run
 from webapp.mlflow_api.errors import (
     PERMISSION_DENIED,
@@ -38,7 +42,8 @@ class Caller:
     team: Team
     user: Any | None = None  # personal token
     run: Run | None = None  # a run's token: the only run it may touch
-    can_write: bool = False
+    can_write: bool = False  # the role's say; the token's scope is checked apart
+    token: ApiToken | None = None  # the personal token
 
     @property
     def user_name(self) -> str:
@@ -64,28 +69,26 @@ def authenticate(request: HttpRequest, team_slug: str | None) -> Caller:
             UNAUTHENTICATED,
         )
     token = token.strip()
+    personal = token.startswith(ApiToken.PREFIX)
+    found = ApiToken.find(token) if personal else Run.for_token(token)
     try:
-        check_token_allowed(request)
+        admit_bearer(request, token, found, run_token=not personal)
     except TokenLockedOut as locked:
         raise MlflowError(str(locked), REQUEST_LIMIT_EXCEEDED) from None
-    user = ApiToken.authenticate(token)
-    if user is not None:
-        return _member(user, team_slug)
-    run = Run.for_token(token)
-    if run is None:
-        if not token_is_known(token):
-            token_failed(request)
+    if isinstance(found, ApiToken):
+        return _member(found, team_slug)
+    if found is None:
         raise MlflowError(
             "The token is not valid (revoked, never issued, or the token of a run that has ended).",
             UNAUTHENTICATED,
         )
-    if team_slug and run.team.slug != team_slug:
+    if team_slug and found.team.slug != team_slug:
         raise not_found(f"No team {team_slug!r}")
-    return Caller(team=run.team, run=run, can_write=True)
+    return Caller(team=found.team, run=found, can_write=True)
 
 
-def _member(user: Any, team_slug: str | None) -> Caller:
-    memberships = Membership.objects.select_related("team").filter(user=user)
+def _member(token: ApiToken, team_slug: str | None) -> Caller:
+    memberships = Membership.objects.select_related("team").filter(user=token.user)
     # Without a team in the URL: the user's first team, the same one the web UI opens with.
     membership = (
         memberships.filter(team__slug=team_slug).first()
@@ -94,12 +97,18 @@ def _member(user: Any, team_slug: str | None) -> Caller:
     )
     if membership is None:
         raise not_found(f"No team {team_slug!r}" if team_slug else "The token's user belongs to no team.")
-    return Caller(team=membership.team, user=user, can_write=membership.allows(Role.MEMBER))
+    return Caller(
+        team=membership.team, user=token.user, can_write=membership.allows(Role.MEMBER), token=token
+    )
 
 
 def _check_write(caller: Caller) -> None:
     if not caller.can_write:
         raise MlflowError(f"Logging needs the member role in {caller.team.name}.", PERMISSION_DENIED)
+    try:
+        check_token_scope(caller.token, write=True)
+    except ReadOnlyToken as refused:
+        raise MlflowError(str(refused), PERMISSION_DENIED) from None
 
 
 def check_can_create(caller: Caller) -> None:
@@ -143,14 +152,27 @@ def _default_experiment(caller: Caller, create: bool) -> Experiment:
     return experiment
 
 
-def get_run_for_caller(caller: Caller, mlflow_run_id: str, *, write: bool = False) -> Run:
-    if caller.run is not None:
-        if caller.run.mlflow_run_id != mlflow_run_id:
-            raise not_found(f"Run with id={mlflow_run_id} not found")
-        return caller.run
-    found = caller.runs().select_related("experiment").filter(mlflow_run_id=mlflow_run_id).first()
+def get_run_for_caller(
+    caller: Caller, mlflow_run_id: str, *, write: bool = False, ended_ok: bool = False
+) -> Run:
+    """The run, or RESOURCE_DOES_NOT_EXIST. With ``write``: the caller may change it, and it has not
+    ended (unless ``ended_ok``: the caller checks what it changes on an ended run itself)."""
+    found = caller.run
     if found is None:
+        found = caller.runs().select_related("experiment").filter(mlflow_run_id=mlflow_run_id).first()
+        if found is not None and write:
+            _check_write(caller)
+    if found is None or found.mlflow_run_id != mlflow_run_id:
         raise not_found(f"Run with id={mlflow_run_id} not found")
-    if write:
-        _check_write(caller)
+    if write and not ended_ok and found.is_terminal:
+        raise run_ended(found)
     return found
+
+
+def run_ended(run: Run) -> MlflowError:
+    """A write to a run that has ended: its results are final (docs/mlflow.md#access). MLflow's own
+    words for a run that is not active, and its 400, so the client fails at once."""
+    return invalid(
+        f"The run {run.mlflow_run_id} must be in the 'active' state. It has ended ({run.status}): its "
+        "results are final, and only a site administrator can reopen it (docs/mlflow.md#access)."
+    )

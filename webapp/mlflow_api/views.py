@@ -35,6 +35,7 @@ from webapp.mlflow_api.access import (
     check_can_create,
     get_experiment_for_caller,
     get_run_for_caller,
+    run_ended,
 )
 from webapp.mlflow_api.entities import OUR_STATUS, RUN_NAME_TAG, USER_TAG, from_ms
 from webapp.mlflow_api.errors import (
@@ -124,8 +125,14 @@ def update_run(caller: Caller, body: Body, raw: bytes) -> Body:
     our_status = OUR_STATUS.get(status) if status else None
     if status and our_status is None:
         raise invalid(f"Invalid value \"{status}\" for parameter 'status' supplied.")
-    run = get_run_for_caller(caller, run_id, write=True)
-    run.update_from_mlflow(our_status, from_ms(end_time), run_name)
+    run = get_run_for_caller(caller, run_id, write=True, ended_ok=True)
+    if run.is_terminal:
+        # Ending a run again (the client retrying an end_run whose answer was lost) changes nothing
+        # and succeeds; anything else is a write to a run whose results are final.
+        if run_name or our_status not in (None, run.status):
+            raise run_ended(run)
+    else:
+        run.update_from_mlflow(our_status, from_ms(end_time), run_name)
     return {"run_info": entities.runs([run])[0]["info"]}
 
 

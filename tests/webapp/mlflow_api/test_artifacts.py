@@ -52,8 +52,7 @@ def test_a_path_that_could_leave_the_runs_folder_is_refused_and_nothing_is_writt
 
     tracking(tokens["bob"])
     mlflow.set_experiment("hostile paths")
-    with mlflow.start_run() as active:
-        pass
+    active = mlflow.start_run()
     run = Run.objects.get(mlflow_run_id=active.info.run_id)
     root = f"/mlflow/api/2.0/mlflow-artifacts/artifacts/{run.experiment_id}/{run.mlflow_run_id}/artifacts"
     client = Client(HTTP_AUTHORIZATION=f"Bearer {tokens['bob']}")
@@ -69,3 +68,20 @@ def test_a_path_that_could_leave_the_runs_folder_is_refused_and_nothing_is_writt
     assert response.status_code == 404
     assert not artifact_root(run).exists() or not any(artifact_root(run).rglob("*"))
     assert not (artifact_root(run).parent.parent / "escape.txt").exists()
+
+
+def test_an_ended_run_takes_no_more_artifacts(tracking: Callable[[str], str], tokens: dict[str, str]) -> None:
+    """The finding: members could still PUT artifacts into finished runs."""
+    import mlflow
+    from django.test import Client
+
+    tracking(tokens["bob"])
+    with mlflow.start_run() as active:
+        mlflow.log_text("kept\n", "notes.txt")
+    run = Run.objects.get(mlflow_run_id=active.info.run_id)
+    url = f"/mlflow/api/2.0/mlflow-artifacts/artifacts/{run.experiment_id}/{run.mlflow_run_id}/artifacts/notes.txt"
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {tokens['alice']}")  # an owner of the team
+    response = client.put(url, b"replaced", content_type="text/plain")
+    assert (response.status_code, response.json()["error_code"]) == (400, "INVALID_PARAMETER_VALUE")
+    assert (artifact_root(run) / "notes.txt").read_text() == "kept\n"
+    assert client.get(url).status_code == 200  # still read back

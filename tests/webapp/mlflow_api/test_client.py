@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from django.db import connection
 from django.test import Client
 
@@ -106,19 +107,29 @@ def test_the_run_its_params_and_curves_show_in_our_api_and_pages(
     assert "grpo &lt;seed 1&gt;" in experiment_page and "external" in experiment_page
 
 
-def test_replaying_the_same_batch_changes_nothing(
+def test_replaying_the_same_batch_changes_nothing_and_an_ended_run_takes_none(
     tracking: Callable[[str], str], tokens: dict[str, str]
 ) -> None:
+    import mlflow
     from mlflow import MlflowClient
     from mlflow.entities import Metric
+    from mlflow.exceptions import RestException
 
-    active, batch = _log_a_training_run(tracking, tokens["alice"])
-    run = Run.objects.get(mlflow_run_id=active.info.run_id)
-    before = _point_counts(run)
-    MlflowClient().log_batch(active.info.run_id, metrics=batch)
-    # The same (key, step) pairs with other values and times: still nothing new, the first value stays.
-    shifted = [Metric(m.key, m.value + 5, m.timestamp + 1, m.step) for m in batch]
-    MlflowClient().log_batch(active.info.run_id, metrics=shifted)
+    tracking(tokens["alice"])
+    batch = [Metric("val/gsm8k/acc", i / BATCH, 1_700_000_000_000 + i, i) for i in range(BATCH)]
+    with mlflow.start_run() as active:
+        MlflowClient().log_batch(active.info.run_id, metrics=batch)
+        run = Run.objects.get(mlflow_run_id=active.info.run_id)
+        before = _point_counts(run)
+        MlflowClient().log_batch(active.info.run_id, metrics=batch)
+        # The same (key, step) pairs with other values and times: still nothing new, the first value stays.
+        shifted = [Metric(m.key, m.value + 5, m.timestamp + 1, m.step) for m in batch]
+        MlflowClient().log_batch(active.info.run_id, metrics=shifted)
+        assert _point_counts(run) == before
+    # Ended: a run's results are final (docs/mlflow.md#access); ending it again is a no-op.
+    with pytest.raises(RestException, match="must be in the 'active' state"):
+        MlflowClient().log_batch(active.info.run_id, metrics=[Metric("late", 1.0, 1, 1)])
+    MlflowClient().set_terminated(active.info.run_id, "FINISHED")
     assert _point_counts(run) == before
     history = MlflowClient().get_metric_history(active.info.run_id, "val/gsm8k/acc")
     assert (
