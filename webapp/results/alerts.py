@@ -1,35 +1,47 @@
 """Delivering a health alert (docs/health.md#alerts): in the app (the Notification rows the episode
 made), by email to the team's members, and to the team's webhook as JSON that Slack reads (``text``)
-with the structured fields beside it. Each alert is delivered once: a channel is claimed on the alert
-row before it is used, so a redelivered task skips what was sent.
+with the structured fields beside it.
+
+Each channel of each alert is an AlertDelivery row, sent by a task of its own (so a broken mail
+server never holds back the webhook) and retried with backoff on a passing failure; every try, its
+error and the outcome are on the row, and a failed delivery shows on the run page. Names in an alert
+(a run's, a check's) are data: a newline in a run name can end up in no header.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import smtplib
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urljoin
 
 import httpx
-import tenacity
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db.models import Q
 from django.urls import reverse
-from django.utils import timezone
 
-from trainer.report.retry import POLICY, PermanentHttpError, RetryableHttpError
 from trainer.tools.allowlist import OutboundRefused
 from trainer.tools.http import HttpToolError, post_checked
 from webapp.experiments.models import Run
-from webapp.guarded import guarded_update
-from webapp.results.models import AlertChannels, HealthAlert
+from webapp.results.models import AlertChannel, AlertChannels, AlertDelivery, HealthAlert
 from webapp.tools.models import outbound_policy
 
 logger = logging.getLogger(__name__)
 
 WEBHOOK_TIMEOUT_S = 10.0
-WEBHOOK_ATTEMPTS = 5  # with POLICY's backoff: about 8 s of retrying before the alert records the failure
+SUBJECT_MAX = 150
+# Control characters and the Unicode line and paragraph separators: none may reach a header.
+_NOT_HEADER_TEXT = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+
+
+class DeliveryFailed(Exception):
+    """A try that may work later (the mail server or the webhook away, a 5xx, a 429): retried."""
+
+
+class DeliveryRefused(Exception):
+    """A try that would fail the same way again (a 4xx, a URL the outbound rules close): not retried."""
 
 
 def step_url(alert: HealthAlert) -> str:
@@ -48,10 +60,21 @@ def summary(alert: HealthAlert) -> str:
     )
 
 
+def header_text(text: str, limit: int = SUBJECT_MAX) -> str:
+    """``text`` as one line fit for a mail header: control characters (CR and LF among them) become
+    spaces, so a name can never start another header or break the Subject."""
+    return " ".join(_NOT_HEADER_TEXT.sub(" ", text).split())[:limit]
+
+
+def slack_text(text: str) -> str:
+    """``text`` shown as itself by Slack: its three control characters escaped (Slack's docs)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def payload(alert: HealthAlert) -> dict[str, Any]:
     url = step_url(alert)
     return {
-        "text": f"{summary(alert)} <{url}|Open step {alert.step}>",
+        "text": f"{slack_text(summary(alert))} <{url}|Open step {alert.step}>",
         "team": alert.run.team.slug, "run": alert.run.pk, "run_name": str(alert.run),
         "check": alert.check_name, "episode": alert.episode, "step": alert.step,
         "value": alert.value, "threshold": alert.threshold, "stopped_run": alert.stopped_run, "url": url,
@@ -59,10 +82,18 @@ def payload(alert: HealthAlert) -> dict[str, Any]:
 
 
 def dispatch(alert: HealthAlert) -> None:
-    """Queue the email and webhook delivery once the episode's transaction commits."""
-    from webapp.results.tasks import deliver_alert
+    """A delivery per channel the team has, each sent by its own task once the episode commits."""
+    from webapp.results.tasks import send_alert
 
-    deliver_alert.delay_on_commit(alert.pk)
+    channels = AlertChannels.objects.filter(team_id=alert.run.team_id).first()
+    if channels is None:
+        return
+    wanted = [AlertChannel.EMAIL] if channels.email else []
+    wanted += [AlertChannel.WEBHOOK] if channels.webhook_url else []
+    for channel in wanted:
+        delivery, created = AlertDelivery.objects.get_or_create(alert=alert, channel=channel)
+        if created:
+            send_alert.delay_on_commit(delivery.pk)
 
 
 def stop_run(run: Run, alert: HealthAlert) -> None:
@@ -74,19 +105,29 @@ def stop_run(run: Run, alert: HealthAlert) -> None:
         cancel_run.delay_on_commit(run.pk)
 
 
-def deliver(alert: HealthAlert) -> None:
-    channels = AlertChannels.objects.filter(team=alert.run.team).first()
-    if channels is None:
-        return
-    if channels.email and _claim(alert, "email_sent_at"):
-        _email(alert)
-    if channels.webhook_url and _claim(alert, "webhook_sent_at"):
-        _webhook(alert, channels.webhook_url)
+def send(delivery: AlertDelivery, *, last_try: bool) -> None:
+    """One try of a delivery; DeliveryFailed (for the task to retry) when it may work later and this
+    is not the last try. The outcome and the error are kept on the row either way."""
+    if not delivery.start_try():
+        return  # sent, failed for good, or being tried by another task
+    try:
+        _CHANNELS[delivery.channel](delivery.alert)
+    except DeliveryFailed as error:
+        _settle_failed(delivery, str(error), final=last_try)
+        if not last_try:
+            raise
+    except DeliveryRefused as error:
+        _settle_failed(delivery, str(error), final=True)
+    else:
+        delivery.settle()
 
 
-def _claim(alert: HealthAlert, field: str) -> bool:
-    # Race: the task delivered twice (a redelivery after a worker died); the first claim sends.
-    return guarded_update(alert, Q(**{f"{field}__isnull": True}), **{field: timezone.now()})
+def _settle_failed(delivery: AlertDelivery, why: str, *, final: bool) -> None:
+    logger.warning(
+        "alert %s of run %s: %s delivery try %s failed%s: %s", delivery.alert_id, delivery.alert.run_id,
+        delivery.channel, delivery.attempts, "" if final else " (retrying)", why,
+    )  # fmt: skip
+    delivery.settle(why, final=final)
 
 
 def _email(alert: HealthAlert) -> None:
@@ -95,35 +136,31 @@ def _email(alert: HealthAlert) -> None:
         return
     body = f"{summary(alert)}\n\n{step_url(alert)}\n"
     try:
-        send_mail(f"[Agent-R1 Studio] {summary(alert)[:120]}", body, None, addresses)
-    except OSError as error:
-        _record_failure(alert, f"email: {error}")
+        send_mail(header_text(f"[Agent-R1 Studio] {summary(alert)}"), body, None, addresses)
+    except (OSError, smtplib.SMTPException) as error:
+        raise DeliveryFailed(f"email: {error}") from None
 
 
-def _webhook(alert: HealthAlert, url: str) -> None:
-    retrying = POLICY.retrying(stop=tenacity.stop_after_attempt(WEBHOOK_ATTEMPTS))
+def _webhook(alert: HealthAlert) -> None:
+    channels = AlertChannels.objects.filter(team_id=alert.run.team_id).first()
+    if channels is None or not channels.webhook_url:
+        raise DeliveryRefused("webhook: the team no longer has a webhook URL")
     try:
-        retrying(_post_once, url, payload(alert))
-    except (
-        RetryableHttpError,
-        PermanentHttpError,
-        httpx.HTTPError,
-        OutboundRefused,
-        HttpToolError,
-        OSError,
-    ) as error:
-        _record_failure(alert, f"webhook: {error}")
-
-
-def _post_once(url: str, body: dict[str, Any]) -> None:
-    # Checked against the outbound rules and pinned to the address checked (docs/security.md#outbound).
-    status, answer = post_checked(url, outbound_policy(), WEBHOOK_TIMEOUT_S, {}, body)
+        # Checked against the outbound rules and pinned to the address checked (docs/security.md#outbound).
+        status, answer = post_checked(
+            channels.webhook_url, outbound_policy(), WEBHOOK_TIMEOUT_S, {}, payload(alert)
+        )
+    except (OutboundRefused, HttpToolError) as error:
+        raise DeliveryRefused(f"webhook: {error}") from None
+    except (httpx.HTTPError, OSError) as error:
+        raise DeliveryFailed(f"webhook: {error}") from None
     if status == 429 or status >= 500:
-        raise RetryableHttpError(status, None)
+        raise DeliveryFailed(f"webhook: HTTP {status}")
     if not 200 <= status < 300:
-        raise PermanentHttpError(status, answer.decode("utf-8", errors="replace"))
+        raise DeliveryRefused(f"webhook: HTTP {status}: {answer.decode('utf-8', errors='replace')[:500]}")
 
 
-def _record_failure(alert: HealthAlert, why: str) -> None:
-    logger.warning("alert %s of run %s not delivered: %s", alert.pk, alert.run_id, why)
-    HealthAlert.objects.filter(pk=alert.pk).update(delivery_error=why[:2000])
+_CHANNELS: dict[str, Callable[[HealthAlert], None]] = {
+    AlertChannel.EMAIL: _email,
+    AlertChannel.WEBHOOK: _webhook,
+}

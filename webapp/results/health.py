@@ -29,7 +29,14 @@ from webapp.results.health_checks import (
     all_checks,
     merge_window,
 )
-from webapp.results.models import HealthAlert, HealthRule, Notification, RunHealth
+from webapp.results.models import (
+    AlertDelivery,
+    DeliveryStatus,
+    HealthAlert,
+    HealthRule,
+    Notification,
+    RunHealth,
+)
 
 
 @dataclass(frozen=True)
@@ -190,3 +197,9 @@ def panel(run: Run) -> list[tuple[HealthCheck, RunHealth | None, Rule]]:
     """Every check with its state on the run (None: no data yet), for the run page."""
     rows = {row.check_name: row for row in RunHealth.objects.filter(run=run).defer("window")}
     return [(rule.check, rows.get(name), rule) for name, rule in team_rules(run.team_id).items()]
+
+
+def undelivered(run: Run) -> list[AlertDelivery]:
+    """The run's alert deliveries that failed, or failed a try and wait for the next one."""
+    failing = AlertDelivery.objects.filter(alert__run=run).exclude(status=DeliveryStatus.SENT).exclude(error="")
+    return list(failing.select_related("alert").order_by("-alert__created", "channel"))

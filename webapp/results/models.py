@@ -21,10 +21,12 @@ from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVectorField
 from django.db import connection, models, transaction
+from django.utils import timezone
 
 from trainer.contract import CheckpointRecord
 from webapp.accounts.models import Team
 from webapp.experiments.models import Experiment, Run
+from webapp.guarded import guarded_update
 
 # Widths (in steps) of the min/max summary levels; level i has width SUMMARY_WIDTHS[i - 1]. A factor of
 # 8 between levels keeps a curve read under ~8 x 490 summary rows whatever the zoom (measured:
@@ -523,9 +525,6 @@ class HealthAlert(models.Model):
     threshold = models.FloatField()
     created = models.DateTimeField(auto_now_add=True)
     stopped_run = models.BooleanField(default=False)
-    webhook_sent_at = models.DateTimeField(null=True, blank=True)
-    email_sent_at = models.DateTimeField(null=True, blank=True)
-    delivery_error = models.TextField(blank=True)
 
     class Meta:
         constraints = [
@@ -538,6 +537,52 @@ class HealthAlert(models.Model):
         from webapp.results.health_checks import CHECKS
 
         return CHECKS.get(self.check_name).label if self.check_name in CHECKS else self.check_name
+
+
+class AlertChannel(models.TextChoices):
+    EMAIL = "email"
+    WEBHOOK = "webhook"
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending", "waiting for its next try"
+    SENDING = "sending"
+    SENT = "sent"
+    FAILED = "failed"
+
+
+class AlertDelivery(models.Model):
+    """One alert on one channel: each try, its last error, and the outcome (docs/health.md#alerts)."""
+
+    alert = models.ForeignKey(HealthAlert, on_delete=models.CASCADE, related_name="deliveries")
+    channel = models.CharField(max_length=10, choices=AlertChannel.choices)
+    status = models.CharField(max_length=10, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    error = models.TextField(blank=True, help_text="Why the last try failed.")
+    sent_at = models.DateTimeField(null=True, blank=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["alert", "channel"], name="one_delivery_per_channel")]
+        ordering = ["alert_id", "channel"]
+
+    def start_try(self) -> bool:
+        """Claim the next try; False when another task holds it or the delivery is settled."""
+        # Race: a task delivered twice (a redelivery beside the first); only one claims a try.
+        return guarded_update(
+            self, models.Q(status=DeliveryStatus.PENDING), status=DeliveryStatus.SENDING,
+            attempts=models.F("attempts") + 1,
+        )  # fmt: skip
+
+    def settle(self, error: str = "", *, final: bool = True) -> None:
+        """The try's outcome: sent (no error); failed for good (``final``); else pending again."""
+        status = (
+            DeliveryStatus.SENT if not error else DeliveryStatus.FAILED if final else DeliveryStatus.PENDING
+        )
+        sent_at = timezone.now() if not error else None
+        # Race: none: the try is this task's since start_try claimed it.
+        AlertDelivery.objects.filter(pk=self.pk).update(status=status, error=error[:2000], sent_at=sent_at)
+        self.refresh_from_db()
 
 
 class Notification(models.Model):

@@ -1,19 +1,28 @@
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
 
 from webapp.results import alerts
-from webapp.results.models import HealthAlert
+from webapp.results.models import AlertDelivery
+
+# Tries of an alert delivery after its first: up to 5 s, 10 s, 20 s ... apart (Celery's jittered
+# backoff), the wait capped at 10 minutes: at most about 20 minutes for a mail server or webhook to return.
+ALERT_RETRIES = 8
 
 
-# Idempotent: each channel is claimed on the alert row before it is used (alerts.deliver), so a
-# redelivery after a worker died sends nothing twice.
-@shared_task(acks_late=True, reject_on_worker_lost=True)
-def deliver_alert(alert_id: int) -> None:
-    alert = HealthAlert.objects.select_related("run__team").filter(pk=alert_id).first()
-    if alert is None:
+# Not acks_late: a try is claimed on the delivery row (AlertDelivery.start_try), so a redelivered task
+# never sends twice; a worker killed mid-try leaves that delivery "sending", on the run page.
+@shared_task(
+    bind=True, autoretry_for=(alerts.DeliveryFailed,), retry_backoff=5, retry_backoff_max=600,
+    max_retries=ALERT_RETRIES,
+)  # fmt: skip
+def send_alert(self: Any, delivery_id: int) -> None:
+    delivery = AlertDelivery.objects.select_related("alert__run__team").filter(pk=delivery_id).first()
+    if delivery is None:
         return
-    alerts.deliver(alert)
+    alerts.send(delivery, last_try=self.request.retries >= ALERT_RETRIES)
 
 
 # Idempotent: a second run finds nothing more to drop (storage.apply_retention).

@@ -160,10 +160,11 @@ def clip(value: Any, limit: int = SHOWN_TEXT_MAX) -> str:
 
 @register.inclusion_tag("results/_health_panel.html", takes_context=True)
 def health_panel(context: Any, run: Any) -> dict[str, Any]:
-    """Every health check's state on the run (docs/health.md#checks)."""
-    from webapp.results.health import panel
+    """Every health check's state on the run (docs/health.md#checks), and its alerts that could not be
+    delivered or wait for another try (docs/health.md#alerts)."""
+    from webapp.results.health import panel, undelivered
 
-    return {"team": context["team"], "run": run, "rows": panel(run)}
+    return {"team": context["team"], "run": run, "rows": panel(run), "undelivered": undelivered(run)}
 
 
 @register.filter
