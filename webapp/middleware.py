@@ -1,5 +1,5 @@
-"""Middleware of the whole site: the JSON API's one error shape, whatever answered, and the cache
-rules of authenticated answers (docs/security.md#headers)."""
+"""Middleware of the whole site: the JSON API's one error shape, whatever answered, the cache rules of
+authenticated answers (docs/security.md#headers), and no NUL in a query string (docs/security.md#limits)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from http import HTTPStatus
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.utils.cache import patch_cache_control
 
 from trainer.contract import API_ROOT
@@ -69,3 +69,33 @@ class PrivateCacheMiddleware:
         if (user is not None and user.is_authenticated) or "Authorization" in request.headers:
             patch_cache_control(response, private=True)
         return response
+
+
+# MLflow's REST calls answer in MLflow's own error shape, after their own checks.
+MLFLOW_API_PREFIXES = ("/mlflow/api/", "/mlflow/t/")
+
+
+class NoNulInQueryMiddleware:
+    """A NUL character in a query parameter, its name or a value, is a 400 naming the parameter,
+    before any view runs: Postgres stores no NUL, so any filter holding one would fail in the
+    database (a 500). MLflow's calls check their parameters themselves, in MLflow's shape."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not request.path.startswith(MLFLOW_API_PREFIXES):
+            for name, values in request.GET.lists():
+                if "\x00" in name or any("\x00" in value for value in values):
+                    return _nul_refusal(request, name.replace("\x00", ""))
+        return self.get_response(request)
+
+
+def _nul_refusal(request: HttpRequest, name: str) -> HttpResponse:
+    message = f"{name}: a query parameter must not contain NUL characters"
+    if request.path.startswith(API_PREFIX):
+        from webapp.api import error_body
+
+        body = json.dumps(error_body(message, 400, name or None))
+        return HttpResponse(body, status=400, content_type="application/json")
+    return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")

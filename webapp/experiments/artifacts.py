@@ -19,6 +19,7 @@ FOLDER = "artifacts"  # under a run's files; also the segment after the run id i
 UPLOADING = ".upload-"  # prefix of a file still being written (renamed over its target when done)
 # A path segment that would leave the folder or cannot be a file name here.
 _BAD_SEGMENT = re.compile(r"[\x00/\\]")
+NAME_MAX = 255  # bytes of one file or folder name (Linux's NAME_MAX)
 
 
 class BadArtifactPath(ValueError):
@@ -34,6 +35,10 @@ def relative_path(parts: list[str]) -> PurePosixPath:
     for part in parts:
         if part in ("", ".", "..") or _BAD_SEGMENT.search(part):
             raise BadArtifactPath(f"Invalid artifact path {'/'.join(parts)!r}: segments must be plain names.")
+        if len(part.encode("utf-8", "surrogatepass")) > NAME_MAX:
+            raise BadArtifactPath(
+                f"Invalid artifact path: the name {part[:40]!r}… is longer than {NAME_MAX} bytes."
+            )
     return PurePosixPath(*parts)
 
 

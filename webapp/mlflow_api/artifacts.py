@@ -67,10 +67,17 @@ def upload(request: HttpRequest, run: Run, inside: PurePosixPath) -> HttpRespons
     too_large = invalid(f"The artifact is larger than this server's limit of {limit} bytes.")
     if int(request.headers.get("Content-Length") or 0) > limit:
         raise too_large
-    target = artifact_root(run) / inside
+    root = artifact_root(run)
+    target = root / inside
     if target.is_dir():
         raise invalid(f"{inside} is a folder of artifacts, not a file.")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    for folder in inside.parents:
+        if (root / folder).is_file():
+            raise invalid(f"{folder} is an artifact file, so {inside} cannot be put under it.")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a file of that name put meanwhile
+        raise invalid(f"A folder of {inside} is an artifact file.") from None
     # Written beside the target and renamed over it: a reader never sees half a file.
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=UPLOADING)
     written = 0

@@ -201,5 +201,7 @@ def panel(run: Run) -> list[tuple[HealthCheck, RunHealth | None, Rule]]:
 
 def undelivered(run: Run) -> list[AlertDelivery]:
     """The run's alert deliveries that failed, or failed a try and wait for the next one."""
-    failing = AlertDelivery.objects.filter(alert__run=run).exclude(status=DeliveryStatus.SENT).exclude(error="")
+    failing = (
+        AlertDelivery.objects.filter(alert__run=run).exclude(status=DeliveryStatus.SENT).exclude(error="")
+    )
     return list(failing.select_related("alert").order_by("-alert__created", "channel"))

@@ -48,15 +48,17 @@ from django.db.models import (
     Window,
 )
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
-from django.db.models.functions import Coalesce, Now
+from django.db.models.functions import Cast, Coalesce, Now
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from trainer.contract import INT4_MAX
 from webapp.experiments.models import EXTERNAL_EXECUTOR, Run, RunKind, RunParam, RunStatus
 from webapp.results import metrics_store
 from webapp.results.models import SUMMARY_WIDTHS, MetricSummary, RunHealth
 
 PAGE_SIZE = 50
+MAX_PAGE = INT4_MAX // PAGE_SIZE  # so that a page's offset fits the database's integers
 MAX_COLUMNS = 40
 MAX_FILTERS = 12
 MAX_KEY_LENGTH = 250  # MLflow's limit for metric and param keys
@@ -152,7 +154,8 @@ def _config_value(path: str) -> Any:
 def _metric_aliases(name: str, kind: str, key: str) -> dict[str, Any]:
     key_id = metrics_store.known_key_id(key)
     if key_id is None:  # no run ever logged it: every cell is empty
-        return {name: Value(None, output_field=FloatField())}
+        # A typed NULL: Postgres refuses a bare one in ORDER BY and cannot pick an AVG for it.
+        return {name: Cast(Value(None), FloatField())}
     if kind == "last":
         joined = f"{name}_latest"
         return {
@@ -238,7 +241,7 @@ def column(column_id: str) -> Column:
     if column_id in ATTRIBUTES:
         return ATTRIBUTES[column_id]
     kind, sep, key = column_id.partition(":")
-    if not sep or not key or len(key) > MAX_KEY_LENGTH:
+    if not sep or not key or len(key) > MAX_KEY_LENGTH or "\x00" in column_id:
         raise BadQuery(
             f"unknown column {column_id!r}: use one of {', '.join(ATTRIBUTES)}, config:<path>, "
             f"param:<key>, last:<metric>, max:<metric> or min:<metric>"
@@ -356,7 +359,9 @@ def parse_query(params: Any) -> TableQuery:
     archived = params.get("archived") or "hide"
     query.archived = archived if archived in dict(ARCHIVED_CHOICES) else "hide"
     page = params.get("page") or "1"
-    query.page = int(page) if page.isdigit() and int(page) > 0 else 1
+    query.page = int(page) if page.isdigit() and 0 < int(page) <= MAX_PAGE else 1
+    if page.isdigit() and int(page) > MAX_PAGE:
+        query.errors.append(f"page: at most {MAX_PAGE}")
     return query
 
 
@@ -400,13 +405,23 @@ def _json_filter(found: Column, item: Filter, name: str) -> tuple[dict[str, Any]
 
 def _json_value(text: str) -> Any:
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_not_finite)
+    except BadQuery:
+        raise
     except ValueError:
         return text
+    if isinstance(value, float) and not math.isfinite(value):  # 1e309 parses as an infinity
+        _not_finite(text)
     return value if not isinstance(value, dict | list) else text
 
 
+def _not_finite(text: str) -> Any:
+    # jsonb holds no NaN or infinity, so no config value equals one, and none compares with one.
+    raise BadQuery(f"{text} is not a value a config holds: give a finite number")
+
+
 DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([hms]?)")
+MAX_DURATION_S = 1000 * 365 * 24 * 3600  # far beyond any run, well inside timedelta's and Postgres's range
 
 
 def _typed(found: Column, text: str) -> Any:
@@ -449,7 +464,10 @@ def _parse_duration(found: Column, text: str) -> timedelta:
     if not parts or DURATION_PART.sub("", text.replace(" ", "")):
         raise BadQuery(f"{found.label} takes seconds or a length like 90s, 15m, 2h or 1h30m")
     unit = {"h": 3600, "m": 60, "s": 1, "": 1}
-    return timedelta(seconds=sum(float(number) * unit[suffix] for number, suffix in parts))
+    seconds = sum(float(number) * unit[suffix] for number, suffix in parts)
+    if seconds > MAX_DURATION_S:
+        raise BadQuery(f"{found.label} is at most {MAX_DURATION_S // (3600 * 24 * 365)} years")
+    return timedelta(seconds=seconds)
 
 
 # -- the table -------------------------------------------------------------------------------------

@@ -115,6 +115,47 @@ def test_a_filter_that_does_not_parse_is_reported_and_the_rest_still_applies(run
     assert table.query.filters[0].error  # kept, so the form shows what was typed
 
 
+@pytest.mark.parametrize(
+    "query, named",
+    [
+        ("fc=config:algorithm.kl_coef&fo=eq&fv=NaN", "NaN is not a value a config holds"),
+        ("fc=config:algorithm.kl_coef&fo=gt&fv=Infinity", "Infinity is not a value a config holds"),
+        ("fc=config:algorithm.kl_coef&fo=le&fv=-Infinity", "-Infinity is not a value a config holds"),
+        ("fc=config:algorithm.kl_coef&fo=eq&fv=1e309", "1e309 is not a value a config holds"),
+        ("fc=name&fo=contains&fv=a%00b", "fv: a query parameter must not contain NUL characters"),
+        ("fc=param:lr&fo=eq&fv=%00", "fv: a query parameter must not contain NUL characters"),
+        ("sort=last:re%00ward", "sort: a query parameter must not contain NUL characters"),
+        ("fc=duration&fo=gt&fv=99999999999999999999", "Duration is at most 1000 years"),
+        (f"page={2**63}", f"page: at most {rt.MAX_PAGE}"),
+        (f"page={rt.MAX_PAGE + 1}", f"page: at most {rt.MAX_PAGE}"),
+    ],
+)
+def test_a_query_the_table_cannot_use_is_a_400_that_names_what_to_change(
+    alice: Client, runs: dict[str, Run], query: str, named: str
+) -> None:
+    """The findings: each of these was a 500."""
+    response = alice.get(f"/t/acme/runs/?{query}")
+    assert response.status_code == 400
+    assert named in response.content.decode()
+
+
+def test_sorting_and_grouping_by_a_metric_no_run_has_logged_yet_leaves_its_cells_empty(
+    alice: Client, personas: Any
+) -> None:
+    """The finding: last:reward/mean is a default column, so a new team's first click on it was a 500."""
+    fresh = Experiment.objects.create(team=personas["acme"], name="new", task="gsm8k", preset="grpo")
+    _run(fresh, 1, {})
+    for query in (
+        "sort=-last:reward/mean",
+        "sort=max:never/logged",
+        "group=preset",
+        "group=config:algorithm",
+    ):
+        response = alice.get(f"/t/acme/runs/?{query}")
+        assert response.status_code == 200, query
+        assert 'id="query-errors"' not in response.content.decode(), query
+
+
 def test_grouping_by_a_column_gives_counts_and_the_means_of_numeric_columns(runs: dict[str, Run]) -> None:
     table = _table("group=preset")
     groups = {g.text: g for g in table.groups}
