@@ -9,21 +9,44 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
+import re
 import secrets
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
-from django.db import models
+from django.db import IntegrityError, models, transaction
 from django.db.models import Case, F, Func, Q, Value, When
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from webapp.accounts.models import Team
 from webapp.guarded import guarded_update
+
+if TYPE_CHECKING:
+    from trainer.config import RunConfig
+    from webapp.results.retention import Retention
+
+RUN_NAME_MAX = 250
+# A launch request's key (the form's hidden field, a REST Idempotency-Key): what fits Run.launch_key.
+LAUNCH_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class NameTaken(ValueError):
+    """The team has an experiment of that name already."""
+
+
+class Unchangeable(ValueError):
+    """The experiment's config and seeds can no longer change; the message says why."""
+
+
+class LaunchRefused(ValueError):
+    """The experiment cannot be launched now; the message says why and what to do."""
 
 
 class Experiment(models.Model):
@@ -67,6 +90,144 @@ class Experiment(models.Model):
         return cls.objects.get_or_create(
             team=team, name=name, defaults={"external": True, "created_by": user}
         )
+
+    @classmethod
+    def create(
+        cls,
+        team: Team,
+        user: Any,
+        config: RunConfig,
+        seeds: list[int],
+        *,
+        description: str = "",
+        cloned_from: Experiment | None = None,
+        retention: Retention | None = None,
+    ) -> Experiment:
+        """A new experiment of a config that webapp.experiments.acceptance.accept returned; NameTaken
+        when the team has one of its name. ``retention``: the policy its runs start with
+        (docs/rollouts.md#retention); None keeps a clone's source's, else everything."""
+        from webapp.results.models import ExperimentRetention
+        from webapp.results.retention import Retention
+
+        try:
+            # Race: two requests creating the same name at once; the unique (team, name) constraint
+            # lets one in, and the savepoint keeps the other's transaction usable for its answer.
+            with transaction.atomic():
+                experiment = cls.objects.create(
+                    team=team,
+                    description=description,
+                    seeds=seeds,
+                    created_by=user,
+                    cloned_from=cloned_from,
+                    **_config_fields(config),
+                )
+                if retention is None and cloned_from is not None:  # a clone keeps its source's policy
+                    earlier = ExperimentRetention.objects.filter(experiment=cloned_from).first()
+                    retention = Retention.of(earlier) if earlier is not None else None
+                if retention is not None:
+                    ExperimentRetention.objects.create(experiment=experiment, **retention.fields())
+                return experiment
+        except IntegrityError:
+            raise NameTaken(f"the team already has an experiment named {config.name!r}") from None
+
+    def frozen_because(self) -> str:
+        """Why its config and seeds may no longer change ("" while they may): runs keep the config they
+        were launched with, and an MLflow client's experiment has none."""
+        if self.external:
+            return f"{self.name} was logged through MLflow: it has no config to change"
+        if self.runs.exists():
+            return f"{self.name} has runs: its config and seeds stay as launched; clone it"
+        return ""
+
+    def change(
+        self,
+        *,
+        config: RunConfig | None = None,
+        name: str | None = None,
+        description: str | None = None,
+        seeds: list[int] | None = None,
+    ) -> None:
+        """Save the fields given (None: unchanged); ``config`` one that accept returned. Unchangeable
+        when a config or seeds are given but may no longer change; NameTaken for a name in use."""
+        given = {"name": name, "description": description, "seeds": seeds}
+        changes = _config_fields(config) if config is not None else {}
+        changes.update({field: value for field, value in given.items() if value is not None})
+        try:
+            with transaction.atomic():
+                # Race: a launch while the config changes; the row lock (launch takes it too) orders
+                # them, so no run starts from a config that then changes under its experiment.
+                Experiment.objects.select_for_update().filter(pk=self.pk).first()
+                frozen = self.frozen_because() if config is not None or seeds is not None else ""
+                if frozen:
+                    raise Unchangeable(frozen)
+                # Race: a rename to a name another request takes at once; the unique (team, name)
+                # constraint lets one in, and the savepoint keeps the other's transaction usable.
+                Experiment.objects.filter(pk=self.pk).update(**changes)
+        except IntegrityError:
+            raise NameTaken(f"the team already has an experiment named {changes.get('name')!r}") from None
+        self.refresh_from_db()
+
+    @transaction.atomic
+    def launch(self, launch_key: str = "") -> Launched:
+        """One queued run per seed, each with its own frozen config, the launch tasks sent on commit;
+        at most once per ``launch_key`` (the same key again returns its runs). The stored config is
+        accepted again (acceptance.Refused): a dataset deleted or re-mapped since, or a rule newer
+        than the config, stops it before any run is made. LaunchRefused while runs of the same
+        seeds are still active (docs/reliability.md#launch)."""
+        from webapp.experiments.acceptance import accept
+
+        # Race: two launches of one experiment at once (a double-click, two REST calls): the row lock
+        # makes the second wait for the first to commit, and then see its runs.
+        Experiment.objects.select_for_update().filter(pk=self.pk).first()
+        if launch_key:
+            earlier = list(self.runs.filter(launch_key=launch_key).order_by("pk"))
+            if earlier:
+                return Launched(earlier, replayed=True)
+        base = accept(self.team, self.config)
+        seeds = self.seeds or [base.trainer.seed]
+        active = self.runs.filter(status__in=ACTIVE, seed__in=seeds, kind=RunKind.TRAINING)
+        busy = sorted(set(active.exclude(executor=EXTERNAL_EXECUTOR).values_list("seed", flat=True)))
+        if busy:
+            raise LaunchRefused(
+                f"this experiment still has runs queued or running for seed(s) {', '.join(map(str, busy))}: "
+                "wait for them to end, or cancel them, before launching it again"
+            )
+        return Launched([self._queue_run(base, seed, launch_key) for seed in seeds], replayed=False)
+
+    def _queue_run(self, base: RunConfig, seed: int, launch_key: str) -> Run:
+        from webapp.experiments.services import checkpoint_dir
+        from webapp.experiments.tasks import launch_run
+
+        suffix = f" · seed {seed}"
+        run = Run.objects.create(
+            experiment=self,
+            team=self.team,
+            seed=seed,
+            executor=base.executor,
+            name=self.name[: RUN_NAME_MAX - len(suffix)] + suffix,
+            launch_key=launch_key,
+        )
+        config = base.with_overrides(**{"trainer.seed": seed, "trainer.checkpoint_dir": checkpoint_dir(run)})
+        run.freeze_config(json.loads(config.to_json()))
+        run.enqueue()
+        launch_run.delay_on_commit(run.pk)
+        return run
+
+
+def _config_fields(config: RunConfig) -> dict[str, Any]:
+    """What an experiment stores of its config: the config itself and what lists and filters read."""
+    return {
+        "config": json.loads(config.to_json()),
+        "name": config.name,
+        "task": config.task,
+        "preset": config.preset,
+    }
+
+
+@dataclass(frozen=True)
+class Launched:
+    runs: list[Run]
+    replayed: bool  # the same launch key came before: these are its runs, nothing new was made
 
 
 class RunStatus(models.TextChoices):
