@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 import jsonschema
 from django import forms
 
-from trainer.tools import TOOLS, check_tool_definition
+from trainer.tools import TOOLS, check_tool_definition, one_string_parameter
 from trainer.tools.base import ENTRY_POINT, argument_error
 from webapp.accounts.models import Team
 from webapp.tools.models import (
@@ -23,12 +23,7 @@ from webapp.tools.models import (
     url_refusal,
 )  # fmt: skip
 
-EXAMPLE_SCHEMA = {
-    "type": "object",
-    "properties": {"query": {"type": "string", "description": "What to look up."}},
-    "required": ["query"],
-    "additionalProperties": False,
-}
+EXAMPLE_SCHEMA = one_string_parameter("query", "What to look up.")
 _HTTP_FIELDS = ("url", "method", "timeout_s", "secret_header", "secret")
 
 
