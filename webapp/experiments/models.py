@@ -23,6 +23,12 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from webapp.accounts.models import Team
+from webapp.experiments.executors import (
+    EXTERNAL_EXECUTOR,
+    executor_of,
+    limited_executors,
+    outside_executors,
+)
 from webapp.guarded import guarded_update
 
 
@@ -83,9 +89,6 @@ class RunStatus(models.TextChoices):
 TERMINAL = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 ACTIVE = (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED)
 CLAIMED = (RunStatus.RUNNING, RunStatus.STALLED)  # the statuses of a run its trainer owns
-# The executor of a run an MLflow client created (/mlflow/): none of ours starts, polls or stops it,
-# and its status is whatever the client reports. This is the one mark of an external run.
-EXTERNAL_EXECUTOR = "external"
 
 
 class RunKind(models.TextChoices):
@@ -257,8 +260,9 @@ class Run(models.Model):
 
     @property
     def is_external(self) -> bool:
-        """Logged by an MLflow client, not launched by us (see EXTERNAL_EXECUTOR)."""
-        return self.executor == EXTERNAL_EXECUTOR
+        """Reported from outside (an MLflow client, an import), not launched by us: its executor
+        is not reaped, and its status is whatever the client reports."""
+        return not executor_of(self).reaped
 
     @classmethod
     def create_external(cls, experiment: Experiment, name: str, started_at: Any | None) -> Run:
@@ -425,7 +429,7 @@ class Run(models.Model):
         if step is not None:
             changes["step"] = Greatest("step", Value(step))
         # An external run's state is its client's: its counter follows what it logs in any status.
-        moving = Q(status__in=CLAIMED) | Q(executor=EXTERNAL_EXECUTOR)
+        moving = Q(status__in=CLAIMED) | Q(executor__in=outside_executors())
         Run.objects.filter(moving, pk=self.pk).update(**changes)
 
     def _revive_if_progressing(self) -> None:
@@ -520,7 +524,7 @@ class Run(models.Model):
         if changes:
             # Race: none to guard between MLflow writers (last write wins, as on MLflow); the
             # executor filter is what keeps a launched run's state machine out of reach.
-            Run.objects.filter(pk=self.pk, executor=EXTERNAL_EXECUTOR).update(**changes)
+            Run.objects.filter(pk=self.pk, executor__in=outside_executors()).update(**changes)
         self.refresh_from_db()
 
     def rename(self, name: str) -> None:
@@ -595,9 +599,6 @@ class RunTag(models.Model):
 
 # --- sweeps and the team's limit on active runs (docs/sweeps.md) ---------------------------------
 
-# The executor whose runs the team's limit counts: the trainers on this machine. A Ray cluster
-# places its jobs itself (a job waits PENDING for resources).
-LIMITED_EXECUTOR = "local"
 STARTED = (RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED)  # a trainer process exists
 MAX_ACTIVE_LIMIT = 64
 
@@ -625,13 +626,13 @@ class TeamRunLimit(models.Model):
 
 
 def waiting_line(team_id: int) -> models.QuerySet[Run]:
-    """The team's queued local runs in the order they start: first queued, first started."""
-    queued = Run.objects.filter(team_id=team_id, status=RunStatus.QUEUED, executor=LIMITED_EXECUTOR)
+    """The team's queued runs the limit counts, in the order they start: first queued, first started."""
+    queued = Run.objects.filter(team_id=team_id, status=RunStatus.QUEUED, executor__in=limited_executors())
     return queued.order_by("queued_at", "pk")
 
 
 def started_count(team_id: int) -> int:
-    return Run.objects.filter(team_id=team_id, status__in=STARTED, executor=LIMITED_EXECUTOR).count()
+    return Run.objects.filter(team_id=team_id, status__in=STARTED, executor__in=limited_executors()).count()
 
 
 def places_in_line(team_id: int) -> dict[int, int]:

@@ -26,11 +26,16 @@ from trainer.config import RunConfig
 from trainer.contract import INT4_MAX
 from webapp.accounts.models import Team
 from webapp.experiments.confine import confined
-from webapp.experiments.executors import EXECUTORS, ClusterTooSmall, ExecutorState, job_for, submission_id
+from webapp.experiments.executors import (
+    Executor,
+    ExecutorState,
+    StartRefused,
+    executor_of,
+    job_for,
+    reaped_executors,
+)
 from webapp.experiments.models import (
     ACTIVE,
-    EXTERNAL_EXECUTOR,
-    LIMITED_EXECUTOR,
     Experiment,
     Run,
     RunKind,
@@ -57,14 +62,13 @@ MAX_LAUNCH_ATTEMPTS = 3
 
 def start_run(run: Run) -> None:
     """queued → starting, then hand the run to its executor with a fresh per-run token."""
-    planned_ref = f"ray:{submission_id(run)}" if run.executor == "ray" else ""
-    if not _admit(run, planned_ref):
+    executor = executor_of(run)
+    if not _admit(run, executor):
         return
-    executor = EXECUTORS.get(run.executor)
     try:
         ref = executor.start(run, run.issue_token())
-    except ClusterTooSmall as exc:
-        logger.info("run %s refused by the cluster precheck: %s", run.pk, exc)
+    except StartRefused as exc:  # the cluster precheck, a run reported from outside
+        logger.info("run %s refused by its executor: %s", run.pk, exc)
         run.finish(RunStatus.FAILED, str(exc))
         return
     except Exception as exc:  # any failure to start is the run's failure, shown on its page
@@ -74,10 +78,12 @@ def start_run(run: Run) -> None:
     run.record_executor_ref(ref)
 
 
-def _admit(run: Run, planned_ref: str) -> bool:
-    """queued → starting if the team's limit on active local runs has a place for it and it is first
-    in line; else it stays queued, held, for the reaper to start in turn (docs/sweeps.md#limit)."""
-    if run.executor != LIMITED_EXECUTOR:
+def _admit(run: Run, executor: Executor) -> bool:
+    """queued → starting if the team's limit on active runs has a place for it (when its executor
+    is limited by the team) and it is first in line; else it stays queued, held, for the reaper to
+    start in turn (docs/sweeps.md#limit)."""
+    planned_ref = executor.planned_ref(run)
+    if not executor.limited_by_team:
         return _mark_starting(run, planned_ref)
     with transaction.atomic():
         # Race: two workers starting two queued runs of one team at once would each count the same
@@ -110,7 +116,7 @@ def next_in_line(team_id: int) -> list[int]:
 
 def reconcile(run: Run) -> None:
     """Bring the run's status in line with what its executor says (the reaper's one step)."""
-    if run.is_terminal or run.is_external or run.status == RunStatus.QUEUED:
+    if run.is_terminal or not executor_of(run).reaped or run.status == RunStatus.QUEUED:
         return  # a queued run's lost task is resent by requeue_lost_launches
     if not run.executor_ref and not _locate(run):
         recover_lost_start(run)
@@ -142,7 +148,7 @@ def reconcile(run: Run) -> None:
 
 def _poll(run: Run) -> ExecutorState | None:
     try:
-        return EXECUTORS.get(run.executor).poll(run)
+        return executor_of(run).poll(run)
     except Exception as exc:  # an unreachable cluster is not a verdict on the run
         logger.warning("could not poll run %s on %s: %s", run.pk, run.executor, exc)
         started = run.starting_at or run.queued_at or run.created
@@ -157,7 +163,7 @@ def _watch_live_run(run: Run) -> None:
     if run.cancel_requested and run.cancel_requested_at:
         if timezone.now() - run.cancel_requested_at > timedelta(seconds=settings.CANCEL_GRACE_S):
             logger.warning("run %s ignored SIGTERM for %s s; killing it", run.pk, settings.CANCEL_GRACE_S)
-            EXECUTORS.get(run.executor).stop(run, force=True)
+            executor_of(run).stop(run, force=True)
         return
     _watch_silence(run)
 
@@ -204,7 +210,7 @@ def stop_executor(run: Run) -> None:
 
 def _stop_quietly(run: Run, *, force: bool = False) -> None:
     try:
-        EXECUTORS.get(run.executor).stop(run, force=force)
+        executor_of(run).stop(run, force=force)
     except Exception as exc:
         logger.warning("could not stop run %s: %s", run.pk, exc)
 
@@ -212,7 +218,7 @@ def _stop_quietly(run: Run, *, force: bool = False) -> None:
 def _clean_up(run: Run) -> None:
     """The ended run's scratch space (its dataset copy, its temporary files) goes; its log stays."""
     try:
-        EXECUTORS.get(run.executor).clean_up(run)
+        executor_of(run).clean_up(run)
     except OSError as exc:
         logger.warning("could not remove the scratch space of run %s: %s", run.pk, exc)
 
@@ -223,7 +229,7 @@ def _clean_up(run: Run) -> None:
 def _locate(run: Run) -> bool:
     """Find a start whose executor ref was never recorded (the launching worker died between
     starting the process and recording it) and record it; True when found."""
-    ref = EXECUTORS.get(run.executor).locate(run)
+    ref = executor_of(run).locate(run)
     if ref:
         logger.warning("run %s: recovered the unrecorded start %s", run.pk, ref)
         run.record_executor_ref(ref)
@@ -358,10 +364,9 @@ def delete_experiment(experiment: Experiment) -> bool:
 
 
 def run_files_dir(run: Run) -> Path:
-    """The folder of a run's files: under STUDIO_VAR_DIR for local runs, on storage every node shares
-    for Ray runs."""
-    base = Path(settings.SHARED_DIR) if run.executor == "ray" else Path(settings.VAR_DIR)
-    return base / "runs" / str(run.pk)
+    """The folder of a run's files, where its executor says: under STUDIO_VAR_DIR for local runs, on
+    storage every node shares for Ray runs."""
+    return executor_of(run).files_dir(run)
 
 
 def checkpoint_dir(run: Run) -> str:
@@ -426,9 +431,8 @@ class LaunchRefused(ValueError):
 
 
 def _refuse_active_seeds(experiment: Experiment, seeds: list[int]) -> None:
-    active = experiment.runs.filter(status__in=ACTIVE, seed__in=seeds, kind=RunKind.TRAINING).exclude(
-        executor=EXTERNAL_EXECUTOR
-    )
+    launched = experiment.runs.filter(executor__in=reaped_executors())  # not those reported from outside
+    active = launched.filter(status__in=ACTIVE, seed__in=seeds, kind=RunKind.TRAINING)
     busy = sorted(set(active.values_list("seed", flat=True)))
     if busy:
         raise LaunchRefused(
