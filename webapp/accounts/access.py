@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
+from django.shortcuts import get_object_or_404
 
 from webapp.accounts.models import ApiToken, Membership, Role, Scope, Team
 
@@ -42,3 +43,9 @@ def check_token_scope(token: ApiToken | None, *, write: bool) -> None:
     signed-in session or a run's token, which scopes do not limit."""
     if write and token is not None and not token.allows(Scope.WRITE):
         raise ReadOnlyToken(f"the token {token.name!r} may only read (it lacks the write scope)")
+
+
+def get_member_for_owner(request: HttpRequest, team_slug: str, pk: int) -> Membership:
+    """A membership (with its user and team) of the team named by the URL, for one of its owners to change."""
+    team = get_team_for_user(request, team_slug, role=Role.OWNER)
+    return get_object_or_404(Membership.objects.select_related("user", "team"), pk=pk, team=team)
