@@ -312,6 +312,18 @@ UPLOAD_MAX_BYTES = env.integer(
     minimum=1,
     help="Largest parquet file a browser may upload, in bytes (default 5 GiB).",
 )
+IMPORT_MAX_BYTES = env.integer(
+    "STUDIO_IMPORT_MAX_BYTES",
+    2 * 2**30,
+    minimum=1,
+    help="Largest upload of one run import (all its dumps and metrics), in bytes (default 2 GiB).",
+)
+IMPORTS_PER_MEMBER = env.integer(
+    "STUDIO_IMPORTS_PER_MEMBER",
+    2,
+    minimum=1,
+    help="How many imports one member may have queued or running at once; more answer 429.",
+)
 RAY_GCS_PORT = env.integer(
     "STUDIO_RAY_GCS_PORT",
     6379,
@@ -431,6 +443,7 @@ HEALTH_PING_CACHE_S = 5.0
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "reap-runs": {"task": "webapp.experiments.tasks.reap_runs", "schedule": float(REAP_EVERY_S)},
     "resend-lost-dataset-work": {"task": "webapp.datasets.tasks.resend_lost_work", "schedule": 60.0},
+    "resend-lost-jobs": {"task": "webapp.experiments.tasks.resend_lost_jobs", "schedule": 60.0},
 }
 
 LOGGING = {

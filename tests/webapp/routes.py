@@ -22,10 +22,12 @@ from webapp.accounts.models import ApiToken, Role
 from webapp.datasets import files
 from webapp.datasets.models import Dataset, ImportStatus, RecipeImport
 from webapp.experiments.artifacts import artifact_root
+from webapp.experiments.jobs import Job, JobStatus
 from webapp.experiments.models import Experiment, Run, RunKind, RunStatus, Sweep
 from webapp.experiments.services import checkpoint_dir
 from webapp.mlflow_api.traces import TRACE_ENDPOINTS
 from webapp.mlflow_api.views import ENDPOINTS
+from webapp.results.import_jobs import IMPORT_JOB, IMPORT_TASK
 from webapp.results.models import Checkpoint, Trajectory
 from webapp.tools.models import TeamReward, TeamTool, ToolTrial
 
@@ -161,8 +163,12 @@ def _build_world(folder: Path) -> World:
         success=True,
     )
     sweep = Sweep.objects.create(team=acme, name="sweep", spec={"seeds": [1], "params": []})
+    import_job = Job.objects.create(
+        kind=IMPORT_JOB, task=IMPORT_TASK, team=acme, user=users["member"], status=JobStatus.DONE
+    )
     ids = {
         "sweep": sweep.pk,
+        "import_job": import_job.pk,
         "dataset": dataset.pk,
         "tool": tool.pk,
         "trial": trial.pk,
@@ -351,6 +357,7 @@ PAGES: dict[str, Page] = {
     "runs_delete": Page("write", team(), post="write"),
     "runs_compare": Page("read", team(), query="?run={run}"),
     "run_import": Page("read", team(), post="write", data=lambda w: {"experiment": "imports"}),
+    "import_job": Page("read", team(pk=_id("import_job"))),
     "experiment_curves": Page("read", team(experiment_id=_id("experiment"))),
     "curves_layout": Page("read", team(), post="read", get=False),
     "curves_csv": Page("read", team(), query="?run={run}&key=reward/mean"),
@@ -426,6 +433,7 @@ API_PKS = {
     "/experiments/{pk}": "experiment", "/tools/{pk}": "tool", "/datasets/{pk}": "dataset",
     "/datasets/imports/{pk}": "recipe_import", "/rewards/{pk}": "reward", "/trials/{pk}": "trial",
     "/members/{pk}": "viewer_membership", "/sweeps/{pk}": "sweep", "/evaluations/{pk}": "evaluation",
+    "{team_slug}/imports/{pk}": "import_job",
 }  # fmt: skip
 
 

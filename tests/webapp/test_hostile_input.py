@@ -291,3 +291,21 @@ def test_artifact_names_too_long_or_under_a_file_are_400s_and_write_nothing(worl
     page = client_for(world, "owner").get(f"/t/{world.slug}/runs/{run.pk}/artifacts/{'n' * 300}.txt")
     assert page.status_code == 404
     assert sorted(artifact_root(run).rglob("*")) == before
+
+
+def test_an_import_of_more_files_than_a_request_may_carry_is_a_400_naming_the_dumps(world: World) -> None:
+    """The finding: an import with more than 100 files (Django's DATA_UPLOAD_MAX_NUMBER_FILES) was a 500."""
+    from django.conf import settings
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    many = settings.DATA_UPLOAD_MAX_NUMBER_FILES + 1
+    line = b'{"input": "q", "output": "a", "score": 1.0}\n'
+
+    def dumps() -> list[SimpleUploadedFile]:
+        return [SimpleUploadedFile(f"{step}.jsonl", line) for step in range(many)]
+
+    api = Client().post(f"/api/t/{world.slug}/imports", {"dump": dumps()}, **auth_headers(world, "owner"))
+    assert api.status_code == 400, api.content
+    assert api.json()["field"] == "dump" and f"at most {many - 1} files" in api.json()["error"]
+    page = client_for(world, "owner").post(f"/t/{world.slug}/runs/import/", {"dump": dumps()})
+    assert page.status_code == 400 and f"at most {many - 1} files" in page.content.decode()

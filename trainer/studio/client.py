@@ -23,6 +23,8 @@ CONFIG_ENV = "STUDIO_CONFIG"
 DEFAULT_CONFIG = Path("~/.config/agent-r1-studio/studio.json")
 # The statuses after which a run changes no more (webapp.experiments.models.TERMINAL).
 FINISHED = ("succeeded", "failed", "cancelled")
+# The statuses after which a job changes no more (webapp.experiments.jobs.JobStatus).
+JOB_FINISHED = ("done", "failed")
 _HASH_BLOCK = 2**20
 
 
@@ -213,6 +215,19 @@ class StudioClient:
         return self.team_call("POST", f"/sweeps/{sweep_id}/cancel")
 
     def import_run(
+        self, dumps: list[Path], metrics: Path | None, experiment: str, name: str, every_s: float = 1.0
+    ) -> dict[str, Any]:
+        """Upload the files, then follow the import's job until it is done: ``{"run", "format",
+        "trajectories", "points", "steps"}``; StudioError with the job's reason when it failed."""
+        job = self.start_import(dumps, metrics, experiment, name)
+        while job["status"] not in JOB_FINISHED:
+            time.sleep(every_s)
+            job = self.team_call("GET", f"/imports/{job['id']}")
+        if job["status"] != "done":
+            raise StudioError(f"the import failed: {job['message']}", 400, "dump")
+        return {"run": job["run"], **job["result"]}
+
+    def start_import(
         self, dumps: list[Path], metrics: Path | None, experiment: str, name: str
     ) -> dict[str, Any]:
         handles = [path.open("rb") for path in dumps]

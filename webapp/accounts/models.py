@@ -140,9 +140,13 @@ class ApiToken(models.Model):
     scopes = models.JSONField(default=_all_scopes, help_text="read, write (docs/api.md#tokens).")
     expires = models.DateTimeField(null=True, blank=True, help_text="None: until revoked.")
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children",
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="children",
         help_text="The token that issued this one over the API: revoking it revokes this one too.",
-    )  # fmt: skip
+    )
 
     class Meta:
         ordering = ["-created"]
@@ -172,9 +176,14 @@ class ApiToken(models.Model):
             if parent is not None and not live_parent:
                 raise TokenRevoked(f"the token {parent.name!r} was revoked: it can issue no other")
             token = cls.objects.create(
-                user=user, name=name, token_hash=_hash_api_token(plain), hint=plain[: cls.HINT_LENGTH],
-                scopes=chosen, expires=expires, parent=parent,
-            )  # fmt: skip
+                user=user,
+                name=name,
+                token_hash=_hash_api_token(plain),
+                hint=plain[: cls.HINT_LENGTH],
+                scopes=chosen,
+                expires=expires,
+                parent=parent,
+            )
         return token, plain
 
     @classmethod

@@ -846,3 +846,7 @@ class Sweep(models.Model):
             if status in statuses:
                 return status
         return RunStatus.SUCCEEDED
+
+
+# A model of this app kept in a module of its own (long work handed to workers, docs/api.md#jobs).
+from webapp.experiments.jobs import Job  # noqa: E402, F401

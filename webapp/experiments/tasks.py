@@ -43,3 +43,11 @@ def reap_runs() -> None:
         services.reconcile(run)
     for run_id in services.requeue_lost_launches():
         launch_run.delay(run_id)
+
+
+@shared_task
+def resend_lost_jobs() -> list[int]:
+    """Periodic: jobs whose task was lost are sent again; those whose worker was lost fail."""
+    from webapp.experiments.jobs import resend_lost_jobs as resend
+
+    return resend()

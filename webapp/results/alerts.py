@@ -124,9 +124,14 @@ def send(delivery: AlertDelivery, *, last_try: bool) -> None:
 
 def _settle_failed(delivery: AlertDelivery, why: str, *, final: bool) -> None:
     logger.warning(
-        "alert %s of run %s: %s delivery try %s failed%s: %s", delivery.alert_id, delivery.alert.run_id,
-        delivery.channel, delivery.attempts, "" if final else " (retrying)", why,
-    )  # fmt: skip
+        "alert %s of run %s: %s delivery try %s failed%s: %s",
+        delivery.alert_id,
+        delivery.alert.run_id,
+        delivery.channel,
+        delivery.attempts,
+        "" if final else " (retrying)",
+        why,
+    )
     delivery.settle(why, final=final)
 
 

@@ -4,6 +4,7 @@ Personal API token; runs outside the caller's teams are 404."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest
@@ -14,9 +15,9 @@ from ninja.errors import HttpError
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role
 from webapp.api import FieldError, Page, PageParams, UserTokenAuth, paginate
-from webapp.experiments.access import get_run_for_user
+from webapp.experiments.access import get_job_for_user, get_run_for_user
 from webapp.experiments.api import RunOut
-from webapp.results import analytics, imports, metrics_store, rollouts
+from webapp.results import analytics, import_jobs, metrics_store, rollouts
 from webapp.results.models import Trajectory
 
 router = Router(auth=UserTokenAuth(), tags=["results"])
@@ -209,35 +210,55 @@ _IMPORT_BODY = {
 }
 
 
-class ImportOut(Schema):
-    run: RunOut
-    format: str
-    trajectories: int
-    points: int
-    steps: int
+class JobOut(Schema):
+    """A job a request handed to a worker (docs/api.md#jobs): poll it until ``status`` is done or failed."""
+
+    id: int
+    kind: str
+    status: str = Field(description="queued, running, done or failed")
+    phase: str = Field(description="What the work is doing now.")
+    done: int
+    total: int = Field(description="What `done` counts up to in this phase; 0: no count.")
+    message: str = Field(description="Why it failed.")
+    result: dict[str, Any] = Field(
+        description="What it made: an import's format, trajectories, points, steps."
+    )
+    run: RunOut | None = Field(description="The run it made (an import), once done.")
+    created: datetime
+    finished_at: datetime | None
 
 
 @router.post(
     "/{team_slug}/imports",
-    response={201: ImportOut},
-    summary="Import a run trained elsewhere (Agent-R1 or verl dumps)",
+    response={202: JobOut},
+    summary="Import a run trained elsewhere (Agent-R1 or verl dumps): a job to poll",
     openapi_extra=_IMPORT_BODY,
 )
 def import_run(request: HttpRequest, team_slug: str) -> Any:
-    """Multipart: one or more `dump` files (`{global_step}.jsonl`), an optional `metrics` file; the
-    run is external, finished, and shows in the rollout viewer like a launched one."""
+    """Multipart: one or more `dump` files (`{global_step}.jsonl`), an optional `metrics` file. The
+    answer is at once a job (202): a worker reads and stores the files; poll
+    `GET .../imports/{id}` until it is done, when `run` is the new external run (finished, in the
+    rollout viewer like a launched one). 413 past STUDIO_IMPORT_MAX_BYTES, 429 past the member's
+    STUDIO_IMPORTS_PER_MEMBER imports at once (docs/imports.md#as-a-job)."""
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
-    dumps = request.FILES.getlist("dump")
-    if not dumps:
-        raise FieldError([("dump", "attach at least one {global_step}.jsonl file")])
-    experiment = str(request.POST.get("experiment") or "imports").strip()[:200] or "imports"
-    name = str(request.POST.get("name") or "").strip()[:200]
-    if "\x00" in experiment + name:
-        raise FieldError([("name", "must not contain NUL characters")])
     try:
-        parsed = imports.parse_files(dumps, request.FILES.get("metrics"))
-        done = imports.import_run(team, request.user, experiment, name, parsed)
-    except imports.DumpRefused as error:
-        raise HttpError(400, str(error)) from None
-    return Status(201, {"run": done.run, "format": parsed.format, "trajectories": done.trajectories,
-                        "points": done.points, "steps": done.steps})  # fmt: skip
+        import_jobs.check_before_upload(request)
+        dumps, metrics = import_jobs.uploaded_files(request)
+        if not dumps:
+            raise import_jobs.ImportRefused("attach at least one {global_step}.jsonl file", field="dump")
+        experiment = str(request.POST.get("experiment") or "imports").strip()[:200] or "imports"
+        name = str(request.POST.get("name") or "").strip()[:200]
+        if "\x00" in experiment + name:
+            raise import_jobs.ImportRefused("must not contain NUL characters", field="name")
+        upload = import_jobs.ImportRequest(team, request.user, experiment, name, dumps, metrics)
+        job = import_jobs.start_import(upload)
+    except import_jobs.ImportRefused as refused:
+        if refused.field is None:
+            raise HttpError(refused.status, str(refused)) from None
+        raise FieldError([(refused.field, str(refused))], status=refused.status) from None
+    return Status(202, job)
+
+
+@router.get("/{team_slug}/imports/{int:pk}", response=JobOut, summary="One import: its progress and run")
+def import_job(request: HttpRequest, team_slug: str, pk: int) -> Any:
+    return get_job_for_user(request, team_slug, pk, import_jobs.IMPORT_JOB)

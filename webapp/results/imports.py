@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,12 +122,17 @@ def parse_metrics(name: str, lines: Iterable[str | bytes], parsed: Parsed) -> Pa
     return parsed
 
 
-def parse_files(dumps: Iterable[Any], metrics: Any | None = None) -> Parsed:
+def parse_files(
+    dumps: Iterable[Any], metrics: Any | None = None, progress: Callable[[int, int], None] | None = None
+) -> Parsed:
     """Uploaded files (anything with ``name`` that iterates its lines): the dumps in step order,
-    then the metrics file."""
+    then the metrics file. ``progress(files read, files)`` after each dump."""
     parsed = Parsed()
-    for dump in sorted(dumps, key=lambda f: step_of_filename(f.name or "") or 0):
+    ordered = sorted(dumps, key=lambda f: step_of_filename(f.name or "") or 0)
+    for number, dump in enumerate(ordered, start=1):
         parse_dump(dump.name or "dump.jsonl", dump, parsed)
+        if progress is not None:
+            progress(number, len(ordered))
     if metrics is not None:
         parse_metrics(metrics.name or "metrics.jsonl", metrics, parsed)
     return parsed

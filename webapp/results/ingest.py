@@ -13,9 +13,11 @@ import logging
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.http import HttpRequest
-from ninja import Router
+from ninja import Router, Status
 from ninja.errors import HttpError
+from pydantic import ValidationError
 
 from trainer.contract import (
     CHECKPOINTS_PATH,
@@ -30,7 +32,8 @@ from trainer.contract import (
     TokenSignalsBatch,
     TrajectoryBatch,
 )
-from webapp.api import RunTokenAuth, api, get_run_for_claimant, route
+from webapp.api import FieldError, RunTokenAuth, api, get_run_for_claimant, route
+from webapp.experiments.jobs import Job, JobRefused, TooManyJobs
 from webapp.experiments.models import Run
 from webapp.results import health, metrics_store, rollouts
 from webapp.results.metrics_store import BadBatch
@@ -99,12 +102,94 @@ def post_trajectories(request: HttpRequest, run_id: int, batch: TrajectoryBatch)
             "duplicate": result.duplicate_batch}  # fmt: skip
 
 
-@router.post(route(TOKEN_SIGNALS_PATH), summary="Add per-token signals to steps already reported")
-def post_token_signals(request: HttpRequest, run_id: int, batch: TokenSignalsBatch) -> dict[str, Any]:
+# Token signals (docs/rollouts.md#token-signals): a trainer sends at most a few hundred steps a
+# batch (the HttpReporter 32). A body larger than this, or with more steps, is stored by a worker
+# (answered 202 with its job); the request never holds a web thread for long (docs/api.md#jobs).
+SIGNALS_INLINE_BYTES = 8 * 2**20
+SIGNALS_INLINE_STEPS = 512
+SIGNALS_MAX_STEPS = 20_000  # per body: 413 above it, in the request or in its job
+SIGNALS_JOBS_PER_RUN = 4  # queued or running at once; more answer 429, which the reporter retries
+SIGNALS_JOB = "token-signals"
+SIGNALS_TASK = "webapp.results.tasks.store_token_signals_task"
+api.extra_schemas.append(TokenSignalsBatch)
+
+
+@router.post(
+    route(TOKEN_SIGNALS_PATH),
+    summary="Add per-token signals to steps already reported",
+    response={200: dict, 202: dict},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TokenSignalsBatch"}}},
+        }
+    },
+)
+def post_token_signals(request: HttpRequest, run_id: int) -> Any:
     """Signals a backend computes after it reported the trajectory (verl). A step whose trajectory
-    has not arrived yet waits for it (``waiting``); a step its stored trajectory lacks is ``missing``."""
+    has not arrived yet waits for it (``waiting``); a step its stored trajectory lacks is ``missing``.
+    A large body (over 8 MiB unpacked, or 512 steps) is stored by a worker: 202 with its ``job``;
+    more than 20,000 steps is a 413; more than 4 such jobs of one run at once a 429."""
     run = get_run_for_claimant(request, run_id)
-    result = rollouts.store_token_signals(run, batch, _batch_id(request, batch.batch_id, request.body))
+    body = request.body
+    if len(body) <= SIGNALS_INLINE_BYTES:
+        batch = _signals_batch(body)
+        if len(batch.steps) <= SIGNALS_INLINE_STEPS:
+            result = rollouts.store_token_signals(run, batch, _batch_id(request, batch.batch_id, body))
+            return {
+                "stored": result.stored,
+                "waiting": result.waiting,
+                "missing": result.missing,
+                "duplicate": result.duplicate_batch,
+            }
+    return Status(202, {"job": _queue_signals(run, body, request.headers.get(IDEMPOTENCY_HEADER)).pk})
+
+
+def _signals_batch(body: bytes) -> TokenSignalsBatch:
+    try:
+        batch = TokenSignalsBatch.model_validate_json(body)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        raise FieldError([(".".join(map(str, first["loc"])) or "body", first["msg"])]) from None
+    if len(batch.steps) > SIGNALS_MAX_STEPS:
+        raise HttpError(
+            413, f"{len(batch.steps)} steps in one body; at most {SIGNALS_MAX_STEPS}: send them in batches"
+        )
+    return batch
+
+
+def _queue_signals(run: Run, body: bytes, header_id: str | None) -> Job:
+    try:
+        job = Job.start(
+            SIGNALS_JOB,
+            SIGNALS_TASK,
+            run.team,
+            limit=(Q(run=run), SIGNALS_JOBS_PER_RUN),
+            run=run,
+            options={"batch_id": header_id},
+        )
+    except TooManyJobs as error:
+        raise HttpError(429, f"run {run.pk}: {error}") from None
+    job.folder.mkdir(parents=True, exist_ok=True)
+    (job.folder / "body.json").write_bytes(body)
+    job.enqueue()
+    return job
+
+
+def store_signals_job(job: Job) -> dict[str, Any]:
+    """A large token-signals body, stored by a worker; a refusal is counted on the run, whose page
+    shows it, as the trainer's other refused reports are (docs/security.md#refusals)."""
+    if job.run is None:
+        raise JobRefused("its run was deleted")
+    body = (job.folder / "body.json").read_bytes()
+    try:
+        batch = _signals_batch(body)
+    except HttpError as refused:
+        job.run.note_refused(f"{TOKEN_SIGNALS_PATH.format(run_id=job.run_id)}: {refused.message}")
+        raise JobRefused(refused.message) from None
+    job.progress(f"storing the signals of {len(batch.steps)} steps")
+    batch_id = batch.batch_id or job.options.get("batch_id") or hashlib.sha256(body).hexdigest()[:64]
+    result = rollouts.store_token_signals(job.run, batch, batch_id)
     return {"stored": result.stored, "waiting": result.waiting, "missing": result.missing,
             "duplicate": result.duplicate_batch}  # fmt: skip
 

@@ -569,10 +569,8 @@ class AlertDelivery(models.Model):
     def start_try(self) -> bool:
         """Claim the next try; False when another task holds it or the delivery is settled."""
         # Race: a task delivered twice (a redelivery beside the first); only one claims a try.
-        return guarded_update(
-            self, models.Q(status=DeliveryStatus.PENDING), status=DeliveryStatus.SENDING,
-            attempts=models.F("attempts") + 1,
-        )  # fmt: skip
+        pending = models.Q(status=DeliveryStatus.PENDING)
+        return guarded_update(self, pending, status=DeliveryStatus.SENDING, attempts=models.F("attempts") + 1)
 
     def settle(self, error: str = "", *, final: bool = True) -> None:
         """The try's outcome: sent (no error); failed for good (``final``); else pending again."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from webapp.results import checkpoints, health_views, storage_views, views
+from webapp.results import checkpoints, health_views, import_views, storage_views, views
 
 urlpatterns = [
     path("runs/", views.runs, name="runs"),
@@ -12,7 +12,8 @@ urlpatterns = [
     path("runs/actions/", views.runs_action, name="runs_action"),
     path("runs/delete/", views.runs_delete, name="runs_delete"),
     path("runs/compare/", views.runs_compare, name="runs_compare"),
-    path("runs/import/", views.import_run, name="run_import"),
+    path("runs/import/", import_views.import_run, name="run_import"),
+    path("runs/import/<int:pk>/", import_views.import_job, name="import_job"),
     path("dashboard/running/", views.dashboard_running, name="dashboard_running"),
     path("compare/export.<str:fmt>", views.compare_export, name="compare_export"),
     path("compare/cell/", views.compare_cell, name="compare_cell"),

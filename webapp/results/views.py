@@ -24,10 +24,10 @@ from webapp.accounts.models import Role, Team
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
 from webapp.experiments.models import ACTIVE, TERMINAL, Experiment, Run, RunStatus
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
-from webapp.results import analytics, export, imports, metrics_store, onboarding, runs_table, workspace
+from webapp.results import analytics, export, metrics_store, onboarding, runs_table, workspace
 from webapp.results import rollouts as viewer
 from webapp.results.access import get_trajectory_for_user
-from webapp.results.forms import ImportForm, PromptCompareForm, RolloutFilterForm, RunsActionForm, SearchForm
+from webapp.results.forms import PromptCompareForm, RolloutFilterForm, RunsActionForm, SearchForm
 from webapp.results.models import MetricLatest, Trajectory
 
 PAGE_SIZE = 50
@@ -563,27 +563,3 @@ def prompt_compare(request: HttpRequest, team_slug: str, run_id: int, sample: in
         "comparison": viewer.compare_rollouts(before, after),
     }  # fmt: skip
     return render(request, "results/prompt_compare.html", context)
-
-
-@login_required
-def import_run(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
-    """Upload a run trained elsewhere (Agent-R1 or verl dumps): it becomes an external run."""
-    team = get_team_for_user(request, team_slug)
-    form = ImportForm(request.POST or None, request.FILES or None)
-    if request.method == "POST":
-        team = get_team_for_user(request, team_slug, role=Role.MEMBER)
-        if form.is_valid():
-            data = form.cleaned_data
-            try:
-                parsed = imports.parse_files(data["dump"], data["metrics"])
-                done = imports.import_run(team, request.user, data["experiment"], data["name"], parsed)
-            except imports.DumpRefused as refused:
-                form.add_error("dump", str(refused))
-            else:
-                messages.success(
-                    request, f"Imported {done.trajectories} trajectories over {done.steps} steps "
-                    f"and {done.points} metric points ({parsed.format or 'metrics only'}).",
-                )  # fmt: skip
-                return redirect("run", team_slug=team.slug, pk=done.run.pk)
-    status = 400 if form.is_bound else 200
-    return render(request, "results/import.html", {"team": team, "form": form}, status=status)

@@ -1,10 +1,13 @@
 """Runs trained elsewhere: an Agent-R1 trajectory dump and a verl rollout dump, written here in their
 exact formats (verl's by verl's own writer), imported through the REST API into an external run
-whose rollout pages work like a launched run's (docs/imports.md)."""
+whose rollout pages work like a launched run's (docs/imports.md). The request answers at once with a
+job that a worker does (here: Celery eager, in this process, when the request's work commits; with a
+real worker in test_import_jobs.py)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,8 @@ from django.test import Client
 from django.urls import reverse
 
 from webapp.accounts.models import ApiToken
+from webapp.celery import app
+from webapp.experiments.jobs import Job, JobStatus
 from webapp.experiments.models import Run, RunStatus
 from webapp.results.models import MetricPoint, ToolCall, Trajectory, TrajectoryStep
 
@@ -22,6 +27,22 @@ PROMPTS = ("What is 2+3?", "What is 7*6?")
 @pytest.fixture
 def alice_token(personas: Any) -> str:
     return ApiToken.issue(personas["alice"], "tests")[1]
+
+
+@pytest.fixture(autouse=True)
+def eager(django_capture_on_commit_callbacks: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each import's job runs in this process once its request is answered (webapp.celery's eager
+    mode; the request's on-commit callbacks are run after it, as a commit would)."""
+    app.conf.task_always_eager = True
+    answer = Client.request
+
+    def request_then_commit(self: Client, **request: Any) -> Any:
+        with django_capture_on_commit_callbacks(execute=True):
+            return answer(self, **request)
+
+    monkeypatch.setattr(Client, "request", request_then_commit)
+    yield
+    app.conf.task_always_eager = False
 
 
 def agent_r1_line(step: int, prompt: str, rollout: int, answer: str) -> dict[str, Any]:
@@ -46,6 +67,7 @@ def agent_r1_line(step: int, prompt: str, rollout: int, answer: str) -> dict[str
 
 
 def post_import(client: Client, token: str, files: list[Path], **fields: str) -> Any:
+    """The import's request; its answer (the job, 202, or a refusal)."""
     handles = [path.open("rb") for path in files]
     try:
         data: dict[str, Any] = {"dump": [h for h, p in zip(handles, files, strict=True) if p.stem.isdigit()]}
@@ -56,6 +78,17 @@ def post_import(client: Client, token: str, files: list[Path], **fields: str) ->
     finally:
         for handle in handles:
             handle.close()
+
+
+def imported(client: Client, token: str, files: list[Path], **fields: str) -> dict[str, Any]:
+    """The import's job once done, as its poll answers it."""
+    response = post_import(client, token, files, **fields)
+    assert response.status_code == 202, response.content
+    job: dict[str, Any] = client.get(
+        f"/api/t/acme/imports/{response.json()['id']}", HTTP_AUTHORIZATION=f"Bearer {token}"
+    ).json()
+    assert job["status"] == "done", job
+    return job
 
 
 def test_an_agent_r1_dump_becomes_an_external_run_with_groups_tools_and_metrics(
@@ -73,11 +106,10 @@ def test_an_agent_r1_dump_becomes_an_external_run_with_groups_tools_and_metrics(
             json.dumps({"step": s, "data": {"critic/score/mean": s / 2, "note": "x"}}) + "\n" for s in (1, 2)
         )
     )
-    response = post_import(client, alice_token, [*dumps, metrics], experiment="agent-r1 math", name="from A")
-    assert response.status_code == 201, response.content
-    body = response.json()
+    job = imported(client, alice_token, [*dumps, metrics], experiment="agent-r1 math", name="from A")
+    body = job["result"]
     assert (body["format"], body["trajectories"], body["steps"], body["points"]) == ("agent-r1", 8, 2, 2)
-    run = Run.objects.get(pk=body["run"]["id"])
+    run = Run.objects.get(pk=job["run"]["id"])
     assert run.is_external and run.status == RunStatus.SUCCEEDED and run.name == "from A"
     assert run.experiment.name == "agent-r1 math" and run.experiment.external
     trajectories = Trajectory.objects.filter(run=run)
@@ -124,10 +156,9 @@ def test_a_verl_rollout_dump_written_by_verl_imports_with_its_extra_reward_keys(
             dump_path=str(folder),
             global_steps=step,
         )
-    response = post_import(client, alice_token, sorted(folder.glob("*.jsonl")))
-    assert response.status_code == 201, response.content
-    run = Run.objects.get(pk=response.json()["run"]["id"])
-    assert response.json()["format"] == "verl" and run.experiment.name == "imports"
+    job = imported(client, alice_token, sorted(folder.glob("*.jsonl")))
+    run = Run.objects.get(pk=job["run"]["id"])
+    assert job["result"]["format"] == "verl" and run.experiment.name == "imports"
     trajectories = Trajectory.objects.filter(run=run, training_step=3).order_by(
         "sample_index", "rollout_index"
     )
@@ -142,12 +173,13 @@ def test_a_verl_rollout_dump_written_by_verl_imports_with_its_extra_reward_keys(
     assert [(p.step, p.value) for p in means] == [(3, 0.5), (4, 0.5)]
 
 
-def test_a_bad_line_is_refused_with_its_file_and_line_and_stores_nothing(
+def test_a_bad_line_fails_the_job_with_its_file_and_line_and_stores_nothing(
     client: Client, alice_token: str, tmp_path: Path
 ) -> None:
     dump = tmp_path / "5.jsonl"
     dump.write_text(json.dumps({"input": "a", "output": "b", "score": 1.0}) + "\n{not json\n")
     response = post_import(client, alice_token, [dump])
-    assert response.status_code == 400
-    assert response.json()["error"].startswith("5.jsonl line 2: not JSON")
-    assert not Run.objects.exists()
+    assert response.status_code == 202
+    job = Job.objects.get(pk=response.json()["id"])
+    assert job.status == JobStatus.FAILED and job.message.startswith("5.jsonl line 2: not JSON")
+    assert not Run.objects.exists() and not job.folder.exists()

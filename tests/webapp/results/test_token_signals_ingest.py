@@ -222,3 +222,60 @@ def test_update_signals_that_do_not_count_the_steps_tokens_are_refused(trainer: 
     response = trainer.post(TOKEN_SIGNALS_PATH, {"batch_id": "w2", "steps": [uneven]})
     assert response.status_code == 400
     assert "all of one length" in response.content.decode()
+
+
+def test_a_body_of_many_steps_is_answered_at_once_and_stored_by_a_worker(trainer: Trainer, run: Any) -> None:
+    """The finding: 10,000 waiting token-signal steps held a web thread 4.7 s. Past SIGNALS_INLINE_STEPS
+    the request only queues a job (no worker runs here, so nothing can have been stored in it)."""
+    from webapp.experiments.jobs import Job, JobStatus
+    from webapp.results.ingest import SIGNALS_INLINE_STEPS
+    from webapp.results.tasks import store_token_signals_task
+
+    assert trainer.trajectories(1, [trajectory("a")]).status_code == 200
+    many = [signals("a", 0)] + [signals(f"late-{i}", 0) for i in range(SIGNALS_INLINE_STEPS)]
+    answer = trainer.post(TOKEN_SIGNALS_PATH, {"batch_id": "big", "steps": many})
+    assert answer.status_code == 202, answer.content
+    job = Job.objects.get(pk=answer.json()["job"])
+    assert job.status == JobStatus.QUEUED and stored(run, "a", 0).token_signals is None
+    store_token_signals_task(job.pk)  # what the worker does
+    job.refresh_from_db()
+    assert (job.status, job.result["stored"], job.result["waiting"]) == ("done", 1, SIGNALS_INLINE_STEPS)
+    assert stored(run, "a", 0).advantage == 0.5 and not job.folder.exists()
+    store_token_signals_task(job.pk)  # a redelivered task: the job is claimed, nothing happens twice
+    assert PendingTokenSignals.objects.filter(run=run).count() == SIGNALS_INLINE_STEPS
+
+
+def test_a_body_of_more_steps_than_one_may_carry_is_413_before_anything_is_stored(
+    trainer: Trainer, run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The finding: a 400,000-step body took 17.9 s before its 400."""
+    from webapp.results import ingest
+
+    monkeypatch.setattr(ingest, "SIGNALS_MAX_STEPS", 3)
+    answer = trainer.post(TOKEN_SIGNALS_PATH, {"steps": [signals(f"t{i}", 0) for i in range(4)]})
+    assert answer.status_code == 413 and "at most 3" in answer.json()["error"]
+    assert not PendingTokenSignals.objects.exists()
+    run.refresh_from_db()
+    assert run.refused_records == 1  # the run page counts it, as every refused report
+
+
+def test_a_large_body_refused_by_its_worker_is_counted_on_the_run_and_jobs_past_the_limit_are_429(
+    trainer: Trainer, run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from webapp.experiments.jobs import Job, JobStatus
+    from webapp.results import ingest
+    from webapp.results.tasks import store_token_signals_task
+
+    monkeypatch.setattr(ingest, "SIGNALS_INLINE_BYTES", 100)  # every body goes to a worker
+    monkeypatch.setattr(ingest, "SIGNALS_MAX_STEPS", 1)
+    body = {"steps": [signals("a", 0), signals("b", 0)]}
+    job = Job.objects.get(pk=trainer.post(TOKEN_SIGNALS_PATH, body).json()["job"])
+    store_token_signals_task(job.pk)
+    job.refresh_from_db()
+    run.refresh_from_db()
+    assert job.status == JobStatus.FAILED and "at most 1" in job.message
+    assert run.refused_records == 1 and "at most 1" in run.last_refusal
+    for _ in range(ingest.SIGNALS_JOBS_PER_RUN):
+        assert trainer.post(TOKEN_SIGNALS_PATH, body).status_code == 202
+    refused = trainer.post(TOKEN_SIGNALS_PATH, body)
+    assert refused.status_code == 429 and "jobs are running or queued already" in refused.json()["error"]
