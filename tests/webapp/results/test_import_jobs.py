@@ -135,3 +135,49 @@ def test_the_import_page_hands_the_upload_to_a_job_whose_page_follows_it_to_the_
         f'href="/t/acme/runs/{run.pk}/"' in poll.content.decode()
         and "Imported 16 trajectories" in poll.content.decode()
     )
+
+
+def test_a_job_whose_task_was_lost_is_sent_again_and_one_whose_worker_was_lost_fails(
+    personas: dict[str, Any],
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webapp.celery import app
+    from webapp.experiments.jobs import LOST_RUNNING_AFTER, RESEND_QUEUED_AFTER, resend_lost_jobs
+
+    acme, bob = personas["acme"], personas["bob"]
+    lost_task = Job.objects.create(
+        kind=IMPORT_JOB,
+        task=IMPORT_TASK,
+        team=acme,
+        user=bob,
+        options={"dumps": [], "experiment": "imports", "name": ""},
+    )
+    lost_worker = Job.objects.create(
+        kind=IMPORT_JOB,
+        task=IMPORT_TASK,
+        team=acme,
+        user=bob,
+        status=JobStatus.RUNNING,
+        started_at=timezone.now(),
+    )
+    assert resend_lost_jobs() == []  # a fresh job is left to its own task
+    assert Job.active().count() == 2
+    Job.objects.filter(pk=lost_task.pk).update(
+        created=timezone.now() - RESEND_QUEUED_AFTER - timedelta(seconds=1)
+    )
+    Job.objects.filter(pk=lost_worker.pk).update(
+        started_at=timezone.now() - LOST_RUNNING_AFTER - timedelta(seconds=1)
+    )
+    assert Job.active().count() == 1  # a lost worker's job no longer counts against its member's limit
+    app.conf.task_always_eager = True
+    try:
+        assert resend_lost_jobs() == [lost_task.pk]
+    finally:
+        app.conf.task_always_eager = False
+    lost_task.refresh_from_db()
+    lost_worker.refresh_from_db()
+    assert lost_task.status == JobStatus.FAILED and "nothing to import" in lost_task.message  # it ran
+    assert lost_worker.status == JobStatus.FAILED and "worker was lost" in lost_worker.message
