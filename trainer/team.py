@@ -16,7 +16,8 @@ from typing import Any
 
 from trainer.contract import RunSpecs, TeamToolSpec
 from trainer.registry import RegistryError
-from trainer.rewards import DATA_SOURCES, REWARDS, RewardFn, build_reward
+from trainer.rewards import DATA_SOURCES, REWARDS, RewardFn
+from trainer.team_rewards import build_reward
 from trainer.tools import TOOLS, BaseTool, HttpTool, HttpToolSpec
 from trainer.tools.allowlist import OutboundPolicy
 from trainer.tools.base import load_tool_class

@@ -13,13 +13,10 @@ from pydantic import BaseModel, ValidationError
 
 from trainer.algos.advantages import ESTIMATORS
 from trainer.algos.losses import AGG_MODES, KL_KINDS, POLICY_LOSSES
+from trainer.algos.names import Estimator, KlKind, LossAggMode, PolicyLoss
 from trainer.algos.presets import PRESETS
 from trainer.config import (
     RECIPE_DEFAULTS,
-    Estimator,
-    KlKind,
-    LossAggMode,
-    PolicyLoss,
     RunConfig,
     config_errors,
     diff,

@@ -23,7 +23,8 @@ from pathlib import PurePosixPath
 
 from django.conf import settings
 
-from trainer.config import OFFLINE_MODELS, RunConfig
+from trainer.config import RunConfig
+from trainer.model_size import OFFLINE_MODELS
 
 Problem = tuple[str, str]
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from trainer.algos import entropy_from_logits
+from trainer.algos.losses import entropy_from_logits
 from trainer.backends.torch.batch import (
     ModelInputs,
     PackedInputs,

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import DynamicCache
 
-from trainer.algos import ESTIMATORS, POLICY_LOSSES, agg_loss, kl_penalty, value_loss
+from trainer.algos.advantages import ESTIMATORS
+from trainer.algos.losses import POLICY_LOSSES, agg_loss, kl_penalty, value_loss
 from trainer.backends.torch.batch import (
     Inputs,
     PackedInputs,

@@ -26,7 +26,7 @@ from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
 from trainer.algos.advantages import ESTIMATORS
 from trainer.backends.torch.batch import flatten
-from trainer.backends.verl import agent_loop, signals
+from trainer.backends.verl import signals, worker
 from trainer.backends.verl.command import compose
 from trainer.backends.verl.estimators import (
     ANCHOR_FIELD,
@@ -306,7 +306,7 @@ def rollouts(
 ) -> Iterator[tuple[list[dict[str, Any]], list[Trajectory]]]:
     """The rows our verl agent loop outputs for SCRIPTS, and the trajectories it reported."""
     memory = MemoryReporter()
-    agent_loop.set_reporter(memory)
+    worker.set_reporter(memory)
     TOOLS.add("bonus", BonusTool)
     try:
         outputs = []
@@ -318,7 +318,7 @@ def rollouts(
             outputs.append(asyncio.run(loop.run(dict(SAMPLING), **sample)).as_dict())
     finally:
         TOOLS.unregister("bonus")
-        agent_loop.set_reporter(None)
+        worker.set_reporter(None)
     yield outputs, [trajectory for _, batch in memory.trajectories for trajectory in batch]
 
 
