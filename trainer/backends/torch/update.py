@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import DynamicCache
 
-from trainer.algos.advantages import ESTIMATORS
+from trainer.algos.advantages import ESTIMATORS, EstimatorParams
 from trainer.algos.losses import POLICY_LOSSES, agg_loss, kl_penalty, value_loss
 from trainer.backends.torch.batch import (
     Inputs,
@@ -339,14 +339,14 @@ def zero_advantage_trajectories(rows: StepRows, advantages: torch.Tensor) -> set
 def _estimate(
     rows: StepRows, token_rewards: torch.Tensor, values: torch.Tensor | None, config: RunConfig
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    estimator = ESTIMATORS.get(config.algorithm.estimator)
-    return estimator(
-        rows.step_batch(token_rewards, values),
-        gamma=config.algorithm.gamma,
-        lam=config.algorithm.lam,
-        norm_adv_by_std=config.algorithm.norm_adv_by_std,
-        step_weight=config.algorithm.gigpo_step_weight,
+    algorithm = config.algorithm
+    params = EstimatorParams(
+        gamma=algorithm.gamma,
+        lam=algorithm.lam,
+        norm_adv_by_std=algorithm.norm_adv_by_std,
+        step_weight=algorithm.gigpo_step_weight,
     )
+    return ESTIMATORS.get(algorithm.estimator)(rows.step_batch(token_rewards, values), params)
 
 
 def prepare_update(rows: StepRows, models: Models, config: RunConfig) -> Prepared:
