@@ -302,9 +302,13 @@ def run_training(
 
 
 def _train_and_report(
-    config: RunConfig, reporter: Reporter, train: TrainFn | None, stop: threading.Event, received: list[int],
+    config: RunConfig,
+    reporter: Reporter,
+    train: TrainFn | None,
+    stop: threading.Event,
+    received: list[int],
     specs: RunSpecs | None,
-) -> int:  # fmt: skip
+) -> int:
     try:
         with _stop_on_signals(stop, received):
             # Recipes (tasks_lib or a user's package) register their rewards, tools and envs here.

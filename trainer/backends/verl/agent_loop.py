@@ -319,10 +319,14 @@ def write_agent_loop_config(path: str | Path, run_config_path: str | Path) -> Pa
     name for one (FLOW_ALIASES: verl's tool_agent, Agent-R1's hotpotqa_agent, ...), → :class:`StudioAgentLoop`."""
     names = [*FLOWS.names(), *FLOWS.aliases()]
     entries = [
-        {"name": name, "_target_": AGENT_LOOP_CLASS, "flow": FLOWS.canonical(name),
-         "run_config_path": str(run_config_path)}
+        {
+            "name": name,
+            "_target_": AGENT_LOOP_CLASS,
+            "flow": FLOWS.canonical(name),
+            "run_config_path": str(run_config_path),
+        }
         for name in names
-    ]  # fmt: skip
+    ]
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(yaml.safe_dump(entries, sort_keys=False), encoding="utf-8")
