@@ -13,12 +13,12 @@ Defaults come in one order, :meth:`RunConfig.from_preset`'s: the preset's, then 
 (:data:`RECIPE_DEFAULTS`, which recipe plugins fill), then the caller's explicit values. The
 New-experiment form, the REST API, the CLI and config files all build configs through it.
 
-This module is the trainer's floor (docs/architecture.md#inside-the-trainer): it imports no backend, preset or
-model loader. What it asks of them, they register: the presets in :data:`PRESETS`
-(:mod:`trainer.algos.presets`, which importing the ``trainer`` package loads), the backends in
-:data:`~trainer.backends.base.BACKENDS` (their package registers them), and each backend lists the
-fields it refuses, whose messages RunConfig's validation puts on those fields. Importing it needs no
-torch.
+This module is the trainer's floor (docs/architecture.md#inside-the-trainer): it imports no backend,
+preset or model loader. What it asks of them, they register, and the ``trainer`` package's
+``__init__`` imports them before any other code of the trainer runs: the backends in
+:data:`~trainer.backend_protocol.BACKENDS` (the registry's names are the choices of ``backend``; each
+backend lists the fields it refuses, whose messages RunConfig's validation puts on those fields), then
+the presets in :data:`PRESETS`. Importing it needs no torch.
 """
 
 from __future__ import annotations
@@ -32,9 +32,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from trainer.algos.names import CRITIC_ESTIMATORS, GROUP_ESTIMATORS, GROUP_NEEDS_TWO
-from trainer.backends.base import BACKENDS, Problem
+from trainer.backend_protocol import BACKENDS, Problem
 from trainer.config_sections import (
+    CRITIC_ESTIMATORS,
+    GROUP_ESTIMATORS,
+    GROUP_NEEDS_TWO,
     AlgorithmConfig,
     DataConfig,
     EvaluationConfig,
@@ -57,8 +59,8 @@ DEFAULT_PRESET = "grpo"
 # Per-task RunConfig defaults (dotted path -> value), registered by each task recipe under its task
 # name when the recipe's plugin is imported (trainer.plugins); the trainer keeps no task table.
 RECIPE_DEFAULTS: Registry[Mapping[str, Any]] = Registry("task recipe")
-# Algorithm presets (estimator, loss, defaults), registered by trainer.algos.presets: the trainer
-# package's __init__ imports it, so they are in place before any code of the trainer runs.
+# Algorithm presets (estimator, loss, defaults), registered by trainer.algos.presets, which the
+# trainer package's __init__ imports.
 PRESETS: Registry[Preset] = Registry("preset")
 
 if TYPE_CHECKING:
@@ -280,7 +282,7 @@ def _batch_problems(config: RunConfig) -> list[Problem]:
 
 def backend_problems(config: RunConfig) -> list[Problem]:
     """What the config's backend refuses in it: a field it has no setting for that is not at its
-    default, then the values it cannot take (trainer.backends.base.Backend)."""
+    default, then the values it cannot take (trainer.backend_protocol.Backend)."""
     backend = BACKENDS.get(config.backend)
     defaults = RunConfig.model_construct()  # no validation: this runs inside RunConfig's own
     refused = [

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from trainer.algos.advantages import ESTIMATORS, EstimatorParams, StepBatch
-from trainer.algos.names import ANCHOR_ESTIMATORS, CRITIC_ESTIMATORS
+from trainer.config_sections import ANCHOR_ESTIMATORS, CRITIC_ESTIMATORS
 from trainer.registry import RegistryError
 
 ALL = ("gae", "token_gae", "grpo", "rloo", "reinforce", "gigpo")

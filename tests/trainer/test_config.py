@@ -13,7 +13,6 @@ from pydantic import BaseModel, ValidationError
 
 from trainer.algos.advantages import ESTIMATORS
 from trainer.algos.losses import AGG_MODES, KL_KINDS, POLICY_LOSSES
-from trainer.algos.names import Estimator, KlKind, LossAggMode, PolicyLoss
 from trainer.algos.presets import PRESETS
 from trainer.config import (
     RECIPE_DEFAULTS,
@@ -23,6 +22,7 @@ from trainer.config import (
     field_paths,
     validation_errors,
 )
+from trainer.config_sections import Estimator, KlKind, LossAggMode, PolicyLoss
 from trainer.registry import Registry, RegistryError
 
 # The field names the backend relies on (trainer_spec.md, "RunConfig").

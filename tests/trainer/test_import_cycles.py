@@ -2,7 +2,9 @@
 the task recipes (docs/architecture.md#inside-the-trainer).
 
 The graph is grimp's (the library import-linter is built on): every import counts, those inside
-functions too; only ``if TYPE_CHECKING:`` imports, which never run, are left out.
+functions too; only ``if TYPE_CHECKING:`` imports, which never run, are left out. Without cycles
+means two things: no modules that import each other, however indirectly, and, as import-linter's
+``acyclic_siblings`` contract has it, no two packages or modules of one package whose contents do.
 """
 
 from __future__ import annotations
@@ -59,11 +61,38 @@ def import_cycles(graph: grimp.ImportGraph) -> list[list[str]]:
     return cycles
 
 
+def sibling_cycles(graph: grimp.ImportGraph) -> list[list[str]]:
+    """For every package, the cycles among its children, each child standing for itself and all it holds."""
+    cycles: list[list[str]] = []
+    for package in sorted(m for m in graph.modules if graph.find_children(m)):
+        owner: dict[str, str] = {}
+        for child in graph.find_children(package):
+            owner.update(dict.fromkeys({child, *graph.find_descendants(child)}, child))
+        siblings = grimp.ImportGraph()
+        for module, child in owner.items():
+            siblings.add_module(child)
+            for imported in graph.find_modules_directly_imported_by(module):
+                if owner.get(imported, child) != child:
+                    siblings.add_import(importer=child, imported=owner[imported])
+        cycles += import_cycles(siblings)
+    return cycles
+
+
 def test_the_cycle_finder_finds_a_cycle_of_three_modules() -> None:
     graph = grimp.ImportGraph()
     for importer, imported in [("p.a", "p.b"), ("p.b", "p.c"), ("p.c", "p.a"), ("p.c", "p.d")]:
         graph.add_import(importer=importer, imported=imported)
     assert import_cycles(graph) == [["p.a", "p.b", "p.c"]]
+
+
+def test_the_sibling_check_finds_two_packages_whose_modules_import_each_other() -> None:
+    graph = grimp.ImportGraph()
+    for module in ["p", "p.a", "p.a.x", "p.a.w", "p.b", "p.b.y", "p.b.z"]:
+        graph.add_module(module)
+    for importer, imported in [("p.a.x", "p.b.y"), ("p.b.z", "p.a.w")]:
+        graph.add_import(importer=importer, imported=imported)
+    assert import_cycles(graph) == []
+    assert sibling_cycles(graph) == [["p.a", "p.b"]]
 
 
 def test_no_trainer_modules_import_each_other_in_a_cycle() -> None:
@@ -79,3 +108,8 @@ def test_the_trainer_imports_neither_the_web_app_nor_the_task_recipes() -> None:
         for upstream in UPSTREAM_PACKAGES
     ]
     assert [chain for chain in chains if chain] == []
+
+
+def test_no_two_packages_or_modules_of_one_trainer_package_import_each_other() -> None:
+    cycles = sibling_cycles(trainer_graph())
+    assert cycles == [], "sibling cycles in trainer/: " + "; ".join(" <-> ".join(c) for c in cycles)

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, get_args
 
-from trainer.algos.names import CRITIC_ESTIMATORS, Estimator, KlMode, PolicyLoss
 from trainer.config import PRESETS
-from trainer.config_sections import TrainerConfig
+from trainer.config_sections import CRITIC_ESTIMATORS, Estimator, KlMode, PolicyLoss, TrainerConfig
 
 __all__ = ["PRESETS", "Preset"]
 

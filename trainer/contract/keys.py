@@ -1,7 +1,7 @@
 """Metric keys: namespaced names shared by the trainer and the UI (docs/contract.md#metric-keys).
 
 A backend whose library logs some of the same quantities under its own names declares its aliases
-(:meth:`trainer.backends.base.Backend.canonical_key`); ingestion stores such points under ours too, so
+(:meth:`trainer.backend_protocol.Backend.canonical_key`); ingestion stores such points under ours too, so
 nothing downstream of it knows another library's spellings.
 """
 

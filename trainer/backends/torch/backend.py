@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainer.backends.base import Job, LaunchEnv, Problem, trainer_argv
+from trainer.backend_protocol import Job, LaunchEnv, Problem, trainer_argv
 from trainer.contract import TOKEN_ENV
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainer.backends.base import Job, LaunchEnv, Problem, trainer_argv
+from trainer.backend_protocol import Job, LaunchEnv, Problem, trainer_argv
 from trainer.backends.verl.command import prompts_per_mini_batch
 from trainer.backends.verl.metric_keys import canonical_key
 from trainer.backends.verl.needs import cluster_needs

@@ -25,7 +25,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from trainer.algos.advantages import DEFAULT_PARAMS, ESTIMATORS, EstimatorParams, StepBatch
-from trainer.algos.names import ANCHOR_ESTIMATORS, CRITIC_ESTIMATORS
 from trainer.backends.verl.command import ALGORITHM_KEY, STEP_WEIGHT_KEY, verl_estimator_name
 from trainer.backends.verl.signals import (
     KEPT_FIELD,
@@ -35,6 +34,7 @@ from trainer.backends.verl.signals import (
     report_token_signals,
     run_reporter,
 )
+from trainer.config_sections import ANCHOR_ESTIMATORS, CRITIC_ESTIMATORS
 from trainer.report.reporters import Reporter
 
 # The per-token field our agent loop adds to each verl row: the anchor id (Step.anchor_id) of the

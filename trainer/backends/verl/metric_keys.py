@@ -2,7 +2,7 @@
 
 verl logs some of the same quantities as we do under its own names. The verl backend declares this
 table (:meth:`VerlBackend.canonical_key`), and ingestion asks every registered backend
-(:func:`trainer.backends.base.canonical_key`): a point arriving under one of these keys is stored
+(:func:`trainer.backend_protocol.canonical_key`): a point arriving under one of these keys is stored
 under ours as well, so nothing downstream of ingestion knows verl's spellings.
 """
 

@@ -6,10 +6,11 @@ way Django's ORM asks ``connection.features`` and ``connection.ops``. A backend 
 refusals, each with the message that says what to set instead; it honours every other RunConfig field
 (:func:`trainer.config.honoured_fields`).
 
-This module is the backends' floor: it imports neither torch nor verl nor the config (RunConfig's
-validation asks :data:`BACKENDS`). The package :mod:`trainer.backends` registers the built-in backends
-in it, and Python runs that package's ``__init__`` before this module, so the registry is never seen
-empty. Only :meth:`Backend.train` and :meth:`Backend.check` import the backend's libraries.
+This module sits beside the config at the trainer's floor (docs/architecture.md#inside-the-trainer):
+it imports neither torch nor verl nor the config, and RunConfig's validation asks :data:`BACKENDS`.
+The backends themselves live in :mod:`trainer.backends`, which registers them here; the ``trainer``
+package's ``__init__`` imports it first, so no code of the trainer sees the registry empty. Only
+:meth:`Backend.train` and :meth:`Backend.check` import the backend's libraries.
 """
 
 from __future__ import annotations
