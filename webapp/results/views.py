@@ -94,12 +94,14 @@ def render_runs_table(
     """A page holding the runs table (the team's runs page, an experiment's page). A poll of the
     table (htmx, not boosted) gets the table alone, and stops once no run on it is active. A query
     the table cannot use is a 400 whose page names what to change
-    (docs/runs-and-curves.md#the-runs-table)."""
+    (docs/runs-and-curves.md#the-runs-table); to htmx's boosted form a 200, since htmx swaps no 4xx
+    in and the form's error list would never show."""
     page = runs_table.page_for(request.user, team, experiment, request.GET)
     context = {**context, "team": team, "runs": page, "table": page.table}
     if swaps(request, "runs-table") and not request.htmx.boosted:
         return render_poll(request, f"{template}#runs-table", context, done=not page.table.has_active)
-    return render(request, template, context, status=400 if page.table.query.errors else 200)
+    refused = bool(page.table.query.errors) and not request.htmx
+    return render(request, template, context, status=400 if refused else 200)
 
 
 @login_required
