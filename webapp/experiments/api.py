@@ -89,11 +89,11 @@ class RunDetailOut(RunOut):
 
     @staticmethod
     def resolve_params(obj: Run) -> dict[str, str]:
-        return dict(obj.params.values_list("key", "value"))
+        return dict(obj.logged.params().values_list("key", "value"))
 
     @staticmethod
     def resolve_tags(obj: Run) -> dict[str, str]:
-        return dict(obj.tags.values_list("key", "value"))
+        return dict(obj.logged.tags().values_list("key", "value"))
 
 
 class RunFilters(Schema):

@@ -527,28 +527,6 @@ class Run(models.Model):
         Run.objects.filter(pk=self.pk).update(name=name)
         self.name = name
 
-    def log_params(self, params: dict[str, str]) -> list[tuple[str, str, str]]:
-        """Store new params; (key, stored value, refused value) of each param logged before with
-        another value, which keeps its first value (params are logged once, as on MLflow)."""
-        if not params:
-            return []
-        RunParam.objects.bulk_create(
-            [RunParam(run=self, key=key, value=value) for key, value in params.items()], ignore_conflicts=True
-        )
-        # Read back after the insert: a concurrent writer's value for the same key is seen here.
-        stored = dict(RunParam.objects.filter(run=self, key__in=list(params)).values_list("key", "value"))
-        return [(key, stored[key], value) for key, value in params.items() if stored.get(key) != value]
-
-    def set_tags(self, tags: dict[str, str]) -> None:
-        """Set tags; a tag set again takes the new value."""
-        if tags:
-            RunTag.objects.bulk_create(
-                [RunTag(run=self, key=key, value=value) for key, value in tags.items()],
-                update_conflicts=True,
-                unique_fields=["run", "key"],
-                update_fields=["value"],
-            )
-
 
 def _silence(seconds: float) -> Q:
     """No heartbeat, or no progress, for ``seconds``."""
@@ -563,34 +541,64 @@ def _silent_filter(seconds: float) -> Q:
     return (Q(status=RunStatus.RUNNING) & _silence(seconds)) | never_claimed
 
 
-class RunParam(models.Model):
-    """A run's MLflow param: logged once; a different value for the same key is refused, as on MLflow."""
+class LoggedKind(models.TextChoices):
+    PARAM = "param"
+    TAG = "tag"
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="params")
+
+class LoggedQuerySet(models.QuerySet["LoggedValue"]):
+    def params(self) -> LoggedQuerySet:
+        return self.filter(kind=LoggedKind.PARAM)
+
+    def tags(self) -> LoggedQuerySet:
+        return self.filter(kind=LoggedKind.TAG)
+
+
+class LoggedValue(models.Model):
+    """A param or a tag an MLflow client logged for a run (``run.logged.params()``). A param is logged
+    once: a different value for the same key is refused, as on MLflow; a tag set again takes the new
+    value. The run name is kept on Run.name, not here."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="logged")
+    kind = models.CharField(max_length=5, choices=LoggedKind.choices)
     key = models.CharField(max_length=250)
     value = models.TextField()
 
+    objects = LoggedQuerySet.as_manager()
+
     class Meta:
         ordering = ["key"]
-        constraints = [models.UniqueConstraint(fields=["run", "key"], name="one_param_per_run_key")]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "kind", "key"], name="one_value_per_run_kind_key")
+        ]
 
     def __str__(self) -> str:
         return f"{self.key}={self.value}"
 
+    @classmethod
+    def log_params(cls, run: Run, params: dict[str, str]) -> list[tuple[str, str, str]]:
+        """Store new params; (key, stored value, refused value) of each param logged before with
+        another value, which keeps its first value (params are logged once, as on MLflow)."""
+        if not params:
+            return []
+        cls.objects.bulk_create(
+            [cls(run=run, kind=LoggedKind.PARAM, key=key, value=value) for key, value in params.items()],
+            ignore_conflicts=True,
+        )
+        # Read back after the insert: a concurrent writer's value for the same key is seen here.
+        stored = dict(run.logged.params().filter(key__in=list(params)).values_list("key", "value"))
+        return [(key, stored[key], value) for key, value in params.items() if stored.get(key) != value]
 
-class RunTag(models.Model):
-    """A run's MLflow tag; setting it again replaces the value. The run name is kept on Run.name."""
-
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tags")
-    key = models.CharField(max_length=250)
-    value = models.TextField()
-
-    class Meta:
-        ordering = ["key"]
-        constraints = [models.UniqueConstraint(fields=["run", "key"], name="one_tag_per_run_key")]
-
-    def __str__(self) -> str:
-        return f"{self.key}={self.value}"
+    @classmethod
+    def set_tags(cls, run: Run, tags: dict[str, str]) -> None:
+        """Set tags; a tag set again takes the new value."""
+        if tags:
+            cls.objects.bulk_create(
+                [cls(run=run, kind=LoggedKind.TAG, key=key, value=value) for key, value in tags.items()],
+                update_conflicts=True,
+                unique_fields=["run", "kind", "key"],
+                update_fields=["value"],
+            )
 
 
 # --- sweeps and the team's limit on active runs (docs/sweeps.md) ---------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 
 from trainer.contract import INT4_MAX
-from webapp.experiments.models import Experiment, Run, RunParam, RunTag
+from webapp.experiments.models import Experiment, LoggedKind, LoggedValue, Run
 from webapp.mlflow_api.entities import MLFLOW_STATUS, RUN_NAME_TAG, from_ms
 from webapp.mlflow_api.errors import invalid
 from webapp.results.models import MetricLatest
@@ -111,8 +111,8 @@ def _run_q(clause: Clause) -> Q:
     if clause.entity == "tag" and clause.name == RUN_NAME_TAG:
         return _text_q("name", clause.op, clause.value)
     if clause.entity in ("tag", "param"):
-        model = RunTag if clause.entity == "tag" else RunParam
-        matching = model.objects.filter(run=OuterRef("pk"), key=clause.name).filter(
+        kind = LoggedKind.TAG if clause.entity == "tag" else LoggedKind.PARAM
+        matching = LoggedValue.objects.filter(run=OuterRef("pk"), kind=kind, key=clause.name).filter(
             _text_q("value", clause.op, clause.value)
         )
         return Q(Exists(matching))
