@@ -25,7 +25,7 @@ def refusals(team: Team, config: RunConfig) -> Refusals:
         ToolStatus,
         ToolUnavailable,
         builtin_tools,
-    )  # fmt: skip
+    )
 
     builtin_tools()  # every recipe's tools and rewards registered
     found: Refusals = {}

@@ -51,22 +51,31 @@ def confined(config: RunConfig) -> RunConfig:
     problems: list[Problem] = []
     if config.report.jsonl_path:
         problems.append(
-            ("report.jsonl_path", "runs of the web app write no files a config names (their results "
-             "are stored by the web app): leave report.jsonl_path empty")
-        )  # fmt: skip
+            (
+                "report.jsonl_path",
+                "runs of the web app write no files a config names (their results are stored by the "
+                "web app): leave report.jsonl_path empty",
+            )
+        )
     if config.evaluation.enabled or config.evaluation.checkpoint:
         problems.append(
-            ("evaluation.enabled", "an experiment's config trains; an evaluation is made from a checkpoint's "
-             "Evaluate link or POST /api/t/<team>/evaluations, which pick the weights: leave evaluation unset")
-        )  # fmt: skip
+            (
+                "evaluation.enabled",
+                "an experiment's config trains; an evaluation is made from a checkpoint's Evaluate link "
+                "or POST /api/t/<team>/evaluations, which pick the weights: leave evaluation unset",
+            )
+        )
     model = config.model.path
     folder = model if model in OFFLINE_MODELS else model_folder(model) if model else None
     if model and folder is None:
         aliases = ", ".join(sorted(OFFLINE_MODELS))
         problems.append(
-            ("model.path", f"{model!r} is outside the models folder {settings.MODELS_DIR}: name an offline "
-             f"model ({aliases}) or a folder under STUDIO_MODELS_DIR")
-        )  # fmt: skip
+            (
+                "model.path",
+                f"{model!r} is outside the models folder {settings.MODELS_DIR}: name an offline model "
+                f"({aliases}) or a folder under STUDIO_MODELS_DIR",
+            )
+        )
     if problems:
         raise ConfigRefused(problems)
     return config if folder in (None, model) else config.with_overrides(**{"model.path": folder})

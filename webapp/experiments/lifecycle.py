@@ -69,9 +69,13 @@ class RunLifecycle(models.Model):
     progress_at = models.DateTimeField(null=True, blank=True, help_text="When the step counter last moved.")
     finished_at = models.DateTimeField(null=True, blank=True)
     cancelled_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
         help_text="Who asked for the cancel; the run's final message names them.",
-    )  # fmt: skip
+    )
     cancel_reason = models.CharField(
         max_length=200,
         blank=True,
@@ -132,9 +136,12 @@ class RunLifecycle(models.Model):
     def mark_starting(self, executor_ref: str) -> bool:
         # Race: a retried launch task must not start a second process for a run already started.
         return self._transition(
-            (RunStatus.QUEUED,), status=RunStatus.STARTING, executor_ref=executor_ref,
-            starting_at=timezone.now(), launch_attempts=F("launch_attempts") + 1,
-        )  # fmt: skip
+            (RunStatus.QUEUED,),
+            status=RunStatus.STARTING,
+            executor_ref=executor_ref,
+            starting_at=timezone.now(),
+            launch_attempts=F("launch_attempts") + 1,
+        )
 
     def requeue_lost_start(self) -> bool:
         """starting → queued again: the start left no trace (its launching worker died before the
@@ -155,9 +162,15 @@ class RunLifecycle(models.Model):
         never_claimed = Q(status=RunStatus.STALLED, claimant="")
         claimable = Q(status__in=(RunStatus.QUEUED, RunStatus.STARTING)) | never_claimed
         changed = guarded_update(
-            self, claimable, status=RunStatus.RUNNING, claimed_by=worker, claimant=claimant, started_at=now,
-            heartbeat_at=now, progress_at=now,
-        )  # fmt: skip
+            self,
+            claimable,
+            status=RunStatus.RUNNING,
+            claimed_by=worker,
+            claimant=claimant,
+            started_at=now,
+            heartbeat_at=now,
+            progress_at=now,
+        )
         # A claim retried by its own process (the first answer was lost) finds the run already its
         # own: yes again, and nothing changes; any other claimant is refused.
         return changed or (self.is_claimant(claimant) and self.status in CLAIMED)
@@ -264,9 +277,16 @@ class RunLifecycle(models.Model):
             else reason or "cancelled before it started"
         )
         reason = reason[:200]
-        if self._transition((RunStatus.DRAFT, RunStatus.QUEUED), status=RunStatus.CANCELLED, cancel_requested=True,
-                            cancel_requested_at=now, finished_at=now, message=message, cancelled_by=who,
-                            cancel_reason=reason):  # fmt: skip
+        if self._transition(
+            (RunStatus.DRAFT, RunStatus.QUEUED),
+            status=RunStatus.CANCELLED,
+            cancel_requested=True,
+            cancel_requested_at=now,
+            finished_at=now,
+            message=message,
+            cancelled_by=who,
+            cancel_reason=reason,
+        ):
             return True
         # Race: a second cancel (another user, a double click) must not change who cancelled or
         # restart the grace period; the request already stands.
@@ -288,9 +308,12 @@ class RunLifecycle(models.Model):
         # before any trainer claimed it (a Ray job pending for resources) has no trainer to be hung.
         claimed = Q(status__in=CLAIMED) & ~Q(claimant="")
         return guarded_update(
-            self, claimed & _silence(silent_for_s),
-            status=RunStatus.FAILED, message=message, finished_at=timezone.now(),
-        )  # fmt: skip
+            self,
+            claimed & _silence(silent_for_s),
+            status=RunStatus.FAILED,
+            message=message,
+            finished_at=timezone.now(),
+        )
 
     @classmethod
     def silent_since(cls, seconds: float) -> models.QuerySet[Self]:

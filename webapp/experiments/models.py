@@ -198,9 +198,15 @@ class Run(RunLifecycle):
         """A run an MLflow client creates: running from the start, named ``run-<id>`` if unnamed."""
         now = timezone.now()
         run = cls.objects.create(
-            experiment=experiment, team=experiment.team, executor=EXTERNAL_EXECUTOR, status=RunStatus.RUNNING,
-            name=name, started_at=started_at or now, heartbeat_at=now, progress_at=now,
-        )  # fmt: skip
+            experiment=experiment,
+            team=experiment.team,
+            executor=EXTERNAL_EXECUTOR,
+            status=RunStatus.RUNNING,
+            name=name,
+            started_at=started_at or now,
+            heartbeat_at=now,
+            progress_at=now,
+        )
         if not name:
             run.rename(f"run-{run.pk}")  # the id is known only once the row exists
         return run

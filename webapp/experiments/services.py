@@ -38,7 +38,7 @@ from webapp.experiments.models import (
     TeamRunLimit,
     started_count,
     waiting_line,
-)  # fmt: skip
+)
 from webapp.results.models import ExperimentRetention
 from webapp.results.retention import Retention
 
@@ -300,17 +300,32 @@ def run_name(experiment: Experiment, seed: int) -> str:
     return experiment.name[: RUN_NAME_MAX - len(suffix)] + suffix
 
 
-def create_experiment(team: Any, user: Any, config: RunConfig, seeds: list[int], *, description: str = "",
-                      cloned_from: Experiment | None = None, retention: Retention | None = None) -> Experiment:  # fmt: skip
+def create_experiment(
+    team: Any,
+    user: Any,
+    config: RunConfig,
+    seeds: list[int],
+    *,
+    description: str = "",
+    cloned_from: Experiment | None = None,
+    retention: Retention | None = None,
+) -> Experiment:
     """``retention``: the policy its runs start with (docs/rollouts.md#retention); None keeps everything."""
     try:
         # Race: two requests creating the same name at once; the unique (team, name) constraint
         # lets one in, and the savepoint keeps the other's transaction usable for its answer.
         with transaction.atomic():
             experiment = Experiment.objects.create(
-                team=team, name=config.name, description=description, task=config.task, preset=config.preset,
-                config=json.loads(config.to_json()), seeds=seeds, created_by=user, cloned_from=cloned_from,
-            )  # fmt: skip
+                team=team,
+                name=config.name,
+                description=description,
+                task=config.task,
+                preset=config.preset,
+                config=json.loads(config.to_json()),
+                seeds=seeds,
+                created_by=user,
+                cloned_from=cloned_from,
+            )
             if retention is None and cloned_from is not None:  # a clone keeps its source's policy
                 earlier = ExperimentRetention.objects.filter(experiment=cloned_from).first()
                 retention = Retention.of(earlier) if earlier is not None else None
@@ -321,8 +336,14 @@ def create_experiment(team: Any, user: Any, config: RunConfig, seeds: list[int],
         raise NameTaken(f"the team already has an experiment named {config.name!r}") from None
 
 
-def change_experiment(experiment: Experiment, *, config: RunConfig | None = None, name: str | None = None,
-                      description: str | None = None, seeds: list[int] | None = None) -> None:  # fmt: skip
+def change_experiment(
+    experiment: Experiment,
+    *,
+    config: RunConfig | None = None,
+    name: str | None = None,
+    description: str | None = None,
+    seeds: list[int] | None = None,
+) -> None:
     """Save the fields given (None: unchanged). The caller checked that a new config or seeds
     belong to an experiment with no runs yet."""
     changes: dict[str, Any] = {}
@@ -405,8 +426,14 @@ def launch_once(experiment: Experiment, launch_key: str = "") -> Launched:
     _refuse_active_seeds(experiment, seeds)
     runs = []
     for seed in seeds:
-        run = Run.objects.create(experiment=experiment, team=experiment.team, seed=seed, executor=base.executor,
-                                 name=run_name(experiment, seed), launch_key=launch_key)  # fmt: skip
+        run = Run.objects.create(
+            experiment=experiment,
+            team=experiment.team,
+            seed=seed,
+            executor=base.executor,
+            name=run_name(experiment, seed),
+            launch_key=launch_key,
+        )
         config = base.with_overrides(**{"trainer.seed": seed, "trainer.checkpoint_dir": checkpoint_dir(run)})
         run.freeze_config(json.loads(config.to_json()))
         run.enqueue()

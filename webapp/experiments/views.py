@@ -99,8 +99,12 @@ def index(request: HttpRequest, team_slug: str) -> HttpResponse:
         ),
         evaluation_count=Count("runs", filter=Q(runs__kind=RunKind.EVALUATION)),
     )
-    context = {"team": team, "experiments": experiments.filter(sweep__isnull=True),
-               "sweeps": team.sweeps.all()[:20], "run_limit": TeamRunLimit.of(team.pk)}  # fmt: skip
+    context = {
+        "team": team,
+        "experiments": experiments.filter(sweep__isnull=True),
+        "sweeps": team.sweeps.all()[:20],
+        "run_limit": TeamRunLimit.of(team.pk),
+    }
     return render(request, "experiments/index.html", context)
 
 
@@ -134,14 +138,20 @@ def _form_key(request: HttpRequest) -> str:
     return launch_key_of(request) or new_launch_key()
 
 
-def _create(request: HtmxHttpRequest, team: Team, form: ExperimentForm, config: RunConfig,
-            source: Experiment | None) -> HttpResponse:  # fmt: skip
+def _create(
+    request: HtmxHttpRequest, team: Team, form: ExperimentForm, config: RunConfig, source: Experiment | None
+) -> HttpResponse:
     key = launch_key_of(request)
     try:
         experiment = services.create_experiment(
-            team, request.user, config, form.cleaned_data["seeds"],
-            description=form.cleaned_data["description"], cloned_from=source, retention=form.retention_policy(),
-        )  # fmt: skip
+            team,
+            request.user,
+            config,
+            form.cleaned_data["seeds"],
+            description=form.cleaned_data["description"],
+            cloned_from=source,
+            retention=form.retention_policy(),
+        )
     except services.NameTaken as taken:
         earlier = Experiment.objects.filter(team=team, name=config.name, runs__launch_key=key).first()
         if key and earlier is not None:  # the same form sent twice (a double-click): it launched once
@@ -235,9 +245,14 @@ def detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     if experiment.cloned_from is not None and config is not None:
         source = stored_config(experiment.cloned_from.config)[0]
         changes = diff(source, config) if source is not None else None
-    context = {"experiment": experiment, "config_yaml": config_yaml, "config_problem": config_problem,
-               "changes": changes, "launch_key": new_launch_key(),
-               "evaluations": evaluation_table(experiment)}  # fmt: skip
+    context = {
+        "experiment": experiment,
+        "config_yaml": config_yaml,
+        "config_problem": config_problem,
+        "changes": changes,
+        "launch_key": new_launch_key(),
+        "evaluations": evaluation_table(experiment),
+    }
     return render_runs_table(request, experiment.team, experiment, "experiments/detail.html", context)
 
 

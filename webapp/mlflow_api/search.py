@@ -24,10 +24,19 @@ _CLAUSE = re.compile(
 )
 _AND = re.compile(r"\s+AND\s+", re.IGNORECASE)
 _ENTITIES = {
-    "attribute": "attribute", "attributes": "attribute", "attr": "attribute", "run": "attribute",
-    "tag": "tag", "tags": "tag", "param": "param", "params": "param", "parameter": "param",
-    "parameters": "param", "metric": "metric", "metrics": "metric",
-}  # fmt: skip
+    "attribute": "attribute",
+    "attributes": "attribute",
+    "attr": "attribute",
+    "run": "attribute",
+    "tag": "tag",
+    "tags": "tag",
+    "param": "param",
+    "params": "param",
+    "parameter": "param",
+    "parameters": "param",
+    "metric": "metric",
+    "metrics": "metric",
+}
 _NUMERIC_OPS = {"=": "exact", ">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
 
 
@@ -137,12 +146,19 @@ def _run_attribute_q(clause: Clause) -> Q:
         if isinstance(value, str):
             raise invalid(f"Expected a number for attribute '{name}', got {value!r}")
         return _number_q(field, op, from_ms(int(value)))
-    raise invalid(f"Invalid attribute key '{name}' specified. This server filters runs on status, run_name, "
-                  "run_id, experiment_id, start_time and end_time.")  # fmt: skip
+    raise invalid(
+        f"Invalid attribute key '{name}' specified. This server filters runs on status, run_name, "
+        "run_id, experiment_id, start_time and end_time."
+    )
 
 
-_RUN_ORDER = {"start_time": "started_at", "end_time": "finished_at", "run_name": "name", "status": "status",
-              "run_id": "mlflow_run_id"}  # fmt: skip
+_RUN_ORDER = {
+    "start_time": "started_at",
+    "end_time": "finished_at",
+    "run_name": "name",
+    "status": "status",
+    "run_id": "mlflow_run_id",
+}
 
 
 def order_runs(runs: QuerySet[Run], order_by: list[str]) -> QuerySet[Run]:
