@@ -18,6 +18,7 @@ from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from webapp.experiments.executors import outside_executors
 from webapp.guarded import guarded_update
 
 
@@ -35,9 +36,6 @@ class RunStatus(models.TextChoices):
 TERMINAL = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 ACTIVE = (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED)
 CLAIMED = (RunStatus.RUNNING, RunStatus.STALLED)  # the statuses of a run its trainer owns
-# The executor of a run an MLflow client created (/mlflow/): none of ours starts, polls or stops it,
-# and its status is whatever the client reports. This is the one mark of an external run.
-EXTERNAL_EXECUTOR = "external"
 
 
 class RunLifecycle(models.Model):
@@ -99,11 +97,6 @@ class RunLifecycle(models.Model):
     @property
     def progress(self) -> float:
         return self.step / self.total_steps if self.total_steps else 0.0
-
-    @property
-    def is_external(self) -> bool:
-        """Logged by an MLflow client, not launched by us (see EXTERNAL_EXECUTOR)."""
-        return self.executor == EXTERNAL_EXECUTOR
 
     def _transition(self, allowed_from: tuple[str, ...], **changes: Any) -> bool:
         """The change from one of the ``allowed_from`` statuses; True when this call made it."""
@@ -228,7 +221,7 @@ class RunLifecycle(models.Model):
         if step is not None:
             changes["step"] = Greatest("step", Value(step))
         # An external run's state is its client's: its counter follows what it logs in any status.
-        moving = Q(status__in=CLAIMED) | Q(executor=EXTERNAL_EXECUTOR)
+        moving = Q(status__in=CLAIMED) | Q(executor__in=outside_executors())
         self._row().filter(moving).update(**changes)
 
     def _revive_if_progressing(self) -> None:

@@ -52,7 +52,8 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from webapp.experiments.models import EXTERNAL_EXECUTOR, LoggedValue, Run, RunKind, RunStatus
+from webapp.experiments.executors import EXTERNAL_EXECUTOR, outside_executors
+from webapp.experiments.models import LoggedValue, Run, RunKind, RunStatus
 from webapp.results import metrics_store
 from webapp.results.models import SUMMARY_WIDTHS, MetricSummary, RunHealth
 
@@ -179,7 +180,7 @@ def _kind() -> Any:
     """One of RUN_KINDS: an evaluation first (a launched run), then whether we launched it."""
     return Case(
         When(kind=RunKind.EVALUATION, then=Value(RunKind.EVALUATION.value)),
-        When(executor=EXTERNAL_EXECUTOR, then=Value(EXTERNAL_EXECUTOR)),
+        When(executor__in=outside_executors(), then=Value(EXTERNAL_EXECUTOR)),
         default=Value(RunKind.TRAINING.value),
         output_field=TextField(),
     )

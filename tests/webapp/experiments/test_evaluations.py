@@ -24,7 +24,7 @@ from webapp.datasets import files
 from webapp.datasets.models import Dataset
 from webapp.experiments import services
 from webapp.experiments.evaluations import EvaluationRefused, EvaluationSettings, create_evaluation
-from webapp.experiments.models import Run, RunKind, RunStatus
+from webapp.experiments.models import Experiment, Run, RunKind, RunStatus
 from webapp.results.eval_table import evaluation_table
 from webapp.results.metrics_store import latest_values
 from webapp.results.models import Checkpoint, Trajectory
@@ -56,7 +56,7 @@ def trained(personas: Any, split: str) -> Run:
     config = RunConfig.from_preset(
         "grpo", **{"name": "exp", "task": "arithmetic", "model.path": "tiny-test", "data.train_path": split}
     )
-    experiment = services.create_experiment(personas["acme"], personas["alice"], config, [1])
+    experiment = Experiment.create(personas["acme"], personas["alice"], config, [1])
     return Run.objects.create(
         experiment=experiment, team=experiment.team, status=RunStatus.SUCCEEDED, name="r"
     )
