@@ -16,7 +16,7 @@ from django import forms
 from pydantic.fields import FieldInfo
 
 from trainer.backends import BACKENDS
-from trainer.config import RunConfig, _section_model, flatten_paths
+from trainer.config import RunConfig, _section_model, flatten_paths, honoured_fields
 from trainer.contract import INT4_MAX
 from webapp.accounts.models import Team
 from webapp.experiments.acceptance import MAX_NAME_LENGTH, MAX_SEEDS, Refused, accept
@@ -77,9 +77,9 @@ def preset_choices(model_path: str, backend: str) -> list[tuple[str, str]]:
     """Each preset with its description, the defaults it names being those this model and backend
     get (docs/presets.md#defaults-by-model-size)."""
     from trainer.algos.presets import PRESETS
-    from trainer.models import parameter_count
+    from trainer.model_size import parameter_count
 
-    honoured = BACKENDS.get(backend).honoured if backend in BACKENDS else ()
+    honoured = honoured_fields(backend) if backend in BACKENDS else ()
     parameters = parameter_count(model_path)
     choices = []
     for name in PRESETS.names():

@@ -26,7 +26,8 @@ from django.utils import timezone
 
 from trainer.contract import OutboundRules, RunSpecs, TeamRewardSpec, TeamToolSpec
 from trainer.mdp import ToolCallRecord
-from trainer.rewards import REWARDS, build_reward
+from trainer.rewards import REWARDS
+from trainer.team_rewards import build_reward
 from trainer.tools import TOOLS, BaseTool, HttpTool, HttpToolSpec, run_tool_call
 from trainer.tools.allowlist import OutboundPolicy, OutboundRefused, check_url
 from trainer.tools.base import load_tool_class
