@@ -27,7 +27,7 @@ from trainer.contract import (
     StatusUpdate,
 )
 from webapp.api import RunTokenAuth, api, get_run_for_claimant, get_run_for_token, route
-from webapp.experiments.models import CLAIMED, RunStatus
+from webapp.experiments.lifecycle import CLAIMED, RunStatus
 from webapp.experiments.tasks import start_next
 
 router = Router(auth=RunTokenAuth(), tags=["run lifecycle (trainer)"])

@@ -101,8 +101,12 @@ def index(request: HttpRequest, team_slug: str) -> HttpResponse:
         ),
         evaluation_count=Count("runs", filter=Q(runs__kind=RunKind.EVALUATION)),
     )
-    context = {"team": team, "experiments": experiments.filter(sweep__isnull=True),
-               "sweeps": team.sweeps.all()[:20], "run_limit": TeamRunLimit.of(team.pk)}  # fmt: skip
+    context = {
+        "team": team,
+        "experiments": experiments.filter(sweep__isnull=True),
+        "sweeps": team.sweeps.all()[:20],
+        "run_limit": TeamRunLimit.of(team.pk),
+    }
     return render(request, "experiments/index.html", context)
 
 
@@ -136,8 +140,9 @@ def _form_key(request: HttpRequest) -> str:
     return launch_key_of(request) or new_launch_key()
 
 
-def _create(request: HtmxHttpRequest, team: Team, form: ExperimentForm, config: RunConfig,
-            source: Experiment | None) -> HttpResponse:  # fmt: skip
+def _create(
+    request: HtmxHttpRequest, team: Team, form: ExperimentForm, config: RunConfig, source: Experiment | None
+) -> HttpResponse:
     key = launch_key_of(request)
     try:
         data = form.cleaned_data
@@ -243,9 +248,14 @@ def detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     if experiment.cloned_from is not None and config is not None:
         source = stored_config(experiment.cloned_from.config)[0]
         changes = diff(source, config) if source is not None else None
-    context = {"experiment": experiment, "config_yaml": config_yaml, "config_problem": config_problem,
-               "changes": changes, "launch_key": new_launch_key(),
-               "evaluations": evaluation_table(experiment)}  # fmt: skip
+    context = {
+        "experiment": experiment,
+        "config_yaml": config_yaml,
+        "config_problem": config_problem,
+        "changes": changes,
+        "launch_key": new_launch_key(),
+        "evaluations": evaluation_table(experiment),
+    }
     return render_runs_table(request, experiment.team, experiment, "experiments/detail.html", context)
 
 
@@ -289,8 +299,8 @@ def _run_context(run: Run, edit_form: RunEditForm | None = None) -> dict[str, An
         "summary": summarize(run),
         "config_yaml": config_yaml,
         "config_problem": config_problem,
-        "params": run.params.all(),
-        "tags": run.tags.all(),
+        "params": run.logged.params(),
+        "tags": run.logged.tags(),
         "artifacts": stored_artifacts(run),
         "edit_form": edit_form or RunEditForm(initial=initial),
         "place": place_text(run),

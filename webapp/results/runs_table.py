@@ -54,7 +54,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from trainer.contract import INT4_MAX
 from webapp.experiments.executors import EXTERNAL_EXECUTOR, outside_executors
-from webapp.experiments.models import Run, RunKind, RunParam, RunStatus
+from webapp.experiments.models import LoggedValue, Run, RunKind, RunStatus
 from webapp.results import metrics_store
 from webapp.results.models import SUMMARY_WIDTHS, MetricSummary, RunHealth
 
@@ -133,7 +133,7 @@ class Column:
         if self.kind == "config":
             return {name: _config_value(self.key)}
         if self.kind == "param":
-            params = RunParam.objects.filter(run=OuterRef("pk"), key=self.key).values("value")[:1]
+            params = LoggedValue.objects.params().filter(run=OuterRef("pk"), key=self.key).values("value")[:1]
             return {name: Subquery(params, output_field=TextField())}
         return _metric_aliases(name, self.kind, self.key)
 
@@ -733,7 +733,7 @@ def metric_keys(run_ids: Sequence[int]) -> list[str]:
 
 
 def param_keys(run_ids: Sequence[int]) -> list[str]:
-    keys = RunParam.objects.filter(run_id__in=list(run_ids)).values_list("key", flat=True)
+    keys = LoggedValue.objects.params().filter(run_id__in=list(run_ids)).values_list("key", flat=True)
     return sorted(set(keys))
 
 

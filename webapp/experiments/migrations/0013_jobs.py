@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("accounts", "0004_apitoken_parent"),
-        ("experiments", "0011_run_cancel_reason"),
+        ("experiments", "0012_one_table_for_params_and_tags"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
