@@ -98,7 +98,7 @@ def load(user_name: str) -> Seeded:
     from webapp.accounts.models import Team
     from webapp.experiments.models import Experiment, Run
     from webapp.results.models import TextBlob, Trajectory, TrajectoryStep
-    from webapp.results.rollouts import SEARCH_CONFIG, pack_token_signals
+    from webapp.rollouts.viewer import SEARCH_CONFIG, pack_token_signals
 
     user = get_user_model().objects.create_superuser(user_name, "", PASSWORD)
     team = Team.create_with_owner("bench search", user)

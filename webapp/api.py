@@ -296,9 +296,9 @@ def _register_routers() -> None:
     from webapp.experiments.evaluations_api import router as evaluations_router
     from webapp.experiments.sweep_api import router as sweeps_router
     from webapp.experiments.trainer_api import router as lifecycle_router
+    from webapp.ingestion.api import router as ingest_router
     from webapp.results.api import router as results_router
     from webapp.results.checkpoints_api import router as checkpoints_router
-    from webapp.results.ingest import router as ingest_router
     from webapp.results.storage_api import router as storage_router
     from webapp.tools.api import rewards_router
     from webapp.tools.api import router as tools_router

@@ -7,7 +7,7 @@ from django.urls import include, path, reverse_lazy
 from django.views.generic import RedirectView
 
 from trainer.contract import API_ROOT, MLFLOW_ROOT
-from webapp import health
+from webapp import healthz
 from webapp.accounts import views as accounts
 from webapp.api import api
 from webapp.datasets import views as datasets
@@ -58,7 +58,7 @@ team_patterns = [
 
 urlpatterns = [
     path("", accounts.home, name="home"),
-    path("healthz", health.healthz, name="healthz"),
+    path("healthz", healthz.healthz, name="healthz"),
     path(API_ROOT.strip("/") + "/", api.urls),
     path(MLFLOW_ROOT.strip("/") + "/", include("webapp.mlflow_api.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

@@ -93,7 +93,7 @@ def _build_world(folder: Path) -> World:
     from django.contrib.auth import get_user_model
 
     from webapp.accounts.models import Team
-    from webapp.results.metrics_store import forget_cached_keys
+    from webapp.ingestion.metrics_store import forget_cached_keys
 
     forget_cached_keys()
     # No passwords: the clients log in with force_login, and hashing one costs a second of CPU.

@@ -186,7 +186,7 @@ def test_tools_and_rewards_are_created_changed_tried_and_deleted(
 
 
 def test_a_runs_logs_checkpoints_and_curves_by_either_key_name(alice: Api, personas: Any) -> None:
-    from webapp.results import metrics_store
+    from webapp.ingestion import metrics_store
 
     experiment = Experiment.objects.create(team=personas["acme"], name="e")
     run = Run.objects.create(experiment=experiment, team=experiment.team, status=RunStatus.RUNNING)

@@ -34,10 +34,10 @@ from webapp.experiments.services import (
     creation_problems,
 )
 from webapp.experiments.tasks import cancel_run
+from webapp.ingestion.storage import storage_of
 from webapp.results.models import LogChunk
-from webapp.results.retention import Retention
-from webapp.results.storage import storage_of
 from webapp.results.storage_api import RetentionIn, StorageOut
+from webapp.retention.policy import Retention
 
 # What the experiment form opens with when no model is chosen (the built-in, offline one).
 DEFAULT_MODEL = "smollm2-135m-instruct"

@@ -188,7 +188,7 @@ def evaluated_model(run: Run) -> str:
 
 
 def eval_metrics(run: Run) -> dict[str, float]:
-    from webapp.results.metrics_store import latest_values
+    from webapp.ingestion.metrics_store import latest_values
 
     return {key: value for key, (_, value) in latest_values(run.pk).items() if key in EVAL_KEYS}
 

@@ -40,7 +40,7 @@ from webapp.experiments.models import (
     waiting_line,
 )  # fmt: skip
 from webapp.results.models import ExperimentRetention
-from webapp.results.retention import Retention
+from webapp.retention.policy import Retention
 
 logger = logging.getLogger(__name__)
 

@@ -27,6 +27,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from trainer.contract import INT4_MAX
 from webapp.experiments.models import Experiment, Run
+from webapp.ingestion import metrics_store
 from webapp.mlflow_api import entities, search
 from webapp.mlflow_api import validation as check
 from webapp.mlflow_api.access import (
@@ -45,7 +46,6 @@ from webapp.mlflow_api.errors import (
     invalid,
     not_found,
 )
-from webapp.results import metrics_store
 
 logger = logging.getLogger(__name__)
 

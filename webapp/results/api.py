@@ -16,8 +16,10 @@ from webapp.accounts.models import Role
 from webapp.api import FieldError, Page, PageParams, UserTokenAuth, paginate
 from webapp.experiments.access import get_run_for_user
 from webapp.experiments.api import RunOut
-from webapp.results import analytics, imports, metrics_store, rollouts
+from webapp.ingestion import metrics_store
+from webapp.results import analytics, imports
 from webapp.results.models import Trajectory
+from webapp.rollouts import viewer as rollouts
 
 router = Router(auth=UserTokenAuth(), tags=["results"])
 

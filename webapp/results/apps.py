@@ -10,6 +10,6 @@ class ResultsConfig(AppConfig):
 
     def ready(self) -> None:
         from webapp.experiments.models import Run
-        from webapp.results.storage import runs_deleted
+        from webapp.ingestion.storage import runs_deleted
 
         post_delete.connect(runs_deleted, sender=Run, dispatch_uid="sweep_texts_of_deleted_runs")

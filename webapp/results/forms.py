@@ -6,8 +6,8 @@ from django import forms
 
 from webapp.experiments.models import MAX_LABEL_LENGTH
 from webapp.results.models import RetentionKind
-from webapp.results.retention import MAX_KEEP_SUCCESSES, Retention
-from webapp.results.rollouts import RolloutFilter
+from webapp.retention.policy import MAX_KEEP_SUCCESSES, Retention
+from webapp.rollouts.viewer import RolloutFilter
 
 YES_NO = [("", "any"), ("yes", "yes"), ("no", "no")]
 

@@ -4,7 +4,7 @@ Metric points are append-only rows keyed on (run, key, step) — no surrogate id
 its one index stay narrow for COPY. Beside them: a latest-value table for list pages and min/max
 summaries at a few resolutions (``SUMMARY_WIDTHS``) kept up to date as points arrive, so a curve of
 a million points is drawn from a few thousand summary rows (docs/benchmarks.md#curve-queries). The
-SQL that writes and reads them lives in :mod:`webapp.results.metrics_store`.
+SQL that writes and reads them lives in :mod:`webapp.ingestion.metrics_store`.
 
 The foreign keys of the high-volume tables carry no database constraint: Postgres would fire one
 referential-integrity trigger per COPY row. The ingestion API checks the run once per request and
@@ -299,7 +299,7 @@ class RetentionKind(models.TextChoices):
 
 
 class RetentionSettings(models.Model):
-    """Which of a run's trajectories are stored (webapp.results.retention decides by these)."""
+    """Which of a run's trajectories are stored (webapp.retention.policy decides by these)."""
 
     retention = models.CharField(max_length=10, choices=RetentionKind.choices, default=RetentionKind.ALL)
     keep_successes = models.IntegerField(default=4, help_text="k: successes kept per training step.")
@@ -319,7 +319,7 @@ class ExperimentRetention(RetentionSettings):
 
 class RunStorage(RetentionSettings):
     """A run's retention policy and what its trajectories take: counters kept up to date by ingestion
-    in its own transaction, set right after a retention change (webapp.results.storage)."""
+    in its own transaction, set right after a retention change (webapp.ingestion.storage)."""
 
     run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="storage")
     received = models.BigIntegerField(default=0, help_text="Trajectories that arrived (replays not counted).")
@@ -472,7 +472,7 @@ class SavedLayout(models.Model):
 
 
 class HealthRule(models.Model):
-    """A team's setting for one health check (webapp.results.health_checks.CHECKS): a row only where
+    """A team's setting for one health check (webapp.monitoring.checks.CHECKS): a row only where
     the team changed the default; no row means enabled, the check's default threshold, no stop."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="health_rules")
@@ -535,7 +535,7 @@ class HealthAlert(models.Model):
 
     @property
     def check_label(self) -> str:
-        from webapp.results.health_checks import CHECKS
+        from webapp.monitoring.checks import CHECKS
 
         return CHECKS.get(self.check_name).label if self.check_name in CHECKS else self.check_name
 

@@ -53,7 +53,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from webapp.experiments.models import EXTERNAL_EXECUTOR, Run, RunKind, RunParam, RunStatus
-from webapp.results import metrics_store
+from webapp.ingestion import metrics_store
 from webapp.results.models import SUMMARY_WIDTHS, MetricSummary, RunHealth
 
 PAGE_SIZE = 50

@@ -9,7 +9,7 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from webapp.experiments.access import get_run_for_user
-from webapp.results import storage
+from webapp.ingestion import storage
 from webapp.results.forms import RetentionForm
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.urls import path
 
-from webapp.results import checkpoints, health_views, storage_views, views
+from webapp.monitoring import views as health_views
+from webapp.results import checkpoints, storage_views, views
 
 urlpatterns = [
     path("runs/", views.runs, name="runs"),

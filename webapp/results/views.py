@@ -24,11 +24,12 @@ from webapp.accounts.models import Role, Team
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
 from webapp.experiments.models import ACTIVE, TERMINAL, Experiment, Run, RunStatus
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
-from webapp.results import analytics, export, imports, metrics_store, onboarding, runs_table, workspace
-from webapp.results import rollouts as viewer
-from webapp.results.access import get_trajectory_for_user
+from webapp.ingestion import metrics_store
+from webapp.results import analytics, export, imports, onboarding, runs_table, workspace
 from webapp.results.forms import ImportForm, PromptCompareForm, RolloutFilterForm, RunsActionForm, SearchForm
 from webapp.results.models import MetricLatest, Trajectory
+from webapp.rollouts import viewer
+from webapp.rollouts.access import get_trajectory_for_user
 
 PAGE_SIZE = 50
 MAX_OVERLAID_RUNS = 12

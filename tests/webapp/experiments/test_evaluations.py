@@ -25,8 +25,8 @@ from webapp.datasets.models import Dataset
 from webapp.experiments import services
 from webapp.experiments.evaluations import EvaluationRefused, EvaluationSettings, create_evaluation
 from webapp.experiments.models import Run, RunKind, RunStatus
+from webapp.ingestion.metrics_store import latest_values
 from webapp.results.eval_table import evaluation_table
-from webapp.results.metrics_store import latest_values
 from webapp.results.models import Checkpoint, Trajectory
 
 

@@ -184,7 +184,7 @@ def test_the_metric_batch_schema_matches_the_trainers_model() -> None:
     from pydantic import TypeAdapter
 
     from trainer.contract import MetricPoint
-    from webapp.results.metrics_store import MetricPointDict
+    from webapp.ingestion.metrics_store import MetricPointDict
 
     ours = TypeAdapter(MetricPointDict).json_schema()
     theirs = MetricPoint.model_json_schema()

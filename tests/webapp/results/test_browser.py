@@ -9,7 +9,8 @@ import pytest
 
 from tests.webapp.results.conftest import trajectory
 from trainer.contract import TrajectoryBatch
-from webapp.results import metrics_store, rollouts
+from webapp.ingestion import metrics_store
+from webapp.rollouts import viewer as rollouts
 
 pytestmark = pytest.mark.browser
 

@@ -16,7 +16,7 @@ from trainer.contract import (
     TOOLS_MALFORMED_RATE,
     val_key,
 )
-from webapp.results.health_checks import (
+from webapp.monitoring.checks import (
     CHECKS,
     NON_FINITE_KEY,
     Context,

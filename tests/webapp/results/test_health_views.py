@@ -22,7 +22,7 @@ from trainer.contract import (
     TIMING_STEP_S,
 )
 from webapp.experiments.models import Run, RunKind
-from webapp.results.health_checks import all_checks
+from webapp.monitoring.checks import all_checks
 from webapp.results.models import AlertChannels, HealthAlert, HealthRule, MetricPoint, Notification, RunHealth
 
 

@@ -8,7 +8,7 @@ from django.db import connection
 
 from tests.webapp.results.conftest import Trainer, points, trajectory
 from trainer.contract import CHECKPOINTS_PATH, CLAIM_PATH, HEARTBEAT_PATH, LOGS_PATH, STATUS_PATH
-from webapp.results.metrics_store import rebuild_summaries
+from webapp.ingestion.metrics_store import rebuild_summaries
 from webapp.results.models import (
     Checkpoint,
     LogChunk,
@@ -103,7 +103,7 @@ def test_nan_values_are_stored_but_left_out_of_the_summaries(trainer: Trainer) -
 def test_a_failing_health_check_costs_the_batch_nothing(
     trainer: Trainer, run: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from webapp.results import health
+    from webapp.monitoring import health
 
     def broken(*_args: Any) -> None:
         raise RuntimeError("a check's bug")
@@ -224,7 +224,7 @@ def test_the_migration_copies_verl_points_stored_before_under_our_keys(run: Any)
 
     from django.apps import apps
 
-    from webapp.results import metrics_store
+    from webapp.ingestion import metrics_store
 
     migration = importlib.import_module("webapp.results.migrations.0003_verl_points_under_our_keys")
     verl = metrics_store.key_ids(["critic/score/mean"])["critic/score/mean"]

@@ -10,7 +10,7 @@ from django.db import connection
 
 from tests.webapp.results.conftest import Trainer, trajectory
 from webapp.results.models import ToolCall, Trajectory, TrajectoryStep
-from webapp.results.rollouts import RolloutFilter
+from webapp.rollouts.viewer import RolloutFilter
 
 
 def _partitions_read(plan: str) -> set[str]:

@@ -12,7 +12,7 @@ from trainer.mdp import Step, Trajectory
 from trainer.report.client import RunApiClient
 from trainer.report.http import HttpReporter
 from webapp.experiments.models import Experiment, Run, RunStatus
-from webapp.results.metrics_store import forget_cached_keys
+from webapp.ingestion.metrics_store import forget_cached_keys
 from webapp.results.models import Checkpoint, LogChunk, MetricPoint
 from webapp.results.models import Trajectory as StoredTrajectory
 

@@ -10,10 +10,10 @@ from trainer.mdp import Step, ToolCallRecord, Trajectory
 from trainer.report.client import RunApiClient
 from trainer.report.http import HttpReporter
 from webapp.experiments.models import Experiment, Run, RunStatus
-from webapp.results.metrics_store import forget_cached_keys
+from webapp.ingestion.metrics_store import forget_cached_keys
 from webapp.results.models import Checkpoint, LogChunk, MetricLatest, MetricPoint, ToolCall, TrajectoryStep
 from webapp.results.models import Trajectory as StoredTrajectory
-from webapp.results.rollouts import unpack_token_signals
+from webapp.rollouts.viewer import unpack_token_signals
 
 
 def _trajectory(step: int, k: int) -> Trajectory:

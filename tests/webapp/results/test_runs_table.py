@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from trainer.contract import REWARD_MEAN
 from webapp.experiments.models import Experiment, Run, RunKind, RunParam, RunStatus
-from webapp.results import metrics_store
+from webapp.ingestion import metrics_store
 from webapp.results import runs_table as rt
 
 pytestmark = pytest.mark.usefixtures("quick_passwords")

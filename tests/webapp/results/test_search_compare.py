@@ -8,9 +8,9 @@ from django.db import connection
 from django.test import Client
 
 from tests.webapp.results.conftest import Trainer, trajectory
-from webapp.results import rollouts
 from webapp.results.models import TrajectoryStep
-from webapp.results.rollouts import RolloutFilter
+from webapp.rollouts import viewer as rollouts
+from webapp.rollouts.viewer import RolloutFilter
 
 
 def _with_call(

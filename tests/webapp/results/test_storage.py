@@ -9,9 +9,9 @@ import pytest
 from django.test import Client
 
 from tests.webapp.results.conftest import Trainer, trajectory
-from webapp.results import storage
+from webapp.ingestion import storage
 from webapp.results.models import RetentionKind, RunStorage, TextBlob, ToolCall, Trajectory, TrajectoryStep
-from webapp.results.retention import Retention, kept, sample_limit, uid_hash
+from webapp.retention.policy import Retention, kept, sample_limit, uid_hash
 
 pytestmark = pytest.mark.usefixtures("quick_passwords")
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.webapp.results.conftest import trajectory
 from trainer.contract import TOKEN_SIGNALS, TokenSignalsWire, TrajectoryBatch
-from webapp.results import rollouts
+from webapp.rollouts import viewer as rollouts
 
 pytestmark = pytest.mark.browser
 HOSTILE = "<img src=x onerror=alert(1)>"

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test import Client
 
 from tests.webapp.results.conftest import Trainer, points, trajectory
-from webapp.results.metrics_store import key_ids, rebuild_summaries
+from webapp.ingestion.metrics_store import key_ids, rebuild_summaries
 from webapp.results.models import ReferenceResult, TextBlob, Trajectory
 
 

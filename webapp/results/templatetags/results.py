@@ -161,7 +161,7 @@ def clip(value: Any, limit: int = SHOWN_TEXT_MAX) -> str:
 @register.inclusion_tag("results/_health_panel.html", takes_context=True)
 def health_panel(context: Any, run: Any) -> dict[str, Any]:
     """Every health check's state on the run (docs/health.md#checks)."""
-    from webapp.results.health import panel
+    from webapp.monitoring.health import panel
 
     return {"team": context["team"], "run": run, "rows": panel(run)}
 
@@ -178,9 +178,9 @@ def thousands(value: Any) -> str:
 @register.simple_tag
 def run_storage(run: Any) -> Any:
     """The run's storage and a form of its policy, for results/_run_storage.html (docs/rollouts.md#storage)."""
+    from webapp.ingestion.storage import RunStorageView, storage_of
     from webapp.results.forms import RetentionForm
-    from webapp.results.retention import Retention
-    from webapp.results.storage import RunStorageView, storage_of
+    from webapp.retention.policy import Retention
 
     stored = storage_of(run)
     policy = Retention.of(stored)
@@ -190,6 +190,6 @@ def run_storage(run: Any) -> Any:
 @register.simple_tag
 def team_storage(team: Any) -> Any:
     """What the team's runs take, and its largest runs, for results/_team_storage.html."""
-    from webapp.results.storage import team_storage as measured
+    from webapp.ingestion.storage import team_storage as measured
 
     return measured(team)

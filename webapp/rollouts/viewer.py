@@ -31,7 +31,7 @@ from trainer.contract import (
     TrajectoryWire,
 )
 from webapp.experiments.models import Run
-from webapp.results import retention, storage
+from webapp.ingestion import storage
 from webapp.results.models import (
     IngestBatch,
     PendingTokenSignals,
@@ -41,7 +41,8 @@ from webapp.results.models import (
     Trajectory,
     TrajectoryStep,
 )
-from webapp.results.retention import Retention
+from webapp.retention import policy as retention
+from webapp.retention.policy import Retention
 
 TOKEN_FIELDS = ("prompt_ids", "response_ids", "response_mask", "rollout_log_probs")
 SEARCH_CONFIG = "simple"  # no stemming, no stop words: tool names and identifiers are found as typed

@@ -28,7 +28,7 @@ from webapp.results.models import (
     Trajectory,
     TrajectoryStep,
 )
-from webapp.results.retention import Retention, dropped_sql
+from webapp.retention.policy import Retention, dropped_sql
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def count_batch(storage: RunStorage, received: int, kept: int, sizes: Sizes) -> 
 def change_retention(run: Run, retention: Retention) -> RunStorage:
     """Set the run's policy; what it drops of the stored data goes once the transaction commits
     (the apply_retention task)."""
-    from webapp.results.tasks import apply_retention_task
+    from webapp.monitoring.tasks import apply_retention_task
 
     storage = storage_row(run)
     for name, value in retention.fields().items():
@@ -219,7 +219,7 @@ def runs_deleted(**_signal: object) -> None:
 
 
 def _queue_sweep() -> None:
-    from webapp.results.tasks import sweep_texts_task
+    from webapp.monitoring.tasks import sweep_texts_task
 
     sweep_texts_task.delay()
 

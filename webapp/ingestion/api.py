@@ -1,7 +1,7 @@
 """The ingestion API: what a run produces, posted by its trainer (paths and bodies: trainer.contract).
 
 Every request carries the run's own token; a token for another run is a 404, as if the run did
-not exist, and the claimant id of the process that claimed the run: any other process is a 409. Bodies may be gzipped (:class:`webapp.results.middleware.GzipRequestMiddleware`).
+not exist, and the claimant id of the process that claimed the run: any other process is a 409. Bodies may be gzipped (:class:`webapp.ingestion.middleware.GzipRequestMiddleware`).
 Batches with a ``batch_id`` are idempotent: a replay answers 200 and stores nothing. The run's
 life (claim, config, status, heartbeat) is :mod:`webapp.experiments.trainer_api`.
 """
@@ -32,10 +32,12 @@ from trainer.contract import (
 )
 from webapp.api import RunTokenAuth, api, get_run_for_claimant, route
 from webapp.experiments.models import Run
-from webapp.results import health, metrics_store, rollouts
-from webapp.results.metrics_store import BadBatch
+from webapp.ingestion import metrics_store
+from webapp.ingestion.metrics_store import BadBatch
+from webapp.monitoring import health
 from webapp.results.models import Checkpoint
 from webapp.results.models import LogChunk as StoredLogChunk
+from webapp.rollouts import viewer as rollouts
 
 logger = logging.getLogger(__name__)
 

@@ -60,7 +60,7 @@ def payload(alert: HealthAlert) -> dict[str, Any]:
 
 def dispatch(alert: HealthAlert) -> None:
     """Queue the email and webhook delivery once the episode's transaction commits."""
-    from webapp.results.tasks import deliver_alert
+    from webapp.monitoring.tasks import deliver_alert
 
     deliver_alert.delay_on_commit(alert.pk)
 

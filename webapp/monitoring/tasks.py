@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from webapp.results import alerts
+from webapp.monitoring import alerts
 from webapp.results.models import HealthAlert
 
 
@@ -19,7 +19,7 @@ def deliver_alert(alert_id: int) -> None:
 # Idempotent: a second run finds nothing more to drop (storage.apply_retention).
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def apply_retention_task(run_id: int) -> None:
-    from webapp.results import storage
+    from webapp.ingestion import storage
 
     storage.apply_retention(run_id)
 
@@ -27,7 +27,7 @@ def apply_retention_task(run_id: int) -> None:
 # Idempotent: what is unreferenced once is deleted once (storage.sweep_texts).
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def sweep_texts_task() -> None:
-    from webapp.results import storage
+    from webapp.ingestion import storage
 
     storage.sweep_texts()
     storage.vacuum()

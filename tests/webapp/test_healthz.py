@@ -6,7 +6,7 @@ import pytest
 
 from tests.xdist_workers import free_port
 from webapp.celery import app as celery_app
-from webapp.health import forget_last_ping
+from webapp.healthz import forget_last_ping
 
 
 @pytest.fixture(autouse=True)

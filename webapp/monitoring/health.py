@@ -20,7 +20,7 @@ from django.db import connection, transaction
 
 from webapp.accounts.models import Team
 from webapp.experiments.models import Run
-from webapp.results.health_checks import (
+from webapp.monitoring.checks import (
     CHECKS,
     NON_FINITE_KEY,
     Context,
@@ -170,7 +170,7 @@ def _judge(row: RunHealth, rule: Rule, new: Mapping[str, Sequence[Point]], conte
 
 
 def _open_episode(run: Run, row: RunHealth, rule: Rule) -> HealthAlert:
-    from webapp.results import alerts
+    from webapp.monitoring import alerts
 
     alert, created = HealthAlert.objects.get_or_create(
         run=run, check_name=row.check_name, episode=row.episodes,
