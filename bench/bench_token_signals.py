@@ -93,7 +93,7 @@ def steps_per_second(url: str, bodies: list[bytes], headers: dict[str, str]) -> 
 
 
 def check_every_step_has_six_signals(run_id: int) -> None:
-    from webapp.results.models import TrajectoryStep
+    from webapp.ingestion.models import TrajectoryStep
     from webapp.rollouts.viewer import unpack_token_signals
 
     steps = TrajectoryStep.objects.filter(run_id=run_id)

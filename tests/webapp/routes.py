@@ -24,9 +24,9 @@ from webapp.datasets.models import Dataset, ImportStatus, RecipeImport
 from webapp.experiments.artifacts import artifact_root
 from webapp.experiments.models import Experiment, Run, RunKind, RunStatus, Sweep
 from webapp.experiments.services import checkpoint_dir
+from webapp.ingestion.models import Checkpoint, Trajectory
 from webapp.mlflow_api.traces import TRACE_ENDPOINTS
 from webapp.mlflow_api.views import ENDPOINTS
-from webapp.results.models import Checkpoint, Trajectory
 from webapp.tools.models import TeamReward, TeamTool, ToolTrial
 
 PERSONAS = ("anonymous", "outsider", "viewer", "member", "owner")

@@ -18,7 +18,8 @@ from tests.webapp.tools.conftest import UNUSED_TOOL_ADDRESS, allow_tools_at
 from webapp.accounts.models import ApiToken, Membership, Role
 from webapp.datasets.models import Dataset
 from webapp.experiments.models import Experiment, Run, RunStatus
-from webapp.results.models import Checkpoint, ExperimentRetention, LogChunk
+from webapp.ingestion.models import Checkpoint, LogChunk
+from webapp.retention.models import ExperimentRetention
 from webapp.tools.models import TeamReward, TeamTool, ToolTrial
 
 pytestmark = pytest.mark.django_db

@@ -34,8 +34,8 @@ from webapp.experiments.services import (
     creation_problems,
 )
 from webapp.experiments.tasks import cancel_run
+from webapp.ingestion.models import LogChunk
 from webapp.ingestion.storage import storage_of
-from webapp.results.models import LogChunk
 from webapp.results.storage_api import RetentionIn, StorageOut
 from webapp.retention.policy import Retention
 

@@ -39,7 +39,7 @@ from webapp.experiments.models import (
     started_count,
     waiting_line,
 )  # fmt: skip
-from webapp.results.models import ExperimentRetention
+from webapp.retention.models import ExperimentRetention
 from webapp.retention.policy import Retention
 
 logger = logging.getLogger(__name__)

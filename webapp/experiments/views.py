@@ -37,9 +37,9 @@ from webapp.experiments.sweeps import ordinal
 from webapp.experiments.tasks import cancel_run
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
 from webapp.results.eval_table import evaluation_table
-from webapp.results.models import ExperimentRetention
 from webapp.results.summary import summarize
 from webapp.results.views import render_runs_table
+from webapp.retention.models import ExperimentRetention
 from webapp.retention.policy import Retention
 
 

@@ -34,9 +34,9 @@ from webapp.api import RunTokenAuth, api, get_run_for_claimant, route
 from webapp.experiments.models import Run
 from webapp.ingestion import metrics_store
 from webapp.ingestion.metrics_store import BadBatch
+from webapp.ingestion.models import Checkpoint
+from webapp.ingestion.models import LogChunk as StoredLogChunk
 from webapp.monitoring import health
-from webapp.results.models import Checkpoint
-from webapp.results.models import LogChunk as StoredLogChunk
 from webapp.rollouts import viewer as rollouts
 
 logger = logging.getLogger(__name__)

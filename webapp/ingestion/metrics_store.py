@@ -35,7 +35,7 @@ from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from trainer.contract import BatchId, MetricPoint, canonical_key
-from webapp.results.models import SUMMARY_WIDTHS, IngestBatch, MetricKey
+from webapp.ingestion.models import SUMMARY_WIDTHS, IngestBatch, MetricKey
 
 # Display buckets per series; each gives its minimum and maximum, so at most 2x this many points.
 TARGET_BUCKETS = 490

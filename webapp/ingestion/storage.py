@@ -20,14 +20,8 @@ from django.utils import timezone
 
 from webapp.accounts.models import Team
 from webapp.experiments.models import Run
-from webapp.results.models import (
-    ExperimentRetention,
-    RunStorage,
-    TextBlob,
-    ToolCall,
-    Trajectory,
-    TrajectoryStep,
-)
+from webapp.ingestion.models import TextBlob, ToolCall, Trajectory, TrajectoryStep
+from webapp.retention.models import ExperimentRetention, RunStorage
 from webapp.retention.policy import Retention, dropped_sql
 
 logger = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from trainer.tools.allowlist import OutboundRefused
 from trainer.tools.http import HttpToolError, post_checked
 from webapp.experiments.models import Run
 from webapp.guarded import guarded_update
-from webapp.results.models import AlertChannels, HealthAlert
+from webapp.monitoring.models import AlertChannels, HealthAlert
 from webapp.tools.models import outbound_policy
 
 logger = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ from webapp.monitoring.checks import (
     all_checks,
     merge_window,
 )
-from webapp.results.models import HealthAlert, HealthRule, Notification, RunHealth
+from webapp.monitoring.models import HealthAlert, HealthRule, Notification, RunHealth
 
 
 @dataclass(frozen=True)

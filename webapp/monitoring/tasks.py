@@ -3,7 +3,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from webapp.monitoring import alerts
-from webapp.results.models import HealthAlert
+from webapp.monitoring.models import HealthAlert
 
 
 # Idempotent: each channel is claimed on the alert row before it is used (alerts.deliver), so a

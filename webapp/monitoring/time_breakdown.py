@@ -10,7 +10,7 @@ from typing import Any
 from trainer.contract import PERF_TOKENS_PER_S, TIME_BREAKDOWN_KEYS, TIMING_STEP_S
 from webapp.experiments.models import Run
 from webapp.ingestion import metrics_store
-from webapp.results.models import MetricPoint
+from webapp.ingestion.models import MetricPoint
 
 MAX_STEPS = 500  # the latest steps drawn; one stacked bar each
 WAITING = "waiting"

@@ -18,7 +18,7 @@ from webapp.accounts.access import get_membership, get_team_for_user
 from webapp.accounts.models import Role, Team
 from webapp.experiments.access import get_run_for_user
 from webapp.monitoring import health, time_breakdown
-from webapp.results.models import AlertChannels, Notification
+from webapp.monitoring.models import AlertChannels, Notification
 from webapp.tools.models import url_refusal
 
 MAX_SHOWN_ALERTS = 100

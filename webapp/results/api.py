@@ -17,8 +17,8 @@ from webapp.api import FieldError, Page, PageParams, UserTokenAuth, paginate
 from webapp.experiments.access import get_run_for_user
 from webapp.experiments.api import RunOut
 from webapp.ingestion import metrics_store
+from webapp.ingestion.models import Trajectory
 from webapp.results import analytics, imports
-from webapp.results.models import Trajectory
 from webapp.rollouts import viewer as rollouts
 
 router = Router(auth=UserTokenAuth(), tags=["results"])

@@ -20,7 +20,7 @@ from django.utils.cache import patch_cache_control
 from webapp.experiments.access import get_run_for_user
 from webapp.experiments.models import Run
 from webapp.experiments.services import checkpoint_dir
-from webapp.results.models import Checkpoint
+from webapp.ingestion.models import Checkpoint
 
 CHUNK_BYTES = 1 << 20  # read and sent a mebibyte at a time: a 1.6 GB checkpoint never sits in memory
 

@@ -5,7 +5,7 @@ from typing import Any
 from django import forms
 
 from webapp.experiments.models import MAX_LABEL_LENGTH
-from webapp.results.models import RetentionKind
+from webapp.retention.models import RetentionKind
 from webapp.retention.policy import MAX_KEEP_SUCCESSES, Retention
 from webapp.rollouts.viewer import RolloutFilter
 

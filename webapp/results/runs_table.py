@@ -54,7 +54,8 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from webapp.experiments.models import EXTERNAL_EXECUTOR, Run, RunKind, RunParam, RunStatus
 from webapp.ingestion import metrics_store
-from webapp.results.models import SUMMARY_WIDTHS, MetricSummary, RunHealth
+from webapp.ingestion.models import SUMMARY_WIDTHS, MetricSummary
+from webapp.monitoring.models import RunHealth
 
 PAGE_SIZE = 50
 MAX_COLUMNS = 40
@@ -707,7 +708,7 @@ def config_paths() -> list[str]:
 
 
 def metric_keys(run_ids: Sequence[int]) -> list[str]:
-    from webapp.results.models import MetricLatest
+    from webapp.ingestion.models import MetricLatest
 
     names = MetricLatest.objects.filter(run_id__in=list(run_ids)).values_list("key__name", flat=True)
     return sorted(set(names))

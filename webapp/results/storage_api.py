@@ -11,7 +11,7 @@ from ninja import Field, Router, Schema, Status
 from webapp.api import FieldError, StrictSchema, UserTokenAuth
 from webapp.experiments.access import get_run_for_user
 from webapp.ingestion import storage
-from webapp.results.models import RunStorage
+from webapp.retention.models import RunStorage
 from webapp.retention.policy import MAX_KEEP_SUCCESSES, Retention
 
 router = Router(auth=UserTokenAuth(), tags=["results"])

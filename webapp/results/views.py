@@ -25,9 +25,9 @@ from webapp.experiments.access import get_experiment_for_user, get_run_for_user
 from webapp.experiments.models import ACTIVE, TERMINAL, Experiment, Run, RunStatus
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
 from webapp.ingestion import metrics_store
+from webapp.ingestion.models import MetricLatest, Trajectory
 from webapp.results import analytics, export, imports, onboarding, runs_table, workspace
 from webapp.results.forms import ImportForm, PromptCompareForm, RolloutFilterForm, RunsActionForm, SearchForm
-from webapp.results.models import MetricLatest, Trajectory
 from webapp.rollouts import viewer
 from webapp.rollouts.access import get_trajectory_for_user
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webapp.results.models import RetentionKind, RetentionSettings
+from webapp.retention.models import RetentionKind, RetentionSettings
 
 MAX_KEEP_SUCCESSES = 1_000_000
 HASH_RANGE = 2**32

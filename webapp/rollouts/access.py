@@ -7,7 +7,7 @@ from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 
 from webapp.experiments.access import get_run_for_user
-from webapp.results.models import Trajectory
+from webapp.ingestion.models import Trajectory
 
 
 def get_trajectory_for_user(request: HttpRequest, team_slug: str, run_id: int, pk: int) -> Trajectory:

@@ -32,16 +32,16 @@ from trainer.contract import (
 )
 from webapp.experiments.models import Run
 from webapp.ingestion import storage
-from webapp.results.models import (
+from webapp.ingestion.models import (
     IngestBatch,
     PendingTokenSignals,
-    RetentionKind,
     TextBlob,
     ToolCall,
     Trajectory,
     TrajectoryStep,
 )
 from webapp.retention import policy as retention
+from webapp.retention.models import RetentionKind
 from webapp.retention.policy import Retention
 
 TOKEN_FIELDS = ("prompt_ids", "response_ids", "response_mask", "rollout_log_probs")

@@ -18,7 +18,7 @@ from trainer.config import RunConfig
 from webapp.datasets.models import Dataset, DatasetStatus
 from webapp.experiments import services
 from webapp.experiments.models import Run, RunStatus
-from webapp.results.models import MetricKey, MetricPoint, Trajectory
+from webapp.ingestion.models import MetricKey, MetricPoint, Trajectory
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

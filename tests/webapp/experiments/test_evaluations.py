@@ -26,8 +26,8 @@ from webapp.experiments import services
 from webapp.experiments.evaluations import EvaluationRefused, EvaluationSettings, create_evaluation
 from webapp.experiments.models import Run, RunKind, RunStatus
 from webapp.ingestion.metrics_store import latest_values
+from webapp.ingestion.models import Checkpoint, Trajectory
 from webapp.results.eval_table import evaluation_table
-from webapp.results.models import Checkpoint, Trajectory
 
 
 def saved_checkpoint(run: Run, step: int, files: dict[str, bytes]) -> Checkpoint:

@@ -19,7 +19,7 @@ from trainer.contract import (
 )
 from webapp.experiments.models import Experiment, Run, RunStatus
 from webapp.ingestion import metrics_store
-from webapp.results.models import Checkpoint, LogChunk
+from webapp.ingestion.models import Checkpoint, LogChunk
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("quick_passwords")]
 

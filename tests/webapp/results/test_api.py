@@ -214,7 +214,7 @@ def test_charlie_gets_404_everywhere_and_no_token_gets_401(
     trainer.trajectories(1, [trajectory("x-s0", "g", 1.0)])
     trainer.metrics(points(["r"], range(3)))
     run_id = trainer.run_id
-    from webapp.results.models import Trajectory
+    from webapp.ingestion.models import Trajectory
 
     pk = Trajectory.objects.get(uid="x-s0").pk
     client.force_login(personas["charlie"])

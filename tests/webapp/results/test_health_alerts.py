@@ -16,7 +16,7 @@ from tests.webapp.results.conftest import Trainer
 from trainer.contract import ACTOR_KL, ACTOR_PG_LOSS
 from webapp.celery import app
 from webapp.experiments.models import RunStatus
-from webapp.results.models import AlertChannels, HealthAlert, HealthRule, Notification, RunHealth
+from webapp.monitoring.models import AlertChannels, HealthAlert, HealthRule, Notification, RunHealth
 
 
 class Receiver:

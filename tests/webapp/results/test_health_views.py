@@ -22,8 +22,9 @@ from trainer.contract import (
     TIMING_STEP_S,
 )
 from webapp.experiments.models import Run, RunKind
+from webapp.ingestion.models import MetricPoint
 from webapp.monitoring.checks import all_checks
-from webapp.results.models import AlertChannels, HealthAlert, HealthRule, MetricPoint, Notification, RunHealth
+from webapp.monitoring.models import AlertChannels, HealthAlert, HealthRule, Notification, RunHealth
 
 
 def test_owners_set_thresholds_and_a_webhook_the_outbound_rules_allow(

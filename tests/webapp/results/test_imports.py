@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from webapp.accounts.models import ApiToken
 from webapp.experiments.models import Run, RunStatus
-from webapp.results.models import MetricPoint, ToolCall, Trajectory, TrajectoryStep
+from webapp.ingestion.models import MetricPoint, ToolCall, Trajectory, TrajectoryStep
 
 PROMPTS = ("What is 2+3?", "What is 7*6?")
 

@@ -9,7 +9,7 @@ from django.db import connection
 from tests.webapp.results.conftest import Trainer, points, trajectory
 from trainer.contract import CHECKPOINTS_PATH, CLAIM_PATH, HEARTBEAT_PATH, LOGS_PATH, STATUS_PATH
 from webapp.ingestion.metrics_store import rebuild_summaries
-from webapp.results.models import (
+from webapp.ingestion.models import (
     Checkpoint,
     LogChunk,
     MetricLatest,
@@ -222,11 +222,13 @@ def test_the_migration_copies_verl_points_stored_before_under_our_keys(run: Any)
     import importlib
     from types import SimpleNamespace
 
-    from django.apps import apps
+    from django.db.migrations.loader import MigrationLoader
 
     from webapp.ingestion import metrics_store
 
     migration = importlib.import_module("webapp.results.migrations.0003_verl_points_under_our_keys")
+    # The models as that migration sees them (MetricKey was the results app's then).
+    apps = MigrationLoader(connection).project_state(migration.Migration.dependencies[0]).apps
     verl = metrics_store.key_ids(["critic/score/mean"])["critic/score/mean"]
     # As ingestion stored them before it mapped verl's keys: only under verl's name.
     MetricPoint.objects.bulk_create(

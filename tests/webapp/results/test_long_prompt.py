@@ -7,7 +7,7 @@ from typing import Any
 from django.test import Client
 
 from tests.webapp.results.conftest import Trainer, trajectory
-from webapp.results.models import Trajectory
+from webapp.ingestion.models import Trajectory
 from webapp.results.templatetags.results import SHOWN_TEXT_MAX
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from django.db import connection
 
 from tests.webapp.results.conftest import Trainer, trajectory
-from webapp.results.models import ToolCall, Trajectory, TrajectoryStep
+from webapp.ingestion.models import ToolCall, Trajectory, TrajectoryStep
 from webapp.rollouts.viewer import RolloutFilter
 
 

@@ -13,8 +13,8 @@ from trainer.report.client import RunApiClient
 from trainer.report.http import HttpReporter
 from webapp.experiments.models import Experiment, Run, RunStatus
 from webapp.ingestion.metrics_store import forget_cached_keys
-from webapp.results.models import Checkpoint, LogChunk, MetricPoint
-from webapp.results.models import Trajectory as StoredTrajectory
+from webapp.ingestion.models import Checkpoint, LogChunk, MetricPoint
+from webapp.ingestion.models import Trajectory as StoredTrajectory
 
 
 def _trajectory(k: int) -> Trajectory:

@@ -8,7 +8,7 @@ from django.db import connection
 from django.test import Client
 
 from tests.webapp.results.conftest import Trainer, trajectory
-from webapp.results.models import TrajectoryStep
+from webapp.ingestion.models import TrajectoryStep
 from webapp.rollouts import viewer as rollouts
 from webapp.rollouts.viewer import RolloutFilter
 

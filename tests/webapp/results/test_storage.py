@@ -10,7 +10,8 @@ from django.test import Client
 
 from tests.webapp.results.conftest import Trainer, trajectory
 from webapp.ingestion import storage
-from webapp.results.models import RetentionKind, RunStorage, TextBlob, ToolCall, Trajectory, TrajectoryStep
+from webapp.ingestion.models import TextBlob, ToolCall, Trajectory, TrajectoryStep
+from webapp.retention.models import RetentionKind, RunStorage
 from webapp.retention.policy import Retention, kept, sample_limit, uid_hash
 
 pytestmark = pytest.mark.usefixtures("quick_passwords")

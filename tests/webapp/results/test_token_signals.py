@@ -17,7 +17,7 @@ from trainer.backends.torch import loop, update
 from trainer.config import RunConfig
 from trainer.contract import TRAJECTORIES_PATH, TrajectoryBatch, TrajectoryWire
 from trainer.report.reporters import MemoryReporter
-from webapp.results.models import TrajectoryStep
+from webapp.ingestion.models import TrajectoryStep
 from webapp.rollouts.viewer import unpack_token_signals
 
 

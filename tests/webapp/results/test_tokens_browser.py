@@ -39,7 +39,7 @@ def stored_run(transactional_db: Any, personas: Any) -> Any:
 def test_a_4000_token_response_is_coloured_by_the_chosen_signal_and_search_and_compare_work(
     signed_in: Callable[[str], Any], live_server: Any, stored_run: Any
 ) -> None:
-    from webapp.results.models import Trajectory
+    from webapp.ingestion.models import Trajectory
 
     page = signed_in("alice")
     dialogs: list[str] = []

@@ -11,7 +11,8 @@ from django.test import Client
 
 from tests.webapp.results.conftest import Trainer, points, trajectory
 from webapp.ingestion.metrics_store import key_ids, rebuild_summaries
-from webapp.results.models import ReferenceResult, TextBlob, Trajectory
+from webapp.ingestion.models import TextBlob, Trajectory
+from webapp.results.models import ReferenceResult
 
 
 @pytest.fixture

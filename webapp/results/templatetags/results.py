@@ -50,7 +50,7 @@ def run_nav(context: Any, run: Any) -> dict[str, Any]:
     and may yet fill it (an MLflow client never sends rollouts)."""
     from django.urls import reverse
 
-    from webapp.results.models import MetricLatest, ToolCall, Trajectory
+    from webapp.ingestion.models import MetricLatest, ToolCall, Trajectory
 
     request = context["request"]
     team = context["team"]
