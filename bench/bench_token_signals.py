@@ -94,7 +94,7 @@ def steps_per_second(url: str, bodies: list[bytes], headers: dict[str, str]) -> 
 
 def check_every_step_has_six_signals(run_id: int) -> None:
     from webapp.ingestion.models import TrajectoryStep
-    from webapp.rollouts.viewer import unpack_token_signals
+    from webapp.ingestion.token_signals import unpack_token_signals
 
     steps = TrajectoryStep.objects.filter(run_id=run_id)
     if steps.count() != BATCHES * TRAJECTORIES * STEPS or steps.filter(token_signals=None).exists():

@@ -98,7 +98,8 @@ def load(user_name: str) -> Seeded:
     from webapp.accounts.models import Team
     from webapp.experiments.models import Experiment, Run
     from webapp.ingestion.models import TextBlob, Trajectory, TrajectoryStep
-    from webapp.rollouts.viewer import SEARCH_CONFIG, pack_token_signals
+    from webapp.ingestion.token_signals import pack_token_signals
+    from webapp.ingestion.trajectories import SEARCH_CONFIG
 
     user = get_user_model().objects.create_superuser(user_name, "", PASSWORD)
     team = Team.create_with_owner("bench search", user)

@@ -80,6 +80,8 @@ urlpatterns = [
     path("teams/switch/", accounts.switch_team, name="switch_team"),
     path("t/<slug:team_slug>/", include(team_patterns)),
     path("t/<slug:team_slug>/", include("webapp.results.urls")),
+    path("t/<slug:team_slug>/", include("webapp.rollouts.urls")),
+    path("t/<slug:team_slug>/", include("webapp.monitoring.urls")),
     path("t/<slug:team_slug>/", include("webapp.experiments.urls")),
     path("admin/", admin.site.urls),
 ]

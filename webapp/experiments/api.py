@@ -35,9 +35,9 @@ from webapp.experiments.services import (
 )
 from webapp.experiments.tasks import cancel_run
 from webapp.ingestion.models import LogChunk
-from webapp.ingestion.storage import storage_of
-from webapp.results.storage_api import RetentionIn, StorageOut
+from webapp.retention.accounting import storage_of
 from webapp.retention.policy import Retention
+from webapp.retention.schemas import RetentionIn, StorageOut
 
 # What the experiment form opens with when no model is chosen (the built-in, offline one).
 DEFAULT_MODEL = "smollm2-135m-instruct"

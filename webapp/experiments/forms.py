@@ -22,7 +22,7 @@ from webapp.experiments.checks import refusals, with_dataset_rewards
 from webapp.experiments.confine import ConfigRefused, confined
 from webapp.experiments.models import MAX_LABEL_LENGTH
 from webapp.experiments.services import MAX_NAME_LENGTH, MAX_SEEDS
-from webapp.results.forms import RetentionForm
+from webapp.retention.forms import RetentionForm
 
 # Shown in the main form; everything else of RunConfig keeps the preset's value.
 BASIC_PATHS = ["rollout.max_steps", "rollout.context_policy", "executor", "backend",

@@ -32,12 +32,11 @@ from trainer.contract import (
 )
 from webapp.api import RunTokenAuth, api, get_run_for_claimant, route
 from webapp.experiments.models import Run
-from webapp.ingestion import metrics_store
+from webapp.ingestion import metrics_store, token_signals, trajectories
 from webapp.ingestion.metrics_store import BadBatch
 from webapp.ingestion.models import Checkpoint
 from webapp.ingestion.models import LogChunk as StoredLogChunk
 from webapp.monitoring import health
-from webapp.rollouts import viewer as rollouts
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +94,7 @@ def _observe_health(run: Run, points: list[dict[str, Any]]) -> None:
 @router.post(route(TRAJECTORIES_PATH), summary="Store trajectories with all their steps")
 def post_trajectories(request: HttpRequest, run_id: int, batch: TrajectoryBatch) -> dict[str, Any]:
     run = get_run_for_claimant(request, run_id)
-    result = rollouts.store_batch(run, batch, _batch_id(request, batch.batch_id, request.body))
+    result = trajectories.store_batch(run, batch, _batch_id(request, batch.batch_id, request.body))
     run.note_progress()  # verl's rollouts have no step counter of ours: their arrival is the progress
     return {"stored": result.stored, "skipped": result.skipped, "dropped": result.dropped,
             "duplicate": result.duplicate_batch}  # fmt: skip
@@ -106,7 +105,7 @@ def post_token_signals(request: HttpRequest, run_id: int, batch: TokenSignalsBat
     """Signals a backend computes after it reported the trajectory (verl). A step whose trajectory
     has not arrived yet waits for it (``waiting``); a step its stored trajectory lacks is ``missing``."""
     run = get_run_for_claimant(request, run_id)
-    result = rollouts.store_token_signals(run, batch, _batch_id(request, batch.batch_id, request.body))
+    result = token_signals.store_token_signals(run, batch, _batch_id(request, batch.batch_id, request.body))
     return {"stored": result.stored, "waiting": result.waiting, "missing": result.missing,
             "duplicate": result.duplicate_batch}  # fmt: skip
 

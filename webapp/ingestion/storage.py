@@ -1,27 +1,25 @@
 """What a run's trajectories take, and applying a changed retention policy (docs/rollouts.md#storage).
 
-Ingestion counts each batch's bytes in its own transaction (:func:`count_batch`), measured by
-``pg_column_size`` over the rows it just wrote, so a run's page and its team's page read a row, not
-the tables. A text is counted to the run that stored it first (texts are shared, stored once).
-A retention change deletes what the new policy drops, measures the run again, deletes the texts
-nothing refers to any more and VACUUMs the tables (:func:`apply_retention`, a Celery task).
+Each batch's bytes are measured by ``pg_column_size`` over the rows it just wrote
+(:func:`batch_sizes`) and added to the run's storage row (webapp.retention.accounting). A text is
+counted to the run that stored it first (texts are shared, stored once). A retention change deletes
+what the new policy drops, measures the run again, deletes the texts nothing refers to any more and
+VACUUMs the tables (:func:`apply_retention`, a Celery task: webapp.ingestion.tasks).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, Sum
+from django.db.models import F
 from django.utils import timezone
 
-from webapp.accounts.models import Team
-from webapp.experiments.models import Run
 from webapp.ingestion.models import TextBlob, ToolCall, Trajectory, TrajectoryStep
-from webapp.retention.models import ExperimentRetention, RunStorage
+from webapp.retention.accounting import Sizes
+from webapp.retention.models import RunStorage
 from webapp.retention.policy import Retention, dropped_sql
 
 logger = logging.getLogger(__name__)
@@ -30,38 +28,6 @@ logger = logging.getLogger(__name__)
 # never deletes a text a batch in flight has found stored and is about to refer to.
 TEXT_SWEEP_LOCK = 0x5354_5854  # an arbitrary key of this app's advisory locks
 ROLLOUT_TABLES = (Trajectory, TrajectoryStep, ToolCall, TextBlob)
-LARGEST_RUNS = 5
-
-
-@dataclass
-class Sizes:
-    trajectory_bytes: int = 0
-    step_bytes: int = 0
-    token_signal_bytes: int = 0
-    tool_call_bytes: int = 0
-    text_bytes: int = 0
-
-
-def storage_row(run: Run) -> RunStorage:
-    """The run's storage row, locked until the transaction ends (ingestion and a retention change of
-    one run take turns on it); made with the experiment's policy if the run has none yet."""
-    found = RunStorage.objects.select_for_update().filter(pk=run.pk).first()
-    if found is not None:
-        return found
-    chosen = ExperimentRetention.objects.filter(experiment_id=run.experiment_id).first()
-    fields = Retention.of(chosen).fields() if chosen is not None else {}
-    # Race: the run's first two batches at once; one insert wins, the other reads it back.
-    RunStorage.objects.bulk_create([RunStorage(run=run, **fields)], ignore_conflicts=True)
-    return RunStorage.objects.select_for_update().get(pk=run.pk)
-
-
-def storage_of(run: Run) -> RunStorage:
-    """The run's storage row as it stands, unsaved and empty for a run that has stored nothing."""
-    found = RunStorage.objects.filter(pk=run.pk).first()
-    if found is not None:
-        return found
-    chosen = ExperimentRetention.objects.filter(experiment_id=run.experiment_id).first()
-    return RunStorage(run=run, **(Retention.of(chosen).fields() if chosen is not None else {}))
 
 
 def hold_texts() -> None:
@@ -89,34 +55,6 @@ def batch_sizes(run_id: int, trajectory_ids: Sequence[int], new_texts: Sequence[
         )
         trajectories, steps, signals, calls, texts = cursor.fetchone()
     return Sizes(int(trajectories), int(steps) - int(signals), int(signals), int(calls), int(texts))
-
-
-def count_batch(storage: RunStorage, received: int, kept: int, sizes: Sizes) -> None:
-    """Add one batch to the run's counters (the caller holds the row: storage_row)."""
-    RunStorage.objects.filter(pk=storage.pk).update(
-        received=F("received") + received,
-        kept=F("kept") + kept,
-        trajectory_bytes=F("trajectory_bytes") + sizes.trajectory_bytes,
-        step_bytes=F("step_bytes") + sizes.step_bytes,
-        token_signal_bytes=F("token_signal_bytes") + sizes.token_signal_bytes,
-        tool_call_bytes=F("tool_call_bytes") + sizes.tool_call_bytes,
-        text_bytes=F("text_bytes") + sizes.text_bytes,
-    )
-
-
-@transaction.atomic
-def change_retention(run: Run, retention: Retention) -> RunStorage:
-    """Set the run's policy; what it drops of the stored data goes once the transaction commits
-    (the apply_retention task)."""
-    from webapp.monitoring.tasks import apply_retention_task
-
-    storage = storage_row(run)
-    for name, value in retention.fields().items():
-        setattr(storage, name, value)
-    storage.changed_at = timezone.now()
-    storage.save()
-    apply_retention_task.delay_on_commit(run.pk)
-    return storage
 
 
 def apply_retention(run_id: int) -> None:
@@ -203,46 +141,3 @@ def vacuum() -> None:
     tables = ", ".join(model._meta.db_table for model in ROLLOUT_TABLES)
     with connection.cursor() as cursor:
         cursor.execute(f"VACUUM (ANALYZE) {tables}")
-
-
-def runs_deleted(**_signal: object) -> None:
-    """post_delete of a Run (also a cascade from its experiment or team): the texts only its steps
-    referred to are swept once the delete commits, once per transaction however many runs went."""
-    if not any(entry[1] is _queue_sweep for entry in connection.run_on_commit):
-        transaction.on_commit(_queue_sweep)
-
-
-def _queue_sweep() -> None:
-    from webapp.monitoring.tasks import sweep_texts_task
-
-    sweep_texts_task.delay()
-
-
-# -- the team's page --------------------------------------------------------------------------------
-
-TOTAL = (
-    F("trajectory_bytes") + F("step_bytes") + F("token_signal_bytes") + F("tool_call_bytes") + F("text_bytes")
-)
-
-
-@dataclass
-class RunStorageView:
-    storage: RunStorage
-    policy: str  # in words
-    form: Any  # a RetentionForm with the run's policy
-
-
-@dataclass
-class TeamStorage:
-    total_bytes: int
-    runs: int
-    largest: Sequence[RunStorage]
-
-
-def team_storage(team: Team) -> TeamStorage:
-    rows = RunStorage.objects.filter(run__team=team)
-    total = rows.aggregate(total=Sum(TOTAL))["total"] or 0
-    largest = list(
-        rows.annotate(total=TOTAL).select_related("run").order_by("-total", "run_id")[:LARGEST_RUNS]
-    )
-    return TeamStorage(int(total), rows.count(), largest)

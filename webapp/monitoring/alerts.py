@@ -22,6 +22,7 @@ from trainer.report.retry import POLICY, PermanentHttpError, RetryableHttpError
 from trainer.tools.allowlist import OutboundRefused
 from trainer.tools.http import HttpToolError, post_checked
 from webapp.experiments.models import Run
+from webapp.experiments.tasks import cancel_run
 from webapp.guarded import guarded_update
 from webapp.monitoring.models import AlertChannels, HealthAlert
 from webapp.tools.models import outbound_policy
@@ -58,17 +59,8 @@ def payload(alert: HealthAlert) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def dispatch(alert: HealthAlert) -> None:
-    """Queue the email and webhook delivery once the episode's transaction commits."""
-    from webapp.monitoring.tasks import deliver_alert
-
-    deliver_alert.delay_on_commit(alert.pk)
-
-
 def stop_run(run: Run, alert: HealthAlert) -> None:
     """The existing cancel path, with the check named as the reason."""
-    from webapp.experiments.tasks import cancel_run
-
     reason = f"stopped by the health check {alert.check_label!r} at step {alert.step}"
     if run.request_cancel(reason=reason) and not run.is_terminal:
         cancel_run.delay_on_commit(run.pk)

@@ -20,6 +20,7 @@ from django.db import connection, transaction
 
 from webapp.accounts.models import Team
 from webapp.experiments.models import Run
+from webapp.monitoring import alerts
 from webapp.monitoring.checks import (
     CHECKS,
     NON_FINITE_KEY,
@@ -30,6 +31,7 @@ from webapp.monitoring.checks import (
     merge_window,
 )
 from webapp.monitoring.models import HealthAlert, HealthRule, Notification, RunHealth
+from webapp.monitoring.tasks import deliver_alert
 
 
 @dataclass(frozen=True)
@@ -170,8 +172,6 @@ def _judge(row: RunHealth, rule: Rule, new: Mapping[str, Sequence[Point]], conte
 
 
 def _open_episode(run: Run, row: RunHealth, rule: Rule) -> HealthAlert:
-    from webapp.monitoring import alerts
-
     alert, created = HealthAlert.objects.get_or_create(
         run=run, check_name=row.check_name, episode=row.episodes,
         defaults={"step": row.since_step or 0, "value": row.value or 0.0, "threshold": rule.threshold,
@@ -180,7 +180,7 @@ def _open_episode(run: Run, row: RunHealth, rule: Rule) -> HealthAlert:
     if created:
         members = run.team.memberships.values_list("user_id", flat=True)
         Notification.objects.bulk_create([Notification(user_id=user, alert=alert) for user in members])
-        alerts.dispatch(alert)
+        deliver_alert.delay_on_commit(alert.pk)  # the email and the webhook, once the episode commits
         if rule.stop_run:
             alerts.stop_run(run, alert)
     return alert

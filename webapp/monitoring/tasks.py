@@ -14,20 +14,3 @@ def deliver_alert(alert_id: int) -> None:
     if alert is None:
         return
     alerts.deliver(alert)
-
-
-# Idempotent: a second run finds nothing more to drop (storage.apply_retention).
-@shared_task(acks_late=True, reject_on_worker_lost=True)
-def apply_retention_task(run_id: int) -> None:
-    from webapp.ingestion import storage
-
-    storage.apply_retention(run_id)
-
-
-# Idempotent: what is unreferenced once is deleted once (storage.sweep_texts).
-@shared_task(acks_late=True, reject_on_worker_lost=True)
-def sweep_texts_task() -> None:
-    from webapp.ingestion import storage
-
-    storage.sweep_texts()
-    storage.vacuum()

@@ -32,7 +32,7 @@ from trainer.contract import (
 from trainer.tools.formats import FORMATS
 from webapp.experiments.models import Experiment, Run, RunStatus
 from webapp.ingestion import metrics_store
-from webapp.rollouts import viewer as rollouts
+from webapp.ingestion import trajectories as rollouts
 
 AGENT_R1 = "agent-r1"
 VERL = "verl"

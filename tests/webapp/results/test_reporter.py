@@ -13,7 +13,7 @@ from webapp.experiments.models import Experiment, Run, RunStatus
 from webapp.ingestion.metrics_store import forget_cached_keys
 from webapp.ingestion.models import Checkpoint, LogChunk, MetricLatest, MetricPoint, ToolCall, TrajectoryStep
 from webapp.ingestion.models import Trajectory as StoredTrajectory
-from webapp.rollouts.viewer import unpack_token_signals
+from webapp.ingestion.token_signals import unpack_token_signals
 
 
 def _trajectory(step: int, k: int) -> Trajectory:

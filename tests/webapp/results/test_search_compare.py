@@ -9,7 +9,7 @@ from django.test import Client
 
 from tests.webapp.results.conftest import Trainer, trajectory
 from webapp.ingestion.models import TrajectoryStep
-from webapp.rollouts import viewer as rollouts
+from webapp.rollouts import search, viewer
 from webapp.rollouts.viewer import RolloutFilter
 
 
@@ -33,15 +33,15 @@ def test_search_finds_a_step_by_its_response_tool_arguments_or_results_and_escap
     runs = [run.pk]
 
     def found(text: str, **filters: Any) -> list[tuple[str, int]]:
-        steps = rollouts.search_steps(runs, RolloutFilter(**filters), text)
+        steps = search.search_steps(runs, RolloutFilter(**filters), text)
         return [(s.trajectory.uid, s.index) for s in steps]
 
     assert found("zebra") == [("s2-p0-s0", 1), ("s1-p0-s0", 1)]  # newest training step first
-    first = rollouts.search_steps(runs, RolloutFilter(), "zebra", limit=1)  # found among the newest
+    first = search.search_steps(runs, RolloutFilter(), "zebra", limit=1)  # found among the newest
     assert [(s.trajectory.uid, s.index) for s in first] == [("s2-p0-s0", 1)]
     assert found("zebra", step=1) == [("s1-p0-s0", 1)]  # the rollout list's filters apply
     assert found("zebra", data_source="math", success=False) == [("s2-p0-s0", 1)]
-    assert rollouts.data_sources(run) == ["gsm8k", "math"]  # each once, in order, for the filter form
+    assert viewer.data_sources(run) == ["gsm8k", "math"]  # each once, in order, for the filter form
     assert found("okapi") == [("s1-p0-s0", 0)]  # a tool's arguments
     assert found('"search said hello"') == [("s1-p0-s0", 0)]  # a tool's result, as a phrase
     assert found("zebra -again") == [("s1-p0-s0", 1)]
@@ -92,15 +92,13 @@ def test_search_is_served_by_the_gin_index(trainer: Trainer, run: Any) -> None:
             "SELECT gin_clean_pending_list(relid) FROM pg_partition_tree('step_search') WHERE isleaf"
         )
         cursor.execute("ANALYZE results_trajectory, results_trajectorystep")
-        steps = rollouts.search_by_index([run.pk], RolloutFilter(), "okapi", rollouts.SEARCH_RESULTS)
+        steps = search.search_by_index([run.pk], RolloutFilter(), "okapi", search.SEARCH_RESULTS)
         sql, params = steps.query.sql_with_params()
         cursor.execute(f"EXPLAIN {sql}", params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Bitmap Index Scan on step_search" in plan, plan
     assert [s.trajectory.uid for s in steps] == ["s1-p0-s0"]
-    assert [s.trajectory.uid for s in rollouts.search_steps([run.pk], RolloutFilter(), "okapi")] == [
-        "s1-p0-s0"
-    ]
+    assert [s.trajectory.uid for s in search.search_steps([run.pk], RolloutFilter(), "okapi")] == ["s1-p0-s0"]
     assert not TrajectoryStep.objects.filter(search__isnull=True).exists()  # ingestion indexed every step
 
 

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 from tests.webapp.results.conftest import Trainer, trajectory
-from webapp.ingestion import storage
+from webapp.ingestion import storage, tasks
 from webapp.ingestion.models import TextBlob, ToolCall, Trajectory, TrajectoryStep
 from webapp.retention.models import RetentionKind, RunStorage
 from webapp.retention.policy import Retention, kept, sample_limit, uid_hash
@@ -105,7 +105,7 @@ def test_changing_the_policy_deletes_what_it_drops_its_texts_and_reclaims_the_sp
         )
     assert Trajectory.objects.filter(run=run).count() == 8
     texts_before = TextBlob.objects.count()
-    storage.change_retention(run, Retention(RetentionKind.FAILURES, keep_successes=1))
+    tasks.change_retention(run, Retention(RetentionKind.FAILURES, keep_successes=1))
     storage.apply_retention(run.pk)  # the task's body: deletes, measures, sweeps texts, VACUUMs
 
     left = set(Trajectory.objects.filter(run=run).values_list("uid", flat=True))
@@ -133,6 +133,6 @@ def test_changing_the_policy_deletes_what_it_drops_its_texts_and_reclaims_the_sp
     assert (counters.received, counters.kept, counters.applying) == (8, 4, False)
 
     # A policy only drops: keeping everything again brings nothing back.
-    storage.change_retention(run, Retention(RetentionKind.ALL))
+    tasks.change_retention(run, Retention(RetentionKind.ALL))
     storage.apply_retention(run.pk)
     assert Trajectory.objects.filter(run=run).count() == 4

@@ -18,7 +18,7 @@ from trainer.config import RunConfig
 from trainer.contract import TRAJECTORIES_PATH, TrajectoryBatch, TrajectoryWire
 from trainer.report.reporters import MemoryReporter
 from webapp.ingestion.models import TrajectoryStep
-from webapp.rollouts.viewer import unpack_token_signals
+from webapp.ingestion.token_signals import unpack_token_signals
 
 
 def _rows_file(path: Path) -> Path:

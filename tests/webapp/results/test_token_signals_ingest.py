@@ -11,8 +11,8 @@ from django.test import Client
 from tests.webapp.results.conftest import Trainer
 from trainer.contract import TOKEN_SIGNALS_PATH, StepSignalsWire, TokenSignalsWire
 from webapp.ingestion.models import PendingTokenSignals, TrajectoryStep
+from webapp.ingestion.token_signals import PENDING_SIGNALS_STEPS, unpack_token_signals
 from webapp.retention.models import RunStorage
-from webapp.rollouts.viewer import PENDING_SIGNALS_STEPS, unpack_token_signals
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.webapp.results.conftest import trajectory
 from trainer.contract import TOKEN_SIGNALS, TokenSignalsWire, TrajectoryBatch
-from webapp.rollouts import viewer as rollouts
+from webapp.ingestion import trajectories
 
 pytestmark = pytest.mark.browser
 HOSTILE = "<img src=x onerror=alert(1)>"
@@ -32,7 +32,7 @@ def stored_run(transactional_db: Any, personas: Any) -> Any:
     later = trajectory("s2-p0-s0", "s2-p0", 1.0, response="the answer is 4, says the zebra")
     for step, body in ((1, long), (2, later)):
         batch = TrajectoryBatch.model_validate({"training_step": step, "trajectories": [body]})
-        rollouts.store_batch(run, batch, f"b{step}")
+        trajectories.store_batch(run, batch, f"b{step}")
     return run
 
 

@@ -178,8 +178,8 @@ def thousands(value: Any) -> str:
 @register.simple_tag
 def run_storage(run: Any) -> Any:
     """The run's storage and a form of its policy, for results/_run_storage.html (docs/rollouts.md#storage)."""
-    from webapp.ingestion.storage import RunStorageView, storage_of
-    from webapp.results.forms import RetentionForm
+    from webapp.retention.accounting import RunStorageView, storage_of
+    from webapp.retention.forms import RetentionForm
     from webapp.retention.policy import Retention
 
     stored = storage_of(run)
@@ -190,6 +190,6 @@ def run_storage(run: Any) -> Any:
 @register.simple_tag
 def team_storage(team: Any) -> Any:
     """What the team's runs take, and its largest runs, for results/_team_storage.html."""
-    from webapp.ingestion.storage import team_storage as measured
+    from webapp.retention.accounting import team_storage as measured
 
     return measured(team)
