@@ -9,12 +9,12 @@ from django.views.generic import RedirectView
 from trainer.contract import API_ROOT, MLFLOW_ROOT
 from webapp import healthz
 from webapp.accounts import views as accounts
-from webapp.api import api
 from webapp.datasets import views as datasets
 from webapp.experiments import artifacts as run_artifacts
 from webapp.experiments import evaluations
 from webapp.experiments import views as experiments
 from webapp.results import views as results
+from webapp.routers import api
 from webapp.tools import views as tools
 
 team_patterns = [

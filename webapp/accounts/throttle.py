@@ -9,6 +9,7 @@ STUDIO_LOGIN_FAILURE_LIMIT of them, every bearer token from it gets 429 until th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from axes.backends import AxesStandaloneBackend
@@ -62,12 +63,21 @@ def check_token_allowed(request: HttpRequest) -> None:
         raise TokenLockedOut
 
 
+# How the apps above this one tell a token they issued (a run's): each registers its check from its
+# AppConfig.ready(), since accounts imports none of them (docs/architecture.md#layers).
+ISSUED_TOKEN_CHECKS: list[Callable[[str], bool]] = []
+
+
+def register_issued_tokens(check: Callable[[str], bool]) -> None:
+    if check not in ISSUED_TOKEN_CHECKS:
+        ISSUED_TOKEN_CHECKS.append(check)
+
+
 def token_is_known(token: str) -> bool:
     """A token once issued (a revoked personal one, a finished run's): dead, but not a guess."""
     from webapp.accounts.models import ApiToken
-    from webapp.experiments.models import Run, hash_token
 
-    return ApiToken.is_known(token) or Run.objects.filter(token_hash=hash_token(token)).exists()
+    return ApiToken.is_known(token) or any(check(token) for check in ISSUED_TOKEN_CHECKS)
 
 
 def token_failed(request: HttpRequest) -> None:

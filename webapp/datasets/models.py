@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,17 @@ class DatasetStatus(models.TextChoices):
 
 class DatasetInUse(ValueError):
     """A dataset that runs or experiments use cannot be deleted."""
+
+
+# What tells whether a dataset is used: the experiments app registers its check (an experiment's or a
+# run's config names it) from its AppConfig.ready(), since datasets imports no app above it
+# (docs/architecture.md#layers).
+DATASET_USES: list[Callable[[Dataset], bool]] = []
+
+
+def register_dataset_use(check: Callable[[Dataset], bool]) -> None:
+    if check not in DATASET_USES:
+        DATASET_USES.append(check)
 
 
 class Dataset(models.Model):
@@ -260,15 +272,7 @@ class Dataset(models.Model):
 
     def is_used(self) -> bool:
         """Whether an experiment or run names this dataset (their configs hold ``dataset:<id>``)."""
-        from django.db.models import Q
-
-        from webapp.experiments.models import Experiment, Run
-
-        names = Q(config__data__train_path=self.reference) | Q(config__data__val_path=self.reference)
-        return (
-            Run.objects.filter(names, team=self.team).exists()
-            or Experiment.objects.filter(names, team=self.team).exists()
-        )
+        return any(check(self) for check in DATASET_USES)
 
     def set_archived(self, archived: bool) -> None:
         Dataset.objects.filter(pk=self.pk).update(archived=archived)

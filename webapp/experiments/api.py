@@ -18,7 +18,8 @@ from trainer.config import RunConfig, flatten_paths, validation_errors
 from trainer.contract import IDEMPOTENCY_HEADER, INT4_MAX
 from trainer.registry import RegistryError
 from webapp.accounts.access import get_team_for_user
-from webapp.api import FieldError, Page, PageParams, StrictSchema, UserTokenAuth, paginate
+from webapp.accounts.token_auth import UserTokenAuth
+from webapp.api import FieldError, Page, PageParams, StrictSchema, paginate
 from webapp.datasets.models import DATASET_REF_PREFIX
 from webapp.experiments import services
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user

@@ -30,8 +30,9 @@ from trainer.contract import (
     TokenSignalsBatch,
     TrajectoryBatch,
 )
-from webapp.api import RunTokenAuth, api, get_run_for_claimant, route
+from webapp.api import api, route
 from webapp.experiments.models import Run
+from webapp.experiments.run_auth import RunTokenAuth, get_run_for_claimant
 from webapp.ingestion import metrics_store, token_signals, trajectories
 from webapp.ingestion.metrics_store import BadBatch
 from webapp.ingestion.models import Checkpoint

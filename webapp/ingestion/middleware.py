@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from webapp.api import error_body
 from webapp.middleware import API_PREFIX
 
 MAX_COMPRESSED_BYTES = 64 * 1024 * 1024
@@ -31,8 +32,6 @@ class GzipRequestMiddleware:
 
 
 def _refuse(message: str, status: int) -> JsonResponse:
-    from webapp.api import error_body
-
     return JsonResponse(error_body(message, status), status=status)
 
 

@@ -12,7 +12,8 @@ from ninja.errors import HttpError
 
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role
-from webapp.api import FieldError, UserTokenAuth
+from webapp.accounts.token_auth import UserTokenAuth
+from webapp.api import FieldError
 from webapp.experiments.access import get_run_for_user
 from webapp.experiments.api import RunOut
 from webapp.ingestion import metrics_store

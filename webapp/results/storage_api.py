@@ -6,7 +6,8 @@ from __future__ import annotations
 from django.http import HttpRequest
 from ninja import Router, Status
 
-from webapp.api import FieldError, UserTokenAuth
+from webapp.accounts.token_auth import UserTokenAuth
+from webapp.api import FieldError
 from webapp.experiments.access import get_run_for_user
 from webapp.ingestion.tasks import change_retention as apply_change
 from webapp.retention.accounting import storage_of

@@ -9,7 +9,8 @@ from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema
 
-from webapp.api import Page, PageParams, UserTokenAuth, paginate
+from webapp.accounts.token_auth import UserTokenAuth
+from webapp.api import Page, PageParams, paginate
 from webapp.experiments.access import get_run_for_user
 from webapp.ingestion.models import Trajectory
 from webapp.rollouts.viewer import RolloutFilter, as_json
