@@ -13,6 +13,7 @@ from webapp.datasets import views as datasets
 from webapp.experiments import artifacts as run_artifacts
 from webapp.experiments import evaluations
 from webapp.experiments import views as experiments
+from webapp.results import experiment_page, run_page
 from webapp.results import views as results
 from webapp.routers import api
 from webapp.tools import views as tools
@@ -46,12 +47,12 @@ team_patterns = [
     path("tools/rewards/<int:pk>/delete/", tools.reward_delete, name="reward_delete"),
     path("experiments/", experiments.index, name="experiments"),
     path("experiments/new/", experiments.new, name="experiment_new"),
-    path("experiments/<int:pk>/", experiments.detail, name="experiment"),
+    path("experiments/<int:pk>/", experiment_page.detail, name="experiment"),
     path("experiments/<int:pk>/launch/", experiments.launch, name="experiment_launch"),
     path("experiments/<int:pk>/evaluate/", evaluations.evaluate, name="experiment_evaluate"),
-    path("runs/<int:pk>/", experiments.run_detail, name="run"),
+    path("runs/<int:pk>/", run_page.run_detail, name="run"),
     path("runs/<int:pk>/cancel/", experiments.cancel, name="run_cancel"),
-    path("runs/<int:pk>/edit/", experiments.run_edit, name="run_edit"),
+    path("runs/<int:pk>/edit/", run_page.run_edit, name="run_edit"),
     path("runs/<int:pk>/artifacts/<path:path>", run_artifacts.download, name="run_artifact"),
     path("compare/", results.index, name="compare"),
 ]

@@ -35,7 +35,6 @@ from webapp.experiments.services import (
     creation_problems,
 )
 from webapp.experiments.tasks import cancel_run
-from webapp.ingestion.models import LogChunk
 from webapp.retention.accounting import storage_of
 from webapp.retention.policy import Retention
 from webapp.retention.schemas import RetentionIn, StorageOut
@@ -372,7 +371,7 @@ def run_logs(
     """What the trainer sent (chunked), else what its executor kept; `after` follows the sent log."""
     after, max_bytes = params.after, params.max_bytes
     found = get_run_for_user(request, team_slug, run_id)
-    chunks = LogChunk.objects.filter(run=found)
+    chunks = found.log_chunks.all()  # the run's relation: ingestion sits above (docs/architecture.md#layers)
     last = chunks.order_by("-seq").values_list("seq", flat=True).first()
     if after >= 0:
         text = "".join(chunks.filter(seq__gt=after).order_by("seq").values_list("text", flat=True)[:1000])

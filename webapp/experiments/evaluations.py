@@ -122,9 +122,9 @@ def create_evaluation(
 ) -> Run:  # fmt: skip
     """A queued evaluation of ``source``'s checkpoint of ``step`` (none: the base model) on the
     split; EvaluationRefused, with nothing made, when it could not run."""
+    from webapp.experiments.checkpoints import checkpoint_folder
     from webapp.experiments.services import LAUNCH_KEY
     from webapp.experiments.tasks import launch_run
-    from webapp.results.checkpoints import checkpoint_folder
 
     team = experiment.team
     if launch_key and LAUNCH_KEY.match(launch_key):
@@ -188,9 +188,8 @@ def evaluated_model(run: Run) -> str:
 
 
 def eval_metrics(run: Run) -> dict[str, float]:
-    from webapp.ingestion.metrics_store import latest_values
-
-    return {key: value for key, (_, value) in latest_values(run.pk).items() if key in EVAL_KEYS}
+    # Read through the run's relation to the latest values ingestion keeps (docs/architecture.md#layers).
+    return dict(run.latest_metrics.filter(key__name__in=EVAL_KEYS).values_list("key__name", "value"))
 
 
 def dataset_names(references: set[str]) -> dict[str, str]:

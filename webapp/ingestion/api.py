@@ -9,7 +9,6 @@ life (claim, config, status, heartbeat) is :mod:`webapp.experiments.trainer_api`
 from __future__ import annotations
 
 import hashlib
-import logging
 from typing import Any
 
 from django.db import transaction
@@ -37,9 +36,7 @@ from webapp.ingestion import metrics_store, token_signals, trajectories
 from webapp.ingestion.metrics_store import BadBatch
 from webapp.ingestion.models import Checkpoint
 from webapp.ingestion.models import LogChunk as StoredLogChunk
-from webapp.monitoring import health
-
-logger = logging.getLogger(__name__)
+from webapp.ingestion.signals import metrics_stored
 
 router = Router(auth=RunTokenAuth(), tags=["ingestion (trainer)"])
 api.extra_schemas.append(MetricBatch)
@@ -74,22 +71,12 @@ def post_metrics(request: HttpRequest, run_id: int) -> dict[str, Any]:
     with transaction.atomic():
         result = metrics_store.write_points(run.pk, _batch_id(request, batch_id, request.body), points)
         if not result.duplicate_batch:
-            _observe_health(run, points)
+            metrics_stored.send(sender=Run, run=run, points=metrics_store.with_our_keys(points))
         if points:
             # A trainer draining a backlog of metrics is alive and working (docs/reliability.md#stalls).
             # Last, so the run's row is locked for the shortest time.
             run.note_progress(max(point["step"] for point in points))
     return {"stored": result.stored, "skipped": result.skipped, "duplicate": result.duplicate_batch}
-
-
-def _observe_health(run: Run, points: list[dict[str, Any]]) -> None:
-    """Judge the batch's health checks in a savepoint: a failing check costs the batch nothing, its
-    points are stored all the same (docs/health.md#at-ingestion)."""
-    try:
-        with transaction.atomic():
-            health.observe(run, metrics_store.with_our_keys(points))
-    except Exception:
-        logger.exception("health checks of run %s failed on a metric batch; its points are stored", run.pk)
 
 
 @router.post(route(TRAJECTORIES_PATH), summary="Store trajectories with all their steps")

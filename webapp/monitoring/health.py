@@ -9,6 +9,7 @@ episode; firing again opens the next.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import defaultdict
 from collections.abc import Container, Iterable, Mapping, Sequence
@@ -32,6 +33,8 @@ from webapp.monitoring.checks import (
 )
 from webapp.monitoring.models import HealthAlert, HealthRule, Notification, RunHealth
 from webapp.monitoring.tasks import deliver_alert
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,16 @@ def observe(run: Run, points: Sequence[Mapping[str, Any]]) -> list[HealthAlert]:
         _save_verdicts(rows.values())
         alerts = [_open_episode(run, rows[rule.check.name], rule) for rule in opened]
     return alerts
+
+
+def judge_batch(sender: object, run: Run, points: Sequence[Mapping[str, Any]], **_signal: object) -> None:
+    """The receiver of webapp.ingestion.signals.metrics_stored: the batch's verdicts, in a savepoint, so
+    a failing check costs the batch nothing: its points are stored all the same (docs/health.md#at-ingestion)."""
+    try:
+        with transaction.atomic():
+            observe(run, points)
+    except Exception:
+        logger.exception("health checks of run %s failed on a metric batch; its points are stored", run.pk)
 
 
 def _locked_rows(run: Run, names: list[str]) -> dict[str, RunHealth]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from webapp.results import checkpoints, storage_views, views
+from webapp.results import checkpoints, storage_views, sweep_page, views
 
 urlpatterns = [
     path("runs/", views.runs, name="runs"),
@@ -28,4 +28,5 @@ urlpatterns = [
         "runs/<int:run_id>/checkpoints/<int:step>/download/", checkpoints.download, name="checkpoint_download"
     ),
     path("runs/<int:run_id>/retention/", storage_views.run_retention, name="run_retention"),
+    path("sweeps/<int:pk>/", sweep_page.sweep_detail, name="sweep"),
 ]
