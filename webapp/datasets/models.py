@@ -23,11 +23,15 @@ from django.db.models import Q
 from django.utils import timezone
 
 from webapp.accounts.models import Team
+from webapp.celery import enqueue_on_commit
 from webapp.datasets import files, parquet
 from webapp.guarded import guarded_update
 
 logger = logging.getLogger(__name__)
 
+# The tasks this module queues, by name: webapp/datasets/tasks.py imports this module (webapp.celery.enqueue_on_commit).
+VALIDATE_DATASET_TASK = "webapp.datasets.tasks.validate_dataset"
+PREPARE_RECIPE_TASK = "webapp.datasets.tasks.prepare_recipe"
 DATASET_REF_PREFIX = "dataset:"
 MAX_PROBLEMS_KEPT = 50
 
@@ -158,9 +162,7 @@ class Dataset(models.Model):
             # and both moved identical bytes to the same place.
             return cls.objects.get(team=team, sha256=sha256), False
         if validate_later:
-            from webapp.datasets.tasks import validate_dataset
-
-            validate_dataset.delay_on_commit(dataset.pk)
+            enqueue_on_commit(VALIDATE_DATASET_TASK, dataset.pk)
         return dataset, True
 
     def validation_context(self) -> Any:
@@ -205,8 +207,6 @@ class Dataset(models.Model):
 
     def map_rewards(self, mapping: dict[str, str]) -> bool:
         """Store data_source → reward choices and validate the file again with them."""
-        from webapp.datasets.tasks import validate_dataset
-
         # Race: two mapping forms sent at once, or one sent while the validator settles; only a
         # dataset that waits for (or already has) a mapping goes back to pending, once.
         changed = Dataset.objects.filter(
@@ -214,7 +214,7 @@ class Dataset(models.Model):
         ).update(reward_map={**self.reward_map, **mapping}, status=DatasetStatus.PENDING, problems=[])
         self.refresh_from_db()
         if changed:
-            validate_dataset.delay_on_commit(self.pk)
+            enqueue_on_commit(VALIDATE_DATASET_TASK, self.pk)
         return changed == 1
 
     def effective_reward_map(self) -> dict[str, str]:
@@ -300,9 +300,7 @@ class Dataset(models.Model):
             validated_at=None,
         )
         if changed and later:
-            from webapp.datasets.tasks import validate_dataset
-
-            validate_dataset.delay_on_commit(self.pk)
+            enqueue_on_commit(VALIDATE_DATASET_TASK, self.pk)
         return changed
 
     def _settle(self, status: str, **changes: Any) -> bool:
@@ -384,12 +382,10 @@ class RecipeImport(models.Model):
     def start(
         cls, team: Team, task: str, input_path: str, user: Any, options: dict[str, Any] | None = None
     ) -> RecipeImport:
-        from webapp.datasets.tasks import prepare_recipe
-
         recipe_import = cls.objects.create(
             team=team, task=task, input_path=input_path, created_by=user, options=options or {}
         )
-        prepare_recipe.delay_on_commit(recipe_import.pk)
+        enqueue_on_commit(PREPARE_RECIPE_TASK, recipe_import.pk)
         return recipe_import
 
     def run(self) -> bool:

@@ -25,6 +25,7 @@ from pydantic import Field
 from trainer.config import RunConfig
 from trainer.contract import INT4_MAX
 from webapp.accounts.models import Team
+from webapp.celery import enqueue_on_commit
 from webapp.experiments.confine import confined
 from webapp.experiments.executors import EXECUTORS, ClusterTooSmall, ExecutorState, job_for, submission_id
 from webapp.experiments.models import (
@@ -44,6 +45,8 @@ from webapp.retention.policy import Retention
 
 logger = logging.getLogger(__name__)
 
+# The tasks this module queues, by name: webapp/experiments/tasks.py imports this module (webapp.celery.enqueue_on_commit).
+LAUNCH_RUN_TASK = "webapp.experiments.tasks.launch_run"
 MAX_SEEDS = 20  # one run each: more is a sweep, not an experiment
 MAX_NAME_LENGTH = 200  # an experiment's name; each run's name adds " · seed N" within Run.name's 250
 MAX_DESCRIPTION_LENGTH = 10_000
@@ -257,9 +260,7 @@ def recover_lost_start(run: Run) -> None:
         logger.warning(
             "run %s: its start was lost (attempt %s); launching it again", run.pk, run.launch_attempts
         )
-        from webapp.experiments.tasks import launch_run
-
-        launch_run.delay_on_commit(run.pk)
+        enqueue_on_commit(LAUNCH_RUN_TASK, run.pk)
 
 
 def requeue_lost_launches() -> list[int]:
@@ -389,8 +390,6 @@ def launch(experiment: Experiment, launch_key: str = "") -> list[Run]:
 def launch_once(experiment: Experiment, launch_key: str = "") -> Launched:
     """:func:`launch`, at most once per ``launch_key`` (the same key again returns its runs), and
     refused (LaunchRefused) while runs of the same seeds are still active (docs/reliability.md#launch)."""
-    from webapp.experiments.tasks import launch_run
-
     # Race: two launches of one experiment at once (a double-click, two REST calls): the row lock
     # makes the second wait for the first to commit, and then see its runs.
     Experiment.objects.select_for_update().filter(pk=experiment.pk).first()
@@ -410,7 +409,7 @@ def launch_once(experiment: Experiment, launch_key: str = "") -> Launched:
         config = base.with_overrides(**{"trainer.seed": seed, "trainer.checkpoint_dir": checkpoint_dir(run)})
         run.freeze_config(json.loads(config.to_json()))
         run.enqueue()
-        launch_run.delay_on_commit(run.pk)
+        enqueue_on_commit(LAUNCH_RUN_TASK, run.pk)
         runs.append(run)
     return Launched(runs, replayed=False)
 

@@ -9,7 +9,7 @@ from webapp.experiments.models import ACTIVE, EXTERNAL_EXECUTOR, Run
 # Idempotent: Run.mark_starting lets only one delivery start the run. A pool process killed mid-task
 # puts the task back on the queue; a whole worker killed leaves it unacknowledged until the broker's
 # visibility timeout, so the reaper finds the lost start itself (services.recover_lost_start).
-@shared_task(acks_late=True, reject_on_worker_lost=True)
+@shared_task(name=services.LAUNCH_RUN_TASK, acks_late=True, reject_on_worker_lost=True)
 def launch_run(run_id: int) -> None:
     run = Run.objects.filter(pk=run_id).first()
     if run is None:
