@@ -26,8 +26,9 @@ from webapp.experiments.models import ACTIVE, TERMINAL, Experiment, Run, RunStat
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps
 from webapp.ingestion import metrics_store
 from webapp.ingestion.models import MetricLatest
-from webapp.results import analytics, export, imports, onboarding, runs_table, workspace
+from webapp.results import analytics, export, imports, onboarding, runs_page, workspace
 from webapp.results.forms import ImportForm, RunsActionForm
+from webapp.results.runs_columns import default_column_ids
 from webapp.rollouts import viewer
 
 MAX_OVERLAID_RUNS = 12
@@ -92,7 +93,7 @@ def render_runs_table(
 ) -> HttpResponse:
     """A page holding the runs table (the team's runs page, an experiment's page). A poll of the
     table (htmx, not boosted) gets the table alone, and stops once no run on it is active."""
-    page = runs_table.page_for(request.user, team, experiment, request.GET)
+    page = runs_page.page_for(request.user, team, experiment, request.GET)
     context = {**context, "team": team, "runs": page, "table": page.table}
     if swaps(request, "runs-table") and not request.htmx.boosted:
         return render_poll(request, f"{template}#runs-table", context, done=not page.table.has_active)
@@ -129,8 +130,8 @@ def runs_columns(request: HttpRequest, team_slug: str) -> HttpResponse:
     if added:
         ids.append(f"{request.POST.get('add_kind', 'last')}:{added}")
     if request.POST.get("reset"):
-        ids = runs_table.default_column_ids(experiment.task if experiment else None)
-    for problem in runs_table.save_column_ids(request.user, team, experiment, ids):
+        ids = default_column_ids(experiment.task if experiment else None)
+    for problem in runs_page.save_column_ids(request.user, team, experiment, ids):
         messages.error(request, f"Column not added: {problem}")
     return redirect(_next_url(request, reverse("runs", args=[team.slug])))
 

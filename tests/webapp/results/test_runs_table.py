@@ -15,6 +15,8 @@ from trainer.contract import REWARD_MEAN
 from webapp.experiments.models import Experiment, Run, RunKind, RunParam, RunStatus
 from webapp.ingestion import metrics_store
 from webapp.results import runs_table as rt
+from webapp.results.runs_columns import columns, default_column_ids
+from webapp.results.runs_filters import parse_query
 
 pytestmark = pytest.mark.usefixtures("quick_passwords")
 
@@ -61,11 +63,11 @@ def runs(personas: Any) -> dict[str, Run]:
 
 
 def _table(query: str, ids: list[str] | None = None, team: Any = None) -> rt.RunsTable:
-    shown, problems = rt.columns(ids or ["name", "preset", "config:algorithm.kl_coef", f"last:{REWARD_MEAN}",
+    shown, problems = columns(ids or ["name", "preset", "config:algorithm.kl_coef", f"last:{REWARD_MEAN}",
                                          f"max:{REWARD_MEAN}", "param:lr", "duration"])  # fmt: skip
     assert problems == []
     scope = Run.objects.filter(team=team) if team is not None else Run.objects.filter(team__slug="acme")
-    return rt.build(scope, shown, rt.parse_query(QueryDict(query)))
+    return rt.build(scope, shown, parse_query(QueryDict(query)))
 
 
 def _names(table: rt.RunsTable) -> list[str]:
@@ -134,7 +136,7 @@ def test_the_kind_column_tells_training_runs_from_evaluations_and_external_runs(
     Run.objects.create(experiment=grpo, team=grpo.team, seed=1, name="eval · grpo s1 · step 2",
                        kind=RunKind.EVALUATION, evaluated_run=runs["g1"], evaluated_step=2)  # fmt: skip
     Run.create_external(grpo, "logged", None)
-    assert rt.default_column_ids(None)[:4] == ["name", "kind", "status", "health"]
+    assert default_column_ids(None)[:4] == ["name", "kind", "status", "health"]
     kinds = {row.run.name: row.cells[1].text for row in _table("", ids=["name", "kind"]).rows}
     assert kinds == {"eval · grpo s1 · step 2": "evaluation", "logged": "external", "grpo s1": "training",
                      "grpo s2": "training", "ppo s1": "training", "ppo s2": "training"}  # fmt: skip
@@ -166,7 +168,7 @@ def test_the_table_pages_by_fifty_and_hides_archived_runs(personas: Any) -> None
 
 
 def test_columns_name_what_they_show_and_unknown_ones_are_refused() -> None:
-    found, problems = rt.columns(["status", "config:rollout.n", "max:val/gsm8k/acc", "param:lr", "oops",
+    found, problems = columns(["status", "config:rollout.n", "max:val/gsm8k/acc", "param:lr", "oops",
                                   "config:bad path", "median:x"])  # fmt: skip
     assert [c.label for c in found] == ["Status", "rollout.n", "val/gsm8k/acc (max)", "param lr"]
     assert len(problems) == 3 and "unknown column 'oops'" in problems[0]
