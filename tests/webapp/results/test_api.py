@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tests.webapp.results.conftest import Trainer, points, trajectory
+from tests.webapp.trainer_posts import Trainer, points, trajectory
 from trainer.config import RunConfig
 from trainer.contract import CONFIG_PATH, METRICS_PATH, TRAJECTORIES_PATH
 from webapp.accounts.models import ApiToken

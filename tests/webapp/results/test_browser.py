@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.webapp.results.conftest import trajectory
+from tests.webapp.trainer_posts import trajectory
 from trainer.contract import TrajectoryBatch
 from webapp.ingestion import metrics_store, trajectories
 

@@ -7,7 +7,7 @@ from typing import Any
 from django.db import connection
 from django.test import Client
 
-from tests.webapp.results.conftest import Trainer, trajectory
+from tests.webapp.trainer_posts import Trainer, trajectory
 from webapp.ingestion.models import TrajectoryStep
 from webapp.rollouts import search, viewer
 from webapp.rollouts.viewer import RolloutFilter

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.core import mail
 
-from tests.webapp.results.conftest import Trainer
+from tests.webapp.trainer_posts import Trainer
 from trainer.contract import ACTOR_KL, ACTOR_PG_LOSS
 from webapp.celery import app
 from webapp.experiments.models import RunStatus

@@ -9,7 +9,7 @@ from typing import Any
 from django.test import Client
 from django.urls import reverse
 
-from tests.webapp.results.conftest import Trainer
+from tests.webapp.trainer_posts import Trainer
 from trainer.contract import (
     ACTOR_KL,
     EVAL_ACC,

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from tests.webapp.results.conftest import Trainer, points, trajectory
+from tests.webapp.trainer_posts import Trainer, points, trajectory
 from trainer.contract import CHECKPOINTS_PATH, CLAIM_PATH, HEARTBEAT_PATH, LOGS_PATH, STATUS_PATH
 from webapp.ingestion.metrics_store import rebuild_summaries
 from webapp.ingestion.models import (

@@ -12,7 +12,7 @@ import pytest
 import torch
 from django.test import Client
 
-from tests.webapp.results.conftest import Trainer
+from tests.webapp.trainer_posts import Trainer
 from trainer.backends.torch import loop, update
 from trainer.config import RunConfig
 from trainer.contract import TRAJECTORIES_PATH, TrajectoryBatch, TrajectoryWire

@@ -1,4 +1,5 @@
-"""Runs with tokens, and helpers to post to the ingestion API like the trainer does."""
+"""Helpers to post to the ingestion API like the trainer does (the fixtures that use them:
+tests/webapp/conftest.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import gzip
 import json
 from typing import Any
 
-import pytest
 from django.test import Client
 
 from trainer.contract import CLAIM_PATH, CLAIMANT_HEADER, METRICS_PATH, TRAJECTORIES_PATH
@@ -14,27 +14,6 @@ from trainer.contract import CLAIM_PATH, CLAIMANT_HEADER, METRICS_PATH, TRAJECTO
 CLAIMANT_META = "HTTP_" + CLAIMANT_HEADER.upper().replace(
     "-", "_"
 )  # how Django's test client takes the header
-
-
-@pytest.fixture
-def experiment(personas: Any) -> Any:
-    from webapp.experiments.models import Experiment
-
-    return Experiment.objects.create(team=personas["acme"], name="gsm8k grpo", task="gsm8k", preset="grpo")
-
-
-@pytest.fixture
-def run(experiment: Any) -> Any:
-    from webapp.experiments.models import Run
-
-    return Run.objects.create(
-        experiment=experiment, team=experiment.team, seed=1, config={"name": "r1", "seed": 1}
-    )
-
-
-@pytest.fixture
-def token(run: Any) -> str:
-    return str(run.issue_token())
 
 
 class Trainer:
@@ -66,11 +45,6 @@ class Trainer:
     def trajectories(self, step: int, trajectories: list[dict[str, Any]], batch_id: str = "t1") -> Any:
         body = {"batch_id": batch_id, "training_step": step, "trajectories": trajectories}
         return self.post(TRAJECTORIES_PATH, body)
-
-
-@pytest.fixture
-def trainer(client: Client, run: Any, token: str) -> Trainer:
-    return Trainer(client, run.pk, token)
 
 
 def points(keys: list[str], steps: range, value: Any = None) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.webapp.results.conftest import trajectory
+from tests.webapp.trainer_posts import trajectory
 from trainer.contract import TOKEN_SIGNALS, TokenSignalsWire, TrajectoryBatch
 from webapp.ingestion import trajectories
 

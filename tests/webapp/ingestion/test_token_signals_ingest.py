@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tests.webapp.results.conftest import Trainer
+from tests.webapp.trainer_posts import Trainer
 from trainer.contract import TOKEN_SIGNALS_PATH, StepSignalsWire, TokenSignalsWire
 from webapp.ingestion.models import PendingTokenSignals, TrajectoryStep
 from webapp.ingestion.token_signals import PENDING_SIGNALS_STEPS, unpack_token_signals

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.test import Client
 
-from tests.webapp.results.conftest import Trainer, trajectory
+from tests.webapp.trainer_posts import Trainer, trajectory
 from webapp.ingestion.models import Trajectory
 from webapp.results.templatetags.results import SHOWN_TEXT_MAX
 

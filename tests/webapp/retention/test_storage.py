@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tests.webapp.results.conftest import Trainer, trajectory
+from tests.webapp.trainer_posts import Trainer, trajectory
 from webapp.ingestion import storage, tasks
 from webapp.ingestion.models import TextBlob, ToolCall, Trajectory, TrajectoryStep
 from webapp.retention.models import RetentionKind, RunStorage

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db import connection
 
-from tests.webapp.results.conftest import Trainer, trajectory
+from tests.webapp.trainer_posts import Trainer, trajectory
 from webapp.ingestion.models import ToolCall, Trajectory, TrajectoryStep
 from webapp.rollouts.viewer import RolloutFilter
 
