@@ -29,7 +29,8 @@ from webapp.guarded import guarded_update
 
 logger = logging.getLogger(__name__)
 
-# The tasks this module queues, by name: webapp/datasets/tasks.py imports this module (webapp.celery.enqueue_on_commit).
+# The tasks this module queues, by name (webapp.celery.enqueue_on_commit): webapp/datasets/tasks.py
+# imports this module.
 VALIDATE_DATASET_TASK = "webapp.datasets.tasks.validate_dataset"
 PREPARE_RECIPE_TASK = "webapp.datasets.tasks.prepare_recipe"
 DATASET_REF_PREFIX = "dataset:"

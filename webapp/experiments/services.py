@@ -45,7 +45,8 @@ from webapp.retention.policy import Retention
 
 logger = logging.getLogger(__name__)
 
-# The tasks this module queues, by name: webapp/experiments/tasks.py imports this module (webapp.celery.enqueue_on_commit).
+# The tasks this module queues, by name (webapp.celery.enqueue_on_commit): webapp/experiments/tasks.py
+# imports this module.
 LAUNCH_RUN_TASK = "webapp.experiments.tasks.launch_run"
 MAX_SEEDS = 20  # one run each: more is a sweep, not an experiment
 MAX_NAME_LENGTH = 200  # an experiment's name; each run's name adds " · seed N" within Run.name's 250

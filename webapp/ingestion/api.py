@@ -1,7 +1,8 @@
 """The ingestion API: what a run produces, posted by its trainer (paths and bodies: trainer.contract).
 
 Every request carries the run's own token; a token for another run is a 404, as if the run did
-not exist, and the claimant id of the process that claimed the run: any other process is a 409. Bodies may be gzipped (:class:`webapp.ingestion.middleware.GzipRequestMiddleware`).
+not exist, and the claimant id of the process that claimed the run: any other process is a 409.
+Bodies may be gzipped (:class:`webapp.ingestion.middleware.GzipRequestMiddleware`).
 Batches with a ``batch_id`` are idempotent: a replay answers 200 and stores nothing. The run's
 life (claim, config, status, heartbeat) is :mod:`webapp.experiments.trainer_api`.
 """

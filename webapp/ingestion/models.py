@@ -210,7 +210,7 @@ class Trajectory(models.Model):
             models.Index(fields=["run", "training_step", "id"], name="traj_run_step"),
             models.Index(fields=["run", "group_id"], name="traj_run_group"),
             models.Index(fields=["run", "sample_index", "training_step"], name="traj_run_sample"),
-            # The run's data sources for the filter forms (rollouts.data_sources skips through it).
+            # The run's data sources for the filter forms (rollouts.viewer.data_sources skips through it).
             models.Index(fields=["run", "data_source"], name="traj_run_source"),
         ]
         ordering = ["-training_step", "group_id", "rollout_index"]
@@ -250,7 +250,7 @@ class TrajectoryStep(models.Model):
     timings = models.JSONField(default=dict)
     # prompt_ids, response_ids, response_mask, rollout_log_probs when the trainer sent them.
     tokens = models.JSONField(null=True)
-    # Per-token signals of the update (rollouts.pack_token_signals: zlib of typed arrays), for the
+    # Per-token signals of the update (token_signals.pack_token_signals: zlib of typed arrays), for the
     # trajectories the run keeps them of (docs/rollouts.md#token-signals).
     token_signals = models.BinaryField(null=True)
     # Full-text search over the response, the tool calls' arguments and results (docs/rollouts.md#search).

@@ -117,8 +117,9 @@ def observe(run: Run, points: Sequence[Mapping[str, Any]]) -> list[HealthAlert]:
 
 
 def judge_batch(sender: object, run: Run, points: Sequence[Mapping[str, Any]], **_signal: object) -> None:
-    """The receiver of webapp.ingestion.signals.metrics_stored: the batch's verdicts, in a savepoint, so
-    a failing check costs the batch nothing: its points are stored all the same (docs/health.md#at-ingestion)."""
+    """The receiver of webapp.ingestion.signals.metrics_stored: the batch's verdicts, in a savepoint,
+    so a failing check costs the batch nothing: its points are stored all the same
+    (docs/health.md#at-ingestion)."""
     try:
         with transaction.atomic():
             observe(run, points)

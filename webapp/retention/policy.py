@@ -1,9 +1,10 @@
 """A run's retention policy: which of its trajectories are stored (docs/rollouts.md#retention).
 
-Decided as a batch arrives (rollouts.store_batch: what the policy drops is never written) and again
-over what is stored when a member changes the policy (storage.apply_retention). Both decide alike:
-a sample by a hash of the trajectory's uid, so a replayed batch is decided the same way; the k
-successes of a training step are the first k by that hash. A policy only drops, never brings back.
+Decided as a batch arrives (ingestion.trajectories.store_batch: what the policy drops is never
+written) and again over what is stored when a member changes the policy
+(ingestion.storage.apply_retention). Both decide alike: a sample by a hash of the trajectory's uid,
+so a replayed batch is decided the same way; the k successes of a training step are the first k by
+that hash. A policy only drops, never brings back.
 """
 
 from __future__ import annotations

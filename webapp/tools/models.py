@@ -35,7 +35,8 @@ from webapp.celery import enqueue_on_commit
 from webapp.guarded import guarded_update
 from webapp.tools import crypto
 
-# The tasks this module queues, by name: webapp/tools/tasks.py imports this module (webapp.celery.enqueue_on_commit).
+# The tasks this module queues, by name (webapp.celery.enqueue_on_commit): webapp/tools/tasks.py
+# imports this module.
 CHECK_ENTRY_POINT_TASK = "webapp.tools.tasks.check_entry_point"
 RUN_TRIAL_TASK = "webapp.tools.tasks.run_trial"
 MAX_TIMEOUT_S = 120.0
