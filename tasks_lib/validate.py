@@ -103,6 +103,15 @@ class _Bad:
 _BAD = _Bad()
 
 
+def _nested(row: Mapping[str, Any], column: str, key: str) -> Any:
+    """``row[column][key]``: _BAD when the column could not be read, None when it is no mapping or lacks
+    the key."""
+    value = row.get(column)
+    if value is _BAD:
+        return _BAD
+    return value.get(key) if isinstance(value, Mapping) else None
+
+
 @dataclass(frozen=True)
 class Context:
     """What a dataset is checked against besides the registries: its own data_source → reward
@@ -273,7 +282,8 @@ class _RowChecker:
     def check(self, row: Mapping[str, Any], number: int) -> Iterator[tuple[str, str, str | None]]:
         """(column, message, the unrouted data_source or None) for each problem of the row."""
         yield from self._data_source(row)
-        for check in (self._prompt, self._ground_truth, self._index, self._agent, self._env):
+        checks = (self._prompt, self._ground_truth, self._index, self._tools_kwargs, self._agent, self._env)
+        for check in checks:
             for column, message in check(row, number):
                 yield column, message, None
 
@@ -326,20 +336,16 @@ class _RowChecker:
                 yield f"prompt[{i}].content", "expected text"
 
     def _ground_truth(self, row: Mapping[str, Any], number: int) -> Iterator[tuple[str, str]]:
-        reward_model = row.get("reward_model")
-        if reward_model is _BAD:
-            return
-        truth = reward_model.get("ground_truth") if isinstance(reward_model, Mapping) else None
+        truth = _nested(row, "reward_model", "ground_truth")
         if truth is _BAD:
             return
         if truth is None or (isinstance(truth, str | list | dict) and not truth):
             yield "reward_model.ground_truth", "missing ground truth"
 
     def _index(self, row: Mapping[str, Any], number: int) -> Iterator[tuple[str, str]]:
-        extra_info = row.get("extra_info")
-        if extra_info is _BAD:
+        index = _nested(row, "extra_info", "index")
+        if index is _BAD:
             return
-        index = extra_info.get("index") if isinstance(extra_info, Mapping) else None
         if index is None:
             yield "extra_info.index", "missing; every row needs a unique integer index"
         elif isinstance(index, bool) or not isinstance(index, int):
@@ -350,9 +356,11 @@ class _RowChecker:
             yield "extra_info.index", f"duplicate index {index} (first used by row {self.seen_index[index]})"
         else:
             self.seen_index[index] = number
-        yield from self._tools_kwargs(extra_info if isinstance(extra_info, Mapping) else {})
 
-    def _tools_kwargs(self, extra_info: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    def _tools_kwargs(self, row: Mapping[str, Any], number: int) -> Iterator[tuple[str, str]]:
+        extra_info = row.get("extra_info")
+        if not isinstance(extra_info, Mapping):
+            return
         tools_kwargs = extra_info.get("tools_kwargs")
         # verl's rows say need_tools_kwargs when their tools cannot work without per-row settings.
         if extra_info.get("need_tools_kwargs") and not tools_kwargs:

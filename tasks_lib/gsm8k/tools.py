@@ -14,7 +14,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-from trainer.tools import TOOLS, BaseTool, ToolResult
+from trainer.tools import TOOLS, BaseTool, ToolResult, one_string_parameter
 
 MAX_EXPRESSION_CHARS = 256
 MAX_MAGNITUDE = 1e18
@@ -133,14 +133,7 @@ class CalculatorTool(BaseTool):
     description = (
         "Evaluate an arithmetic expression with + - * / // % ** and parentheses, e.g. '(12 + 7) * 3'."
     )
-    parameters = {
-        "type": "object",
-        "properties": {
-            "expression": {"type": "string", "description": "The arithmetic expression to evaluate."}
-        },
-        "required": ["expression"],
-        "additionalProperties": False,
-    }
+    parameters = one_string_parameter("expression", "The arithmetic expression to evaluate.")
 
     def __init__(self, **tool_kwargs: Any) -> None:
         super().__init__(**tool_kwargs)

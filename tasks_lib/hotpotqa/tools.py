@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks_lib.bm25 import Bm25Index
-from trainer.tools import TOOLS, BaseTool, ToolResult
+from trainer.tools import TOOLS, BaseTool, ToolResult, one_string_parameter
 
 DEFAULT_TOP_K = 3
 PASSAGES_FILE = "passages.jsonl"
@@ -93,12 +93,7 @@ def format_results(query: str, hits: Sequence[tuple[Passage, float]]) -> str:
 class SearchTool(BaseTool):
     name = "search"
     description = "Search the passage collection and return the most relevant passages."
-    parameters = {
-        "type": "object",
-        "properties": {"query": {"type": "string", "description": "What to search for."}},
-        "required": ["query"],
-        "additionalProperties": False,
-    }
+    parameters = one_string_parameter("query", "What to search for.")
 
     async def execute(self, args: dict[str, Any], **ctx: Any) -> ToolResult:
         hits = search(str(args["query"]), ctx)

@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from tasks_lib.bm25 import Bm25Index
 from tasks_lib.common import resolve_path
+from tasks_lib.game_env import GameEnv
 from tasks_lib.webshop import prompts
 from tasks_lib.webshop.adapter import OriginalWebShop
 from tasks_lib.webshop.catalog import DEFAULT_CATALOG_SIZE, Goal, Product, read_products, synthetic_catalog
 from tasks_lib.webshop.data import FIXTURES
 from tasks_lib.webshop.reward import SUCCESS_THRESHOLD
-from tasks_lib.webshop.simulator import ShopStep, WebShopSim
-from tasks_lib.webshop.tools import WebActionTool
-from trainer.envs import ENVS, ToolEnv
+from tasks_lib.webshop.simulator import WebShopSim
+from tasks_lib.webshop.tools import Shop, WebActionTool
+from trainer.envs import ENVS
 from trainer.mdp import Action, Observation
-from trainer.tools import BaseTool
-
-
-class Shop(Protocol):
-    def step(self, action: str) -> ShopStep: ...
-
-    def available_actions(self) -> list[str]: ...
 
 
 @lru_cache(maxsize=4)
@@ -40,7 +34,7 @@ def _file_parts(path: str) -> tuple[tuple[Product, ...], Bm25Index]:
 
 
 @ENVS.register("webshop")
-class WebShopEnv(ToolEnv):
+class WebShopEnv(GameEnv[Shop]):
     """Reset starts a session for the row's goal (``reward_model.ground_truth``) and shows the search page.
 
     Reward: on purchase, 1 for success (score >= 0.999) or the score itself with ``reward_mode="score"``;
@@ -50,11 +44,6 @@ class WebShopEnv(ToolEnv):
 
     def __init__(
         self,
-        tools: Sequence[str | BaseTool] = ("web_action",),
-        tool_format: str = "hermes",
-        tools_kwargs: Mapping[str, Any] | None = None,
-        max_tool_calls_per_step: int = 1,
-        tool_timeout_s: float = 30.0,
         shop: str = "simulator",
         catalog_seed: int = 0,
         catalog_size: int = DEFAULT_CATALOG_SIZE,
@@ -62,22 +51,13 @@ class WebShopEnv(ToolEnv):
         reward_mode: str = "success",
         invalid_penalty: float = 0.02,
         original_kwargs: Mapping[str, Any] | None = None,
+        **settings: Any,
     ) -> None:
-        names = [tool if isinstance(tool, str) else tool.name for tool in tools]
-        if any(name != "web_action" for name in names):
-            raise ValueError(f"the webshop env offers only the web_action tool, not {names}")
         if shop not in ("simulator", "original"):
             raise ValueError(f"shop must be 'simulator' or 'original', got {shop!r}")
         if reward_mode not in ("success", "score"):
             raise ValueError(f"reward_mode must be 'success' or 'score', got {reward_mode!r}")
-        self.action_tool = WebActionTool()
-        super().__init__(
-            tools=[self.action_tool],
-            tool_format=tool_format,
-            tools_kwargs=tools_kwargs,
-            max_tool_calls_per_step=max_tool_calls_per_step,
-            tool_timeout_s=tool_timeout_s,
-        )
+        super().__init__(WebActionTool(), **settings)
         self.shop_kind = shop
         self.catalog = (catalog_path, catalog_size, catalog_seed)
         self.reward_mode = reward_mode
@@ -101,11 +81,7 @@ class WebShopEnv(ToolEnv):
     def reset(self, **row: Any) -> Observation:
         super().reset(**row)
         shop, page = self._open_shop(row)
-        self.action_tool.shop = shop
-        opening = prompts.observation(page, shop.available_actions())
-        last = self.messages[-1]
-        self.messages[-1] = {**last, "content": f"{last['content']}\n\n{opening}"}
-        return self.observation()
+        return self.open_game(shop, prompts.observation(page, shop.available_actions()))
 
     async def step(self, action: Action) -> tuple[Observation, float | None, bool, dict[str, Any]]:
         observation, _, done, info = await super().step(action)

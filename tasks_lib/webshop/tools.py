@@ -2,39 +2,35 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from tasks_lib.game_env import GameTool
 from tasks_lib.webshop import prompts
-from trainer.tools import TOOLS, BaseTool, ToolResult
+from tasks_lib.webshop.simulator import ShopStep
+from trainer.tools import TOOLS, ToolResult, one_string_parameter
 
-if TYPE_CHECKING:
-    from tasks_lib.webshop.env import Shop
+
+class Shop(Protocol):
+    """What the tool acts on: our simulator or the original WebShop."""
+
+    def step(self, action: str) -> ShopStep: ...
+
+    def available_actions(self) -> list[str]: ...
 
 
 @TOOLS.register("web_action")
-class WebActionTool(BaseTool):
-    """Bound to one shop session by WebShopEnv."""
+class WebActionTool(GameTool[Shop]):
+    """Bound to one shop session (the episode's game) by WebShopEnv."""
 
     name = "web_action"
+    env_type = "webshop"
     description = "Act on the shopping website: search[query] on the search page, or click[button]."
-    parameters = {
-        "type": "object",
-        "properties": {"action": {"type": "string", "description": "search[...] or click[...]"}},
-        "required": ["action"],
-        "additionalProperties": False,
-    }
-
-    def __init__(self, shop: Shop | None = None, **tool_kwargs: Any) -> None:
-        super().__init__(**tool_kwargs)
-        self.shop = shop
+    parameters = one_string_parameter("action", "search[...] or click[...]")
 
     async def execute(self, args: dict[str, Any], **ctx: Any) -> ToolResult:
-        if self.shop is None:
-            raise RuntimeError("web_action needs the WebShop env: set env_kwargs.env_type to 'webshop'")
-        result = self.shop.step(str(args["action"]))
+        shop = self.bound_game()
+        result = shop.step(str(args["action"]))
         info: dict[str, Any] = {"valid": result.valid, "done": result.done, "score": result.score}
         if not result.valid:
             info["error"] = "invalid_action"
-        return ToolResult(
-            text=prompts.observation(result.observation, self.shop.available_actions()), info=info
-        )
+        return ToolResult(text=prompts.observation(result.observation, shop.available_actions()), info=info)

@@ -23,7 +23,7 @@ from webapp.datasets import files
 from webapp.datasets.models import Dataset, ImportStatus, RecipeImport
 from webapp.experiments.artifacts import artifact_root
 from webapp.experiments.models import Experiment, Run, RunKind, RunStatus, Sweep
-from webapp.experiments.services import checkpoint_dir
+from webapp.experiments.run_files import checkpoint_dir
 from webapp.ingestion.models import Checkpoint, Trajectory
 from webapp.mlflow_api.traces import TRACE_ENDPOINTS
 from webapp.mlflow_api.views import ENDPOINTS

@@ -19,7 +19,7 @@ from tests.tasks_lib.test_validate import good_row, only
 from tests.xdist_workers import PORT_SLICE, free_port
 from trainer.config import RunConfig
 from webapp.accounts.models import ApiToken
-from webapp.experiments.confine import ConfigRefused, confined, model_folder
+from webapp.experiments.acceptance import Refused, confined, model_folder
 
 
 def _with_prompt(tmp_path: Path, prompt: pa.Array) -> Path:
@@ -80,7 +80,7 @@ def test_a_symlink_in_the_models_folder_that_points_outside_it_is_refused(
     config = RunConfig.from_preset("grpo", name="symlink", task="gsm8k").with_overrides(
         **{"model.path": "escape"}
     )
-    with pytest.raises(ConfigRefused) as refused:
+    with pytest.raises(Refused) as refused:
         confined(config)
     assert refused.value.problems[0][0] == "model.path"
 

@@ -42,7 +42,7 @@ from trainer.contract import (
     to_floats,
 )
 from trainer.mdp import Trajectory
-from trainer.report.reporters import Reporter, checkpoint_record
+from trainer.report.reporters import Reporter
 from trainer.report.retry import (
     POLICY,
     RETRYABLE,
@@ -208,16 +208,7 @@ class HttpReporter(Reporter):
         if full:
             self._wake.set()
 
-    def log_checkpoint(
-        self,
-        step: int,
-        path: str,
-        metrics: Mapping[str, float] | None = None,
-        *,
-        size_bytes: int | None = None,
-        deleted: bool = False,
-    ) -> None:
-        record = checkpoint_record(step, path, metrics, size_bytes=size_bytes, deleted=deleted)
+    def record_checkpoint(self, record: CheckpointRecord) -> None:
         with self._lock:
             self._cut_all_locked()
             self._spool_locked("checkpoints", record)

@@ -48,15 +48,6 @@ console_logger = logging.getLogger("trainer.console")
 # -- the interface --------------------------------------------------------------------------------
 
 
-def checkpoint_record(
-    step: int, path: str, metrics: Mapping[str, float] | None, *, size_bytes: int | None, deleted: bool
-) -> CheckpointRecord:
-    """What every reporter's ``log_checkpoint`` records: the wire model, metrics made JSON-safe."""
-    return CheckpointRecord(
-        step=step, path=str(path), metrics=to_floats(metrics or {}), size_bytes=size_bytes, deleted=deleted
-    )
-
-
 class Reporter(ABC):
     """Where the training loop sends what happens. All methods are called from the training thread."""
 
@@ -75,7 +66,6 @@ class Reporter(ABC):
     @abstractmethod
     def log_text(self, text: str) -> None: ...
 
-    @abstractmethod
     def log_checkpoint(
         self,
         step: int,
@@ -85,7 +75,22 @@ class Reporter(ABC):
         size_bytes: int | None = None,
         deleted: bool = False,
     ) -> None:
-        """A checkpoint saved at ``step`` (its size in bytes), or one the trainer ``deleted`` since."""
+        """A checkpoint saved at ``step`` (its size in bytes), or one the trainer ``deleted`` since.
+
+        Every reporter records the same wire model (metrics made JSON-safe): it is built here once
+        and handed to :meth:`record_checkpoint`."""
+        record = CheckpointRecord(
+            step=step,
+            path=str(path),
+            metrics=to_floats(metrics or {}),
+            size_bytes=size_bytes,
+            deleted=deleted,
+        )
+        self.record_checkpoint(record)
+
+    @abstractmethod
+    def record_checkpoint(self, record: CheckpointRecord) -> None:
+        """Keep or send one checkpoint record (what :meth:`log_checkpoint` built)."""
 
     def log_token_signals(self, steps: Sequence[StepSignalsWire]) -> None:  # noqa: B027
         """Per-token signals of steps already reported with their trajectories (a backend whose update
@@ -140,16 +145,9 @@ class ConsoleReporter(Reporter):
     def log_text(self, text: str) -> None:
         console_logger.info("%s", text.rstrip("\n"))
 
-    def log_checkpoint(
-        self,
-        step: int,
-        path: str,
-        metrics: Mapping[str, float] | None = None,
-        *,
-        size_bytes: int | None = None,
-        deleted: bool = False,
-    ) -> None:
-        console_logger.info("checkpoint %s at step %d: %s", "deleted" if deleted else "saved", step, path)
+    def record_checkpoint(self, record: CheckpointRecord) -> None:
+        state = "deleted" if record.deleted else "saved"
+        console_logger.info("checkpoint %s at step %d: %s", state, record.step, record.path)
 
     def close(self) -> None:
         if self._bar is not None:
@@ -201,16 +199,7 @@ class JsonlReporter(Reporter):
     def log_text(self, text: str) -> None:
         self._write("log", {"text": text})
 
-    def log_checkpoint(
-        self,
-        step: int,
-        path: str,
-        metrics: Mapping[str, float] | None = None,
-        *,
-        size_bytes: int | None = None,
-        deleted: bool = False,
-    ) -> None:
-        record = checkpoint_record(step, path, metrics, size_bytes=size_bytes, deleted=deleted)
+    def record_checkpoint(self, record: CheckpointRecord) -> None:
         self._write("checkpoint", record)
 
     def close(self) -> None:
@@ -263,19 +252,10 @@ class MemoryReporter(Reporter):
     def log_text(self, text: str) -> None:
         self.texts.append(text)
 
-    def log_checkpoint(
-        self,
-        step: int,
-        path: str,
-        metrics: Mapping[str, float] | None = None,
-        *,
-        size_bytes: int | None = None,
-        deleted: bool = False,
-    ) -> None:
-        record = checkpoint_record(step, path, metrics, size_bytes=size_bytes, deleted=deleted)
+    def record_checkpoint(self, record: CheckpointRecord) -> None:
         self.checkpoint_records.append(record)
-        if not deleted:
-            self.checkpoints.append((step, path, record.metrics))
+        if not record.deleted:
+            self.checkpoints.append((record.step, record.path, record.metrics))
 
     def close(self) -> None:
         self.closed = True
@@ -315,17 +295,9 @@ class MultiReporter(Reporter):
         for reporter in self.reporters:
             reporter.log_text(text)
 
-    def log_checkpoint(
-        self,
-        step: int,
-        path: str,
-        metrics: Mapping[str, float] | None = None,
-        *,
-        size_bytes: int | None = None,
-        deleted: bool = False,
-    ) -> None:
+    def record_checkpoint(self, record: CheckpointRecord) -> None:
         for reporter in self.reporters:
-            reporter.log_checkpoint(step, path, metrics, size_bytes=size_bytes, deleted=deleted)
+            reporter.record_checkpoint(record)
 
     def close(self) -> None:
         # Close every reporter even when one fails, so the HTTP reporter still flushes.

@@ -148,6 +148,11 @@ class StudioClient:
             return None
         return response.json()
 
+    def team_call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """The object a call on one of the team's paths answers (most operations)."""
+        result: dict[str, Any] = self.call(method, self.team_path(path), **kwargs)
+        return result
+
     # -- the operations -----------------------------------------------------------------------
 
     def whoami(self) -> list[dict[str, Any]]:
@@ -155,7 +160,7 @@ class StudioClient:
         return result
 
     def find_dataset(self, sha256: str) -> dict[str, Any] | None:
-        page = self.call("GET", self.team_path("/datasets"), params={"sha256": sha256})
+        page = self.team_call("GET", "/datasets", params={"sha256": sha256})
         return page["items"][0] if page["items"] else None
 
     def upload_dataset(self, path: Path, name: str, progress: Callable[[int], None]) -> dict[str, Any]:
@@ -163,14 +168,10 @@ class StudioClient:
             files = {"file": (path.name, ProgressReader(handle, progress), "application/vnd.apache.parquet")}
             data = {"name": name} if name else {}
             # The server validates before it answers: a large file takes a while after the last byte.
-            result: dict[str, Any] = self.call(
-                "POST", self.team_path("/datasets"), files=files, data=data, timeout=None
-            )
-        return result
+            return self.team_call("POST", "/datasets", files=files, data=data, timeout=None)
 
     def create_experiment(self, body: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = self.call("POST", self.team_path("/experiments"), json=body)
-        return result
+        return self.team_call("POST", "/experiments", json=body)
 
     def launch(self, experiment_id: int) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self.call(
@@ -180,47 +181,36 @@ class StudioClient:
 
     def runs(self, **filters: Any) -> dict[str, Any]:
         chosen = {k: v for k, v in filters.items() if v not in (None, "")}
-        result: dict[str, Any] = self.call("GET", self.team_path("/runs"), params=chosen)
-        return result
+        return self.team_call("GET", "/runs", params=chosen)
 
     def run(self, run_id: int) -> dict[str, Any]:
-        result: dict[str, Any] = self.call("GET", self.team_path(f"/runs/{run_id}"))
-        return result
+        return self.team_call("GET", f"/runs/{run_id}")
 
     def cancel(self, run_id: int) -> dict[str, Any]:
-        result: dict[str, Any] = self.call("POST", self.team_path(f"/runs/{run_id}/cancel"))
-        return result
+        return self.team_call("POST", f"/runs/{run_id}/cancel")
 
     def logs(self, run_id: int, after: int = -1) -> dict[str, Any]:
-        result: dict[str, Any] = self.call(
-            "GET", self.team_path(f"/runs/{run_id}/logs"), params={"after": after}
-        )
-        return result
+        return self.team_call("GET", f"/runs/{run_id}/logs", params={"after": after})
 
     def curve(self, run_id: int, key: str) -> dict[str, Any]:
-        series = self.call("GET", self.team_path(f"/runs/{run_id}/metrics/curve"), params={"keys": key})
+        series = self.team_call("GET", f"/runs/{run_id}/metrics/curve", params={"keys": key})
         result: dict[str, Any] = series["series"][0]
         return result
 
     def experiment(self, experiment_id: int) -> dict[str, Any]:
-        result: dict[str, Any] = self.call("GET", self.team_path(f"/experiments/{experiment_id}"))
-        return result
+        return self.team_call("GET", f"/experiments/{experiment_id}")
 
     def sweeps(self, page: int = 1) -> dict[str, Any]:
-        result: dict[str, Any] = self.call("GET", self.team_path("/sweeps"), params={"page": page})
-        return result
+        return self.team_call("GET", "/sweeps", params={"page": page})
 
     def create_sweep(self, spec: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = self.call("POST", self.team_path("/sweeps"), json=spec)
-        return result
+        return self.team_call("POST", "/sweeps", json=spec)
 
     def sweep(self, sweep_id: int) -> dict[str, Any]:
-        result: dict[str, Any] = self.call("GET", self.team_path(f"/sweeps/{sweep_id}"))
-        return result
+        return self.team_call("GET", f"/sweeps/{sweep_id}")
 
     def cancel_sweep(self, sweep_id: int) -> dict[str, Any]:
-        result: dict[str, Any] = self.call("POST", self.team_path(f"/sweeps/{sweep_id}/cancel"))
-        return result
+        return self.team_call("POST", f"/sweeps/{sweep_id}/cancel")
 
     def import_run(
         self, dumps: list[Path], metrics: Path | None, experiment: str, name: str
@@ -235,13 +225,10 @@ class StudioClient:
             if metrics is not None and metrics_handle is not None:
                 files.append(("metrics", (metrics.name, metrics_handle, "application/x-ndjson")))
             data = {"experiment": experiment, "name": name}
-            result: dict[str, Any] = self.call(
-                "POST", self.team_path("/imports"), files=files, data=data, timeout=None
-            )
+            return self.team_call("POST", "/imports", files=files, data=data, timeout=None)
         finally:
             for handle in [*handles, *([metrics_handle] if metrics_handle else [])]:
                 handle.close()
-        return result
 
     def watch(
         self, run_id: int, key: str, every_s: float = 2.0

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from trainer.tools import builtin as _builtin  # noqa: F401  (registers the built-in tools)
-from trainer.tools.base import TOOLS, BaseTool, ToolResult, check_tool_definition, run_tool_call
+from trainer.tools.base import (
+    TOOLS,
+    BaseTool,
+    ToolResult,
+    check_tool_definition,
+    one_string_parameter,
+    run_tool_call,
+)
 from trainer.tools.formats import FORMATS, HermesFormat, ToolCallFormat
 from trainer.tools.http import HttpTool, HttpToolError, HttpToolSpec, register_http_tool
 
@@ -18,6 +25,7 @@ __all__ = [
     "ToolCallFormat",
     "ToolResult",
     "check_tool_definition",
+    "one_string_parameter",
     "register_http_tool",
     "run_tool_call",
 ]

@@ -38,6 +38,16 @@ class ToolResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+def one_string_parameter(name: str, description: str) -> dict[str, Any]:
+    """The ``parameters`` of a tool that takes one required string argument and nothing else."""
+    return {
+        "type": "object",
+        "properties": {name: {"type": "string", "description": description}},
+        "required": [name],
+        "additionalProperties": False,
+    }
+
+
 def check_tool_definition(name: str, parameters: Mapping[str, Any]) -> None:
     """Raise ValueError unless ``name`` is a valid function name and ``parameters`` an object schema."""
     if not _NAME_PATTERN.match(name):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.tools.base import TOOLS, BaseTool, ToolResult
+from trainer.tools.base import TOOLS, BaseTool, ToolResult, one_string_parameter
 
 
 @TOOLS.register("echo")
@@ -13,12 +13,7 @@ class EchoTool(BaseTool):
 
     name = "echo"
     description = "Return the given text unchanged."
-    parameters = {
-        "type": "object",
-        "properties": {"text": {"type": "string", "description": "The text to return."}},
-        "required": ["text"],
-        "additionalProperties": False,
-    }
+    parameters = one_string_parameter("text", "The text to return.")
 
     async def execute(self, args: dict[str, Any], **ctx: Any) -> ToolResult:
         return ToolResult(text=args["text"])

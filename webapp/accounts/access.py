@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
+from django.shortcuts import get_object_or_404
 
 from webapp.accounts.models import Membership, Role, Team
 
@@ -29,3 +30,9 @@ def get_team_for_user(request: HttpRequest, team_slug: str, *, role: str = Role.
     if not membership.allows(role):
         raise PermissionDenied(f"This needs the {role} role in {membership.team.name}.")
     return membership.team
+
+
+def get_member_for_owner(request: HttpRequest, team_slug: str, pk: int) -> Membership:
+    """A membership (with its user and team) of the team named by the URL, for one of its owners to change."""
+    team = get_team_for_user(request, team_slug, role=Role.OWNER)
+    return get_object_or_404(Membership.objects.select_related("user", "team"), pk=pk, team=team)

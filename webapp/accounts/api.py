@@ -13,7 +13,7 @@ from django.utils import timezone
 from ninja import Field, Router, Schema, Status
 from ninja.errors import HttpError
 
-from webapp.accounts.access import get_team_for_user
+from webapp.accounts.access import get_member_for_owner, get_team_for_user
 from webapp.accounts.models import ApiToken, LastOwner, Membership, Role
 from webapp.accounts.token_auth import UserTokenAuth
 from webapp.api import FieldError, StrictSchema
@@ -63,10 +63,9 @@ def add_member(request: HttpRequest, team_slug: str, body: MemberAdd) -> Any:
 
 @router.patch("/{team_slug}/members/{int:pk}", response=MemberOut, summary="Change a role (owners)")
 def change_member(request: HttpRequest, team_slug: str, pk: int, body: MemberChange) -> Any:
-    team = get_team_for_user(request, team_slug, role=Role.OWNER)
-    membership = get_object_or_404(Membership.objects.select_related("user"), pk=pk, team=team)
+    membership = get_member_for_owner(request, team_slug, pk)
     try:
-        team.change_role(membership, body.role)
+        membership.team.change_role(membership, body.role)
     except LastOwner as error:
         raise HttpError(409, str(error)) from None
     membership.refresh_from_db()
@@ -75,10 +74,9 @@ def change_member(request: HttpRequest, team_slug: str, pk: int, body: MemberCha
 
 @router.delete("/{team_slug}/members/{int:pk}", response={204: None}, summary="Remove a member (owners)")
 def remove_member(request: HttpRequest, team_slug: str, pk: int) -> Any:
-    team = get_team_for_user(request, team_slug, role=Role.OWNER)
-    membership = get_object_or_404(Membership.objects.select_related("user"), pk=pk, team=team)
+    membership = get_member_for_owner(request, team_slug, pk)
     try:
-        team.remove_member(membership)
+        membership.team.remove_member(membership)
     except LastOwner as error:
         raise HttpError(409, str(error)) from None
     return Status(204, None)

@@ -7,7 +7,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from webapp.accounts.access import get_membership, get_team_for_user
+from webapp.accounts.access import get_member_for_owner, get_membership, get_team_for_user
 from webapp.accounts.forms import (
     AddMemberForm,
     ApiTokenForm,
@@ -17,7 +17,7 @@ from webapp.accounts.forms import (
     TeamForm,
 )
 from webapp.accounts.middleware import SESSION_KEY
-from webapp.accounts.models import ApiToken, LastOwner, Membership, Role, Team
+from webapp.accounts.models import ApiToken, LastOwner, Role, Team
 
 
 @login_required
@@ -99,8 +99,8 @@ def member_create(request: HttpRequest, team_slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def member_role(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
-    team = get_team_for_user(request, team_slug, role=Role.OWNER)
-    membership = get_object_or_404(Membership.objects.select_related("user"), pk=pk, team=team)
+    membership = get_member_for_owner(request, team_slug, pk)
+    team = membership.team
     form = RoleForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Choose owner, member or viewer.")
@@ -117,8 +117,8 @@ def member_role(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
 @login_required
 @require_POST
 def member_remove(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
-    team = get_team_for_user(request, team_slug, role=Role.OWNER)
-    membership = get_object_or_404(Membership.objects.select_related("user"), pk=pk, team=team)
+    membership = get_member_for_owner(request, team_slug, pk)
+    team = membership.team
     try:
         team.remove_member(membership)
     except LastOwner as error:

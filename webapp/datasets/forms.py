@@ -36,7 +36,9 @@ class UploadForm(forms.Form):
 
 
 class RecipeForm(forms.Form):
-    task = forms.ChoiceField(help_text="The built-in recipe whose prepare step writes the dataset.")
+    task = forms.ChoiceField(
+        label="Recipe", help_text="The built-in recipe whose prepare step writes the dataset."
+    )
     size = forms.IntegerField(
         min_value=2, max_value=100_000, initial=64, required=False,
         help_text="Items to make (generated recipes: arithmetic, webshop; others use at most what their "

@@ -3,6 +3,8 @@ outside the caller's teams are 404 and writes need the member role (403 for view
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -10,33 +12,27 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
-from pydantic import ValidationError
 
-from tasks_lib.registry import load_recipes
-from trainer.backends import BACKENDS
-from trainer.config import RunConfig, flatten_paths, validation_errors
+from trainer.config import RunConfig, flatten_paths
 from trainer.contract import IDEMPOTENCY_HEADER, INT4_MAX
-from trainer.registry import RegistryError
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.token_auth import UserTokenAuth
 from webapp.api import FieldError, Page, PageParams, StrictSchema, paginate
 from webapp.datasets.models import DATASET_REF_PREFIX
 from webapp.experiments import services
-from webapp.experiments.access import get_experiment_for_user, get_run_for_user
-from webapp.experiments.checks import refusals, with_dataset_rewards
-from webapp.experiments.confine import ConfigRefused, confined
-from webapp.experiments.logs import TAIL_BYTES, log_tail
-from webapp.experiments.models import Experiment, Run
-from webapp.experiments.services import (
+from webapp.experiments.acceptance import (
     MAX_DESCRIPTION_LENGTH,
     MAX_NAME_LENGTH,
     MAX_SEEDS,
+    Refused,
     Seed,
-    creation_problems,
+    accept,
 )
+from webapp.experiments.access import get_experiment_for_user, get_run_for_user
+from webapp.experiments.logs import TAIL_BYTES, log_tail
+from webapp.experiments.models import LAUNCH_KEY, Experiment, LaunchRefused, NameTaken, Run, Unchangeable
 from webapp.experiments.tasks import cancel_run
 from webapp.retention.accounting import storage_of
-from webapp.retention.policy import Retention
 from webapp.retention.schemas import RetentionIn, StorageOut
 
 # What the experiment form opens with when no model is chosen (the built-in, offline one).
@@ -175,59 +171,31 @@ def create_experiment(request: HttpRequest, team_slug: str, body: ExperimentCrea
     team = get_team_for_user(request, team_slug, role="member")
     if len(set(body.seeds)) != len(body.seeds):
         raise FieldError([("seeds", "each seed may appear once")])
-    config = checked_config(team, body.mapping())
+    config = accepted(team, body.mapping())
     retention = body.retention.policy() if body.retention is not None else None
-    return Status(
-        201, _created(team, request.user, config, body.seeds, body.description, retention=retention)
-    )
-
-
-def checked_config(team: Any, mapping: dict[str, Any]) -> RunConfig:
-    """A RunConfig from JSON fields, with every check a new experiment passes; FieldError names the
-    field (400 not a valid config, 422 a valid one naming what this team cannot use)."""
-    tasks = load_recipes()  # their defaults sit under the body's values (RunConfig.from_preset's rule)
-    try:
-        config = confined(RunConfig.from_mapping(mapping))
-        problems = creation_problems(config, tasks.names()) or BACKENDS.get(config.backend).check(config)
-    except ConfigRefused as refused:
-        raise FieldError(refused.problems, prefix="config.") from None
-    except ValidationError as error:
-        raise FieldError(_flat(validation_errors(error)), prefix="config.") from None
-    except (ValueError, RegistryError) as error:
-        raise HttpError(400, f"config: {error}") from None
-    except ImportError as error:
-        raise HttpError(
-            400, f"config: backend {config.backend} cannot be checked on this server ({error})"
-        ) from None
-    if problems:
-        raise FieldError(problems, prefix="config.")
-    # Valid as a config, but naming what this team cannot use: it could never run (422, the field path).
-    config = with_dataset_rewards(team, config)
-    found = refusals(team, config)
-    if found:
-        raise FieldError(_flat(found), prefix="config.", status=422)
-    return config
-
-
-def _created(
-    team: Any,
-    user: Any,
-    config: RunConfig,
-    seeds: list[int],
-    description: str,
-    source: Experiment | None = None,
-    retention: Retention | None = None,
-) -> Experiment:
-    try:
-        return services.create_experiment(
-            team, user, config, seeds, description=description, cloned_from=source, retention=retention
+    with answer_conflicts():
+        made = Experiment.create(
+            team, request.user, config, body.seeds, description=body.description, retention=retention
         )
-    except services.NameTaken as taken:
-        raise HttpError(409, str(taken)) from None
+    return Status(201, made)
 
 
-def _flat(errors: dict[str, list[str]]) -> list[tuple[str, str]]:
-    return [(path, message) for path, messages in errors.items() for message in messages]
+def accepted(team: Any, mapping: dict[str, Any]) -> RunConfig:
+    """The config accept returns; its refusals as the API's FieldError on ``config.<path>``: 400 not a
+    valid config, 422 a valid one naming what this team cannot use (docs/api.md#errors)."""
+    try:
+        return accept(team, mapping)
+    except Refused as refused:
+        raise FieldError(refused.problems, prefix="config.", status=422 if refused.valid else 400) from None
+
+
+@contextmanager
+def answer_conflicts() -> Iterator[None]:
+    """A model call refused by the state it finds: 409, its message."""
+    try:
+        yield
+    except (NameTaken, Unchangeable, LaunchRefused) as conflict:
+        raise HttpError(409, str(conflict)) from None
 
 
 @router.get("/{team_slug}/experiments/{int:pk}", response=ExperimentOut, summary="One experiment")
@@ -238,26 +206,18 @@ def experiment(request: HttpRequest, team_slug: str, pk: int) -> Experiment:
 @router.patch("/{team_slug}/experiments/{int:pk}", response=ExperimentOut, summary="Change an experiment")
 def change_experiment(request: HttpRequest, team_slug: str, pk: int, body: ExperimentChange) -> Experiment:
     found = get_experiment_for_user(request, team_slug, pk, write=True)
-    if (body.config is not None or body.seeds is not None) and found.runs.exists():
-        raise HttpError(409, f"{found.name} has runs: its config and seeds stay as launched; clone it")
+    changes_config = body.config is not None or body.seeds is not None
+    if changes_config and found.frozen_because():
+        raise HttpError(409, found.frozen_because())
     if body.seeds is not None and len(set(body.seeds)) != len(body.seeds):
         raise FieldError([("seeds", "each seed may appear once")])
-    if found.external and body.config is not None:
-        raise HttpError(409, f"{found.name} was logged through MLflow: it has no config to change")
     config = None
-    if body.config is not None or body.name is not None:
-        mapping = flatten_paths(found.config) if not found.external else {}
-        mapping.update(flatten_paths(body.config or {}))
-        if body.name is not None:
-            mapping["name"] = body.name
-        if not found.external:
-            config = checked_config(found.team, mapping)
-    try:
-        services.change_experiment(
-            found, config=config, name=body.name, description=body.description, seeds=body.seeds
-        )
-    except services.NameTaken as taken:
-        raise HttpError(409, str(taken)) from None
+    if not found.external and (body.config is not None or body.name is not None):
+        mapping = {**flatten_paths(found.config), **flatten_paths(body.config or {})}
+        mapping.update({"name": body.name} if body.name is not None else {})
+        config = accepted(found.team, mapping)
+    with answer_conflicts():
+        found.change(config=config, name=body.name, description=body.description, seeds=body.seeds)
     return found
 
 
@@ -272,8 +232,17 @@ def clone_experiment(request: HttpRequest, team_slug: str, pk: int, body: Experi
     mapping = flatten_paths(source.config)
     mapping.update(flatten_paths(body.config))
     mapping["name"] = body.name or f"{source.name} (clone)"[:MAX_NAME_LENGTH]
-    config = checked_config(source.team, mapping)
-    return Status(201, _created(source.team, request.user, config, source.seeds, source.description, source))
+    config = accepted(source.team, mapping)
+    with answer_conflicts():
+        made = Experiment.create(
+            source.team,
+            request.user,
+            config,
+            source.seeds,
+            description=source.description,
+            cloned_from=source,
+        )
+    return Status(201, made)
 
 
 @router.delete(
@@ -293,16 +262,16 @@ def delete_experiment(request: HttpRequest, team_slug: str, pk: int) -> Any:
 def launch(request: HttpRequest, team_slug: str, pk: int, response: HttpResponse) -> Any:
     """One queued run per seed; the launcher (a Celery task) starts each. With an `Idempotency-Key`
     header (up to 64 letters, digits, `-`, `_`) the same key again answers the same runs, with
-    `Idempotent-Replayed: true`. 409 while runs of the same seeds are still queued or running."""
+    `Idempotent-Replayed: true`. 409 while runs of the same seeds are still queued or running, or
+    when its stored config is no longer accepted (a dataset deleted since), naming the field."""
     found = get_experiment_for_user(request, team_slug, pk, write=True)
     key = request.headers.get(IDEMPOTENCY_HEADER, "")
-    if key and not services.LAUNCH_KEY.match(key):
+    if key and not LAUNCH_KEY.match(key):
         raise HttpError(400, f"{IDEMPOTENCY_HEADER}: up to 64 letters, digits, '-' or '_'")
     try:
-        launched = services.launch_once(found, key)
-    except services.LaunchRefused as refused:
-        raise HttpError(409, str(refused)) from None
-    except ConfigRefused as refused:  # a config stored before the server-path rules were
+        with answer_conflicts():
+            launched = found.launch(key)
+    except Refused as refused:
         raise FieldError(refused.problems, prefix="config.", status=409) from None
     if launched.replayed:
         response["Idempotent-Replayed"] = "true"

@@ -9,7 +9,7 @@ from typing import Any
 from trainer.config import RunConfig
 from webapp.accounts.models import Team
 from webapp.datasets.models import Dataset, RecipeImport
-from webapp.experiments import services
+from webapp.experiments.acceptance import accept
 from webapp.experiments.models import Experiment, Run
 
 DEMO_RECIPE = "arithmetic"
@@ -33,20 +33,19 @@ def import_recipe(
     return {d.name.split()[1]: d for d in recipe_import.datasets.all() if d.is_usable}, ""
 
 
-def demo_config(datasets: dict[str, Dataset]) -> RunConfig:
-    from tasks_lib.registry import load_recipes
-
-    load_recipes()  # the arithmetic recipe's defaults sit under the values below
+def demo_config(team: Team, datasets: dict[str, Dataset]) -> RunConfig:
+    """The demo's config, accepted for ``team`` as any experiment's is (acceptance.Refused otherwise)."""
     # Nothing but what names the demo: the settings are the ones the New-experiment form starts
     # from, the preset's for a model of SmolLM2's size under the recipe's (docs/presets.md).
-    overrides = {
+    fields = {
+        "preset": "grpo",
         "task": DEMO_RECIPE,
         "name": DEMO_NAME,
         "model.path": "smollm2-135m-instruct",
         "data.train_path": datasets["train"].reference,
         "data.val_path": datasets["val"].reference if "val" in datasets else None,
     }
-    return RunConfig.from_preset("grpo", **overrides)
+    return accept(team, fields)
 
 
 def demo_experiment(team: Team, user: Any, datasets: dict[str, Dataset]) -> Experiment:
@@ -54,9 +53,8 @@ def demo_experiment(team: Team, user: Any, datasets: dict[str, Dataset]) -> Expe
     existing = Experiment.objects.filter(team=team, name=DEMO_NAME).first()
     if existing is not None:
         return existing
-    return services.create_experiment(
-        team, user, demo_config(datasets), [1], description="The first run: one click on Launch."
-    )
+    config = demo_config(team, datasets)
+    return Experiment.create(team, user, config, [1], description="The first run: one click on Launch.")
 
 
 def demo_datasets(team: Team, user: Any) -> tuple[dict[str, Dataset], str]:
@@ -71,4 +69,4 @@ def start_demo(team: Team, user: Any) -> Run:
         raise ValueError(
             f"the {DEMO_RECIPE} recipe could not prepare its datasets: {problem or 'no train split'}"
         )
-    return services.launch(demo_experiment(team, user, datasets))[0]
+    return demo_experiment(team, user, datasets).launch().runs[0]

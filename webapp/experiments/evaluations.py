@@ -4,8 +4,9 @@ split with k samples per prompt (docs/evaluations.md).
 An evaluation is a :class:`Run` of kind ``evaluation`` (docs/evaluations.md#an-evaluation-is-a-run):
 its frozen config is the experiment's with ``evaluation.enabled`` and the checkpoint's folder, so the
 launcher, the claim, the run token, the reaper, the logs and the rollout viewer serve it unchanged.
-What cannot run is refused here, before anything is made: a deleted checkpoint, a split that is not
-a usable dataset of the team, a backend that does not evaluate.
+What cannot run is refused here, before anything is made: a deleted checkpoint, and whatever
+webapp.experiments.acceptance.accept refuses in the evaluation's config (a split that is not a usable
+dataset of the team or does not fit the task, a backend that does not evaluate).
 
 The form's view (reached from the run page's checkpoint list and the experiment page) sits beside the
 one service function it calls; the REST API is webapp.experiments.evaluations_api.
@@ -24,9 +25,8 @@ from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from pydantic import ValidationError
 
-from trainer.config import RunConfig, validation_errors
+from trainer.config import RunConfig, flatten_paths
 from trainer.contract import (
     EVAL_ACC,
     EVAL_KEYS,
@@ -35,17 +35,15 @@ from trainer.contract import (
     EVAL_PROMPTS,
     EVAL_REWARD_MEAN,
 )
-from trainer.registry import RegistryError
 from webapp.accounts.models import Team
+from webapp.experiments.acceptance import MAX_NAME_LENGTH, Refused, accept
 from webapp.experiments.access import get_experiment_for_user
-from webapp.experiments.checks import refusals, with_dataset_rewards
-from webapp.experiments.confine import ConfigRefused, confined
-from webapp.experiments.models import Experiment, Run, RunKind
+from webapp.experiments.models import LAUNCH_KEY, RUN_NAME_MAX, Experiment, Run, RunKind
 
 MAX_K = 64  # samples per prompt
 MAX_ROWS = 100_000
 MAX_TEMPERATURE = 2.0
-RUN_NAME_MAX = 250
+SPLIT_PATHS = ("data.train_path", "data.val_path")  # an evaluation's config names its split in both
 
 
 class EvaluationRefused(ValueError):
@@ -66,7 +64,7 @@ class EvaluationSettings:
 
 def split_choices(experiment: Experiment) -> list[tuple[str, str]]:
     """The datasets an evaluation may score: the experiment's validation and training splits first,
-    then the team's other usable datasets."""
+    then the team's other usable datasets that fit its task."""
     from webapp.datasets.models import Dataset
 
     data = (experiment.config.get("data") or {}) if isinstance(experiment.config, dict) else {}
@@ -74,6 +72,8 @@ def split_choices(experiment: Experiment) -> list[tuple[str, str]]:
     choices: list[tuple[str, str]] = []
     others: list[tuple[str, str]] = []
     for dataset in Dataset.offered_to(experiment.team).order_by("-created", "-id"):
+        if dataset.task_mismatch(experiment.task) is not None:
+            continue
         role = own.get(dataset.reference)
         label = (
             f"{dataset.name} ({dataset.reference}, the experiment's {role})"
@@ -94,26 +94,32 @@ def default_split(experiment: Experiment) -> str:
 def evaluation_config(
     experiment: Experiment, settings: EvaluationSettings, checkpoint: str | None
 ) -> RunConfig:
-    """The experiment's config as an evaluation: the split as its one dataset, k samples, no saving."""
-    problems: list[tuple[str, str]] = []
-    try:
-        base = confined(RunConfig.model_validate(experiment.config))
-        config = base.with_overrides(**{
-            "evaluation.enabled": True, "evaluation.checkpoint": checkpoint,
+    """The experiment's config as an evaluation: the split as its one dataset, k samples, no saving;
+    accepted as every config is, else EvaluationRefused."""
+    fields = flatten_paths(experiment.config)
+    fields.update(
+        {
+            "evaluation.enabled": True,
+            "evaluation.checkpoint": checkpoint,
             # Both data paths name the split: the trainer reads and downloads data.val_path only.
-            "data.train_path": settings.dataset, "data.val_path": settings.dataset,
-            "data.val_max_samples": settings.max_rows, "rollout.n": settings.k,
-            "rollout.temperature": settings.temperature, "trainer.save_every": 0,
-            "trainer.checkpoint_dir": None, "trainer.resume": False, "trainer.keep_checkpoints": None,
-        })  # fmt: skip
-    except ConfigRefused as refused:
-        raise EvaluationRefused(refused.problems) from None
-    except ValidationError as error:
-        problems = [(path, " ".join(msgs)) for path, msgs in validation_errors(error).items()]
-        raise EvaluationRefused(problems) from None
-    except (ValueError, RegistryError) as error:
-        raise EvaluationRefused([("config", str(error))]) from None
-    return config
+            "data.train_path": settings.dataset,
+            "data.val_path": settings.dataset,
+            "data.val_max_samples": settings.max_rows,
+            "rollout.n": settings.k,
+            "rollout.temperature": settings.temperature,
+            "trainer.save_every": 0,
+            "trainer.checkpoint_dir": None,
+            "trainer.resume": False,
+            "trainer.keep_checkpoints": None,
+        }
+    )
+    try:
+        return accept(experiment.team, fields, evaluation=True)
+    except Refused as refused:
+        # Both data paths name the split: one message is enough, on the form's field.
+        split = [message for path, message in refused.problems if path in SPLIT_PATHS]
+        others = [(path, message) for path, message in refused.problems if path not in SPLIT_PATHS]
+        raise EvaluationRefused(([("dataset", split[0])] if split else []) + others) from None
 
 
 def create_evaluation(
@@ -122,8 +128,7 @@ def create_evaluation(
 ) -> Run:  # fmt: skip
     """A queued evaluation of ``source``'s checkpoint of ``step`` (none: the base model) on the
     split; EvaluationRefused, with nothing made, when it could not run."""
-    from webapp.experiments.checkpoints import checkpoint_folder
-    from webapp.experiments.services import LAUNCH_KEY
+    from webapp.experiments.run_files import checkpoint_folder
     from webapp.experiments.tasks import launch_run
 
     team = experiment.team
@@ -149,13 +154,6 @@ def create_evaluation(
                 [("step", f"the checkpoint of step {step} has no weights on disk any more")]
             )
     config = evaluation_config(experiment, settings, str(folder) if folder else None)
-    config = with_dataset_rewards(team, config)
-    found = refusals(team, config)
-    if found:
-        # Both data paths name the split: one message is enough, on the form's field.
-        split = found.pop("data.train_path", []) + found.pop("data.val_path", [])
-        problems = [("dataset", split[0])] if split else []
-        raise EvaluationRefused(problems + [(path, " ".join(msgs)) for path, msgs in found.items()])
     what = f"{source.name or f'run {source.pk}'} · step {step}" if source is not None else "base model"
     with transaction.atomic():
         run = Run.objects.create(
@@ -163,7 +161,7 @@ def create_evaluation(
             kind=RunKind.EVALUATION, evaluated_run=source, evaluated_step=step if source else None,
             name=f"eval · {what}"[:RUN_NAME_MAX], launch_key=launch_key if LAUNCH_KEY.match(launch_key) else "",
         )  # fmt: skip
-        run.freeze_config(json.loads(config.with_overrides(name=run.name[:200]).to_json()))
+        run.freeze_config(json.loads(config.with_overrides(name=run.name[:MAX_NAME_LENGTH]).to_json()))
         run.enqueue()
         launch_run.delay_on_commit(run.pk)
     return run

@@ -1,8 +1,9 @@
 """The experiment form: a thin layer over RunConfig.
 
 Fields are named by RunConfig's dotted paths and built from its pydantic field definitions (type,
-bounds, help text), so the form cannot drift from the config. Errors come from RunConfig's own
-validation and land on the field whose path they name.
+bounds, help text), so the form cannot drift from the config. What it sends is accepted or refused
+by webapp.experiments.acceptance.accept, as every other way of making an experiment is; each refusal
+lands on the field whose path it names.
 """
 
 from __future__ import annotations
@@ -15,13 +16,11 @@ from django import forms
 from pydantic.fields import FieldInfo
 
 from trainer.backends import BACKENDS
-from trainer.config import RunConfig, _section_model, config_errors, flatten_paths, nest_paths
+from trainer.config import RunConfig, _section_model, flatten_paths
 from trainer.contract import INT4_MAX
 from webapp.accounts.models import Team
-from webapp.experiments.checks import refusals, with_dataset_rewards
-from webapp.experiments.confine import ConfigRefused, confined
+from webapp.experiments.acceptance import MAX_NAME_LENGTH, MAX_SEEDS, Refused, accept
 from webapp.experiments.models import MAX_LABEL_LENGTH
-from webapp.experiments.services import MAX_NAME_LENGTH, MAX_SEEDS
 from webapp.retention.forms import RetentionForm
 
 # Shown in the main form; everything else of RunConfig keeps the preset's value.
@@ -198,15 +197,18 @@ class ExperimentForm(RetentionForm):
 
     def build_config(self) -> RunConfig | None:
         """The RunConfig these fields describe (the form's values over the task recipe's defaults over
-        the preset's, RunConfig.from_preset's rule), or None with the errors put on the fields.
-
-        The task's recipes must be loaded (tasks_lib.registry.load_recipes)."""
+        the preset's, RunConfig.from_preset's rule) as accept returns it, or None with its refusals
+        put on the fields."""
         data = self.cleaned_data
-        overrides = {
+        if data["model_choice"] == "path" and not data["model_path"]:
+            self.add_error("model_path", "Give the folder of a Hugging Face model on the workers.")
+            return None
+        fields = {
             path: data[path] for path in BASIC_PATHS + ADVANCED_PATHS if data.get(path) not in (None, "")
         }
-        overrides.update(
+        fields.update(
             {
+                "preset": data["preset"],
                 "name": data["name"],
                 "task": data["task"],
                 "model.path": data["model_path"] if data["model_choice"] == "path" else data["model_choice"],
@@ -216,53 +218,11 @@ class ExperimentForm(RetentionForm):
                 "trainer.seed": data["seeds"][0],
             }
         )
-        if data["model_choice"] == "path" and not data["model_path"]:
-            self.add_error("model_path", "Give the folder of a Hugging Face model on the workers.")
-            return None
         try:
-            config = RunConfig.from_preset(data["preset"], **overrides)
-        except ValueError:
-            full = flatten_paths(RunConfig.from_preset(data["preset"], task=data["task"]).model_dump())
-            full.update(overrides)
-            self._place_errors(config_errors(nest_paths(full)))
+            return accept(self.team, fields)
+        except Refused as refused:
+            self._place_errors(refused.by_path())
             return None
-        try:
-            config = confined(config)
-        except ConfigRefused as refused:
-            self._place_errors({path: [message] for path, message in refused.problems})
-            return None
-        # The datasets' mappings first, so a mapping to a since-deleted reward is refused too.
-        config = with_dataset_rewards(self.team, config)
-        if not self._team_accepts(config):
-            return None
-        return config if self._backend_accepts(config) else None
-
-    def _team_accepts(self, config: RunConfig) -> bool:
-        """The create-time checks the REST API makes too (webapp.experiments.checks), and the task fit."""
-        from webapp.datasets.models import Dataset
-
-        found = refusals(self.team, config)
-        for path in ("data.train_path", "data.val_path"):
-            dataset = Dataset.resolve(self.team, getattr(config.data, path.split(".")[1]))
-            mismatch = dataset.task_mismatch(config.task) if dataset is not None else None
-            if mismatch:
-                found.setdefault(path, []).append(mismatch)
-        self._place_errors(found)
-        return not found
-
-    def _backend_accepts(self, config: RunConfig) -> bool:
-        """The backend's own deeper check (verl: verl's validate_config), its objections on our fields."""
-        try:
-            problems = BACKENDS.get(config.backend).check(config)
-        except ImportError as error:  # the web host lacks the backend's libraries: nothing can check it
-            self.add_error("backend", f"The {config.backend} backend cannot be checked on this server "
-                                      f"({error}): install its libraries (see docs/recipes.md) or choose another.")  # fmt: skip
-            return False
-        errors: dict[str, list[str]] = {}
-        for path, message in problems:
-            errors.setdefault(path, []).append(message)
-        self._place_errors(errors)
-        return not problems
 
     def _place_errors(self, errors: Mapping[str, list[str]]) -> None:
         aliases = {"data.train_path": "train_dataset", "data.val_path": "val_dataset", "model.path": "model_path",

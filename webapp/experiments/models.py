@@ -9,21 +9,56 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
+import re
 import secrets
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
-from django.db import models
+from django.db import IntegrityError, models, transaction
 from django.db.models import Case, F, Func, Q, Value, When
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from webapp.accounts.models import Team
+from webapp.celery import enqueue_on_commit
+from webapp.experiments.executors import (
+    EXTERNAL_EXECUTOR,
+    executor_of,
+    limited_executors,
+    outside_executors,
+    reaped_executors,
+)
+from webapp.experiments.run_files import checkpoint_dir
 from webapp.guarded import guarded_update
+
+if TYPE_CHECKING:
+    from trainer.config import RunConfig
+    from webapp.retention.policy import Retention
+
+RUN_NAME_MAX = 250
+# The task this module queues, by name (webapp.celery.enqueue_on_commit): webapp/experiments/tasks.py
+# imports this module.
+LAUNCH_RUN_TASK = "webapp.experiments.tasks.launch_run"
+# A launch request's key (the form's hidden field, a REST Idempotency-Key): what fits Run.launch_key.
+LAUNCH_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class NameTaken(ValueError):
+    """The team has an experiment of that name already."""
+
+
+class Unchangeable(ValueError):
+    """The experiment's config and seeds can no longer change; the message says why."""
+
+
+class LaunchRefused(ValueError):
+    """The experiment cannot be launched now; the message says why and what to do."""
 
 
 class Experiment(models.Model):
@@ -68,6 +103,142 @@ class Experiment(models.Model):
             team=team, name=name, defaults={"external": True, "created_by": user}
         )
 
+    @classmethod
+    def create(
+        cls,
+        team: Team,
+        user: Any,
+        config: RunConfig,
+        seeds: list[int],
+        *,
+        description: str = "",
+        cloned_from: Experiment | None = None,
+        retention: Retention | None = None,
+    ) -> Experiment:
+        """A new experiment of a config that webapp.experiments.acceptance.accept returned; NameTaken
+        when the team has one of its name. ``retention``: the policy its runs start with
+        (docs/rollouts.md#retention); None keeps a clone's source's, else everything."""
+        from webapp.retention.models import ExperimentRetention
+        from webapp.retention.policy import Retention
+
+        try:
+            # Race: two requests creating the same name at once; the unique (team, name) constraint
+            # lets one in, and the savepoint keeps the other's transaction usable for its answer.
+            with transaction.atomic():
+                experiment = cls.objects.create(
+                    team=team,
+                    description=description,
+                    seeds=seeds,
+                    created_by=user,
+                    cloned_from=cloned_from,
+                    **_config_fields(config),
+                )
+                if retention is None and cloned_from is not None:  # a clone keeps its source's policy
+                    earlier = ExperimentRetention.objects.filter(experiment=cloned_from).first()
+                    retention = Retention.of(earlier) if earlier is not None else None
+                if retention is not None:
+                    ExperimentRetention.objects.create(experiment=experiment, **retention.fields())
+                return experiment
+        except IntegrityError:
+            raise NameTaken(f"the team already has an experiment named {config.name!r}") from None
+
+    def frozen_because(self) -> str:
+        """Why its config and seeds may no longer change ("" while they may): runs keep the config they
+        were launched with, and an MLflow client's experiment has none."""
+        if self.external:
+            return f"{self.name} was logged through MLflow: it has no config to change"
+        if self.runs.exists():
+            return f"{self.name} has runs: its config and seeds stay as launched; clone it"
+        return ""
+
+    def change(
+        self,
+        *,
+        config: RunConfig | None = None,
+        name: str | None = None,
+        description: str | None = None,
+        seeds: list[int] | None = None,
+    ) -> None:
+        """Save the fields given (None: unchanged); ``config`` one that accept returned. Unchangeable
+        when a config or seeds are given but may no longer change; NameTaken for a name in use."""
+        given = {"name": name, "description": description, "seeds": seeds}
+        changes = _config_fields(config) if config is not None else {}
+        changes.update({field: value for field, value in given.items() if value is not None})
+        try:
+            with transaction.atomic():
+                # Race: a launch while the config changes; the row lock (launch takes it too) orders
+                # them, so no run starts from a config that then changes under its experiment.
+                Experiment.objects.select_for_update().filter(pk=self.pk).first()
+                frozen = self.frozen_because() if config is not None or seeds is not None else ""
+                if frozen:
+                    raise Unchangeable(frozen)
+                # Race: a rename to a name another request takes at once; the unique (team, name)
+                # constraint lets one in, and the savepoint keeps the other's transaction usable.
+                Experiment.objects.filter(pk=self.pk).update(**changes)
+        except IntegrityError:
+            raise NameTaken(f"the team already has an experiment named {changes.get('name')!r}") from None
+        self.refresh_from_db()
+
+    @transaction.atomic
+    def launch(self, launch_key: str = "") -> Launched:
+        """One queued run per seed, each with its own frozen config, the launch tasks sent on commit;
+        at most once per ``launch_key`` (the same key again returns its runs). The stored config is
+        accepted again (acceptance.Refused): a dataset deleted or re-mapped since, or a rule newer
+        than the config, stops it before any run is made. LaunchRefused while runs of the same
+        seeds are still active (docs/reliability.md#launch)."""
+        from webapp.experiments.acceptance import accept
+
+        # Race: two launches of one experiment at once (a double-click, two REST calls): the row lock
+        # makes the second wait for the first to commit, and then see its runs.
+        Experiment.objects.select_for_update().filter(pk=self.pk).first()
+        if launch_key:
+            earlier = list(self.runs.filter(launch_key=launch_key).order_by("pk"))
+            if earlier:
+                return Launched(earlier, replayed=True)
+        base = accept(self.team, self.config)
+        seeds = self.seeds or [base.trainer.seed]
+        launched = self.runs.filter(executor__in=reaped_executors())  # not those reported from outside
+        active = launched.filter(status__in=ACTIVE, seed__in=seeds, kind=RunKind.TRAINING)
+        busy = sorted(set(active.values_list("seed", flat=True)))
+        if busy:
+            raise LaunchRefused(
+                f"this experiment still has runs queued or running for seed(s) {', '.join(map(str, busy))}: "
+                "wait for them to end, or cancel them, before launching it again"
+            )
+        return Launched([self._queue_run(base, seed, launch_key) for seed in seeds], replayed=False)
+
+    def _queue_run(self, base: RunConfig, seed: int, launch_key: str) -> Run:
+        suffix = f" · seed {seed}"
+        run = Run.objects.create(
+            experiment=self,
+            team=self.team,
+            seed=seed,
+            executor=base.executor,
+            name=self.name[: RUN_NAME_MAX - len(suffix)] + suffix,
+            launch_key=launch_key,
+        )
+        config = base.with_overrides(**{"trainer.seed": seed, "trainer.checkpoint_dir": checkpoint_dir(run)})
+        run.freeze_config(json.loads(config.to_json()))
+        run.enqueue()
+        enqueue_on_commit(LAUNCH_RUN_TASK, run.pk)
+        return run
+
+
+def _config_fields(config: RunConfig) -> dict[str, Any]:
+    """What an experiment stores of its config: the config itself and what lists and filters read."""
+    return {
+        "config": json.loads(config.to_json()),
+        "name": config.name,
+        "task": config.task,
+        "preset": config.preset,
+    }
+
+
+@dataclass(frozen=True)
+class Launched:
+    runs: list[Run]
+    replayed: bool  # the same launch key came before: these are its runs, nothing new was made
+
 
 class RunStatus(models.TextChoices):
     DRAFT = "draft"
@@ -83,9 +254,6 @@ class RunStatus(models.TextChoices):
 TERMINAL = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 ACTIVE = (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED)
 CLAIMED = (RunStatus.RUNNING, RunStatus.STALLED)  # the statuses of a run its trainer owns
-# The executor of a run an MLflow client created (/mlflow/): none of ours starts, polls or stops it,
-# and its status is whatever the client reports. This is the one mark of an external run.
-EXTERNAL_EXECUTOR = "external"
 
 
 class RunKind(models.TextChoices):
@@ -257,8 +425,9 @@ class Run(models.Model):
 
     @property
     def is_external(self) -> bool:
-        """Logged by an MLflow client, not launched by us (see EXTERNAL_EXECUTOR)."""
-        return self.executor == EXTERNAL_EXECUTOR
+        """Reported from outside (an MLflow client, an import), not launched by us: its executor
+        is not reaped, and its status is whatever the client reports."""
+        return not executor_of(self).reaped
 
     @classmethod
     def create_external(cls, experiment: Experiment, name: str, started_at: Any | None) -> Run:
@@ -425,7 +594,7 @@ class Run(models.Model):
         if step is not None:
             changes["step"] = Greatest("step", Value(step))
         # An external run's state is its client's: its counter follows what it logs in any status.
-        moving = Q(status__in=CLAIMED) | Q(executor=EXTERNAL_EXECUTOR)
+        moving = Q(status__in=CLAIMED) | Q(executor__in=outside_executors())
         Run.objects.filter(moving, pk=self.pk).update(**changes)
 
     def _revive_if_progressing(self) -> None:
@@ -520,7 +689,7 @@ class Run(models.Model):
         if changes:
             # Race: none to guard between MLflow writers (last write wins, as on MLflow); the
             # executor filter is what keeps a launched run's state machine out of reach.
-            Run.objects.filter(pk=self.pk, executor=EXTERNAL_EXECUTOR).update(**changes)
+            Run.objects.filter(pk=self.pk, executor__in=outside_executors()).update(**changes)
         self.refresh_from_db()
 
     def rename(self, name: str) -> None:
@@ -595,9 +764,6 @@ class RunTag(models.Model):
 
 # --- sweeps and the team's limit on active runs (docs/sweeps.md) ---------------------------------
 
-# The executor whose runs the team's limit counts: the trainers on this machine. A Ray cluster
-# places its jobs itself (a job waits PENDING for resources).
-LIMITED_EXECUTOR = "local"
 STARTED = (RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED)  # a trainer process exists
 MAX_ACTIVE_LIMIT = 64
 
@@ -625,13 +791,13 @@ class TeamRunLimit(models.Model):
 
 
 def waiting_line(team_id: int) -> models.QuerySet[Run]:
-    """The team's queued local runs in the order they start: first queued, first started."""
-    queued = Run.objects.filter(team_id=team_id, status=RunStatus.QUEUED, executor=LIMITED_EXECUTOR)
+    """The team's queued runs the limit counts, in the order they start: first queued, first started."""
+    queued = Run.objects.filter(team_id=team_id, status=RunStatus.QUEUED, executor__in=limited_executors())
     return queued.order_by("queued_at", "pk")
 
 
 def started_count(team_id: int) -> int:
-    return Run.objects.filter(team_id=team_id, status__in=STARTED, executor=LIMITED_EXECUTOR).count()
+    return Run.objects.filter(team_id=team_id, status__in=STARTED, executor__in=limited_executors()).count()
 
 
 def places_in_line(team_id: int) -> dict[int, int]:

@@ -7,52 +7,37 @@ docs/reliability.md.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import shutil
-from collections.abc import Collection
-from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
-from pydantic import Field
 
-from trainer.config import RunConfig
-from trainer.contract import INT4_MAX
 from webapp.accounts.models import Team
 from webapp.celery import enqueue_on_commit
-from webapp.experiments.confine import confined
-from webapp.experiments.executors import EXECUTORS, ClusterTooSmall, ExecutorState, job_for, submission_id
+from webapp.experiments.executors import (
+    Executor,
+    ExecutorState,
+    StartRefused,
+    executor_of,
+    job_for,
+)
 from webapp.experiments.models import (
     ACTIVE,
-    EXTERNAL_EXECUTOR,
-    LIMITED_EXECUTOR,
+    LAUNCH_RUN_TASK,
     Experiment,
     Run,
-    RunKind,
     RunStatus,
     TeamRunLimit,
     started_count,
     waiting_line,
-)  # fmt: skip
-from webapp.retention.models import ExperimentRetention
-from webapp.retention.policy import Retention
+)
+from webapp.experiments.run_files import run_files_dir
 
 logger = logging.getLogger(__name__)
-
-# The tasks this module queues, by name (webapp.celery.enqueue_on_commit): webapp/experiments/tasks.py
-# imports this module.
-LAUNCH_RUN_TASK = "webapp.experiments.tasks.launch_run"
-MAX_SEEDS = 20  # one run each: more is a sweep, not an experiment
-MAX_NAME_LENGTH = 200  # an experiment's name; each run's name adds " · seed N" within Run.name's 250
-MAX_DESCRIPTION_LENGTH = 10_000
-RUN_NAME_MAX = 250
-Seed = Annotated[int, Field(ge=0, le=INT4_MAX, description=f"A seed: 0 to {INT4_MAX}.")]
 
 CANCELLED_EXIT_CODES = (130, 143, -15)  # SIGINT / SIGTERM: the trainer finished its step and stopped
 # A start lost this many times (the worker launching it died each time) fails instead of being retried.
@@ -61,14 +46,13 @@ MAX_LAUNCH_ATTEMPTS = 3
 
 def start_run(run: Run) -> None:
     """queued → starting, then hand the run to its executor with a fresh per-run token."""
-    planned_ref = f"ray:{submission_id(run)}" if run.executor == "ray" else ""
-    if not _admit(run, planned_ref):
+    executor = executor_of(run)
+    if not _admit(run, executor):
         return
-    executor = EXECUTORS.get(run.executor)
     try:
         ref = executor.start(run, run.issue_token())
-    except ClusterTooSmall as exc:
-        logger.info("run %s refused by the cluster precheck: %s", run.pk, exc)
+    except StartRefused as exc:  # the cluster precheck, a run reported from outside
+        logger.info("run %s refused by its executor: %s", run.pk, exc)
         run.finish(RunStatus.FAILED, str(exc))
         return
     except Exception as exc:  # any failure to start is the run's failure, shown on its page
@@ -78,10 +62,12 @@ def start_run(run: Run) -> None:
     run.record_executor_ref(ref)
 
 
-def _admit(run: Run, planned_ref: str) -> bool:
-    """queued → starting if the team's limit on active local runs has a place for it and it is first
-    in line; else it stays queued, held, for the reaper to start in turn (docs/sweeps.md#limit)."""
-    if run.executor != LIMITED_EXECUTOR:
+def _admit(run: Run, executor: Executor) -> bool:
+    """queued → starting if the team's limit on active runs has a place for it (when its executor
+    is limited by the team) and it is first in line; else it stays queued, held, for the reaper to
+    start in turn (docs/sweeps.md#limit)."""
+    planned_ref = executor.planned_ref(run)
+    if not executor.limited_by_team:
         return _mark_starting(run, planned_ref)
     with transaction.atomic():
         # Race: two workers starting two queued runs of one team at once would each count the same
@@ -114,7 +100,7 @@ def next_in_line(team_id: int) -> list[int]:
 
 def reconcile(run: Run) -> None:
     """Bring the run's status in line with what its executor says (the reaper's one step)."""
-    if run.is_terminal or run.is_external or run.status == RunStatus.QUEUED:
+    if run.is_terminal or not executor_of(run).reaped or run.status == RunStatus.QUEUED:
         return  # a queued run's lost task is resent by requeue_lost_launches
     if not run.executor_ref and not _locate(run):
         recover_lost_start(run)
@@ -146,7 +132,7 @@ def reconcile(run: Run) -> None:
 
 def _poll(run: Run) -> ExecutorState | None:
     try:
-        return EXECUTORS.get(run.executor).poll(run)
+        return executor_of(run).poll(run)
     except Exception as exc:  # an unreachable cluster is not a verdict on the run
         logger.warning("could not poll run %s on %s: %s", run.pk, run.executor, exc)
         started = run.starting_at or run.queued_at or run.created
@@ -161,7 +147,7 @@ def _watch_live_run(run: Run) -> None:
     if run.cancel_requested and run.cancel_requested_at:
         if timezone.now() - run.cancel_requested_at > timedelta(seconds=settings.CANCEL_GRACE_S):
             logger.warning("run %s ignored SIGTERM for %s s; killing it", run.pk, settings.CANCEL_GRACE_S)
-            EXECUTORS.get(run.executor).stop(run, force=True)
+            executor_of(run).stop(run, force=True)
         return
     _watch_silence(run)
 
@@ -208,7 +194,7 @@ def stop_executor(run: Run) -> None:
 
 def _stop_quietly(run: Run, *, force: bool = False) -> None:
     try:
-        EXECUTORS.get(run.executor).stop(run, force=force)
+        executor_of(run).stop(run, force=force)
     except Exception as exc:
         logger.warning("could not stop run %s: %s", run.pk, exc)
 
@@ -216,7 +202,7 @@ def _stop_quietly(run: Run, *, force: bool = False) -> None:
 def _clean_up(run: Run) -> None:
     """The ended run's scratch space (its dataset copy, its temporary files) goes; its log stays."""
     try:
-        EXECUTORS.get(run.executor).clean_up(run)
+        executor_of(run).clean_up(run)
     except OSError as exc:
         logger.warning("could not remove the scratch space of run %s: %s", run.pk, exc)
 
@@ -227,7 +213,7 @@ def _clean_up(run: Run) -> None:
 def _locate(run: Run) -> bool:
     """Find a start whose executor ref was never recorded (the launching worker died between
     starting the process and recording it) and record it; True when found."""
-    ref = EXECUTORS.get(run.executor).locate(run)
+    ref = executor_of(run).locate(run)
     if ref:
         logger.warning("run %s: recovered the unrecorded start %s", run.pk, ref)
         run.record_executor_ref(ref)
@@ -276,98 +262,19 @@ def requeue_lost_launches() -> list[int]:
     return list(lost.values_list("pk", flat=True)) + due
 
 
-# --- creating and launching ----------------------------------------------------------------------
-
-
-class NameTaken(ValueError):
-    """The team has an experiment of that name already."""
-
-
-def creation_problems(config: RunConfig, task_names: Collection[str]) -> list[tuple[str, str]]:
-    """What a new experiment's config may not be, beyond RunConfig's own checks: (field path, message)."""
-    problems = []
-    if config.task not in task_names:
-        problems.append(
-            ("task", f"unknown task {config.task!r}: set task to one of {', '.join(sorted(task_names))}")
-        )
-    if len(config.name) > MAX_NAME_LENGTH:
-        problems.append(("name", f"at most {MAX_NAME_LENGTH} characters, not {len(config.name)}"))
-    if not 0 <= config.trainer.seed <= INT4_MAX:
-        problems.append(("trainer.seed", f"a seed lies between 0 and {INT4_MAX}"))
-    return problems
-
-
-def run_name(experiment: Experiment, seed: int) -> str:
-    suffix = f" · seed {seed}"
-    return experiment.name[: RUN_NAME_MAX - len(suffix)] + suffix
-
-
-def create_experiment(team: Any, user: Any, config: RunConfig, seeds: list[int], *, description: str = "",
-                      cloned_from: Experiment | None = None, retention: Retention | None = None) -> Experiment:  # fmt: skip
-    """``retention``: the policy its runs start with (docs/rollouts.md#retention); None keeps everything."""
-    try:
-        # Race: two requests creating the same name at once; the unique (team, name) constraint
-        # lets one in, and the savepoint keeps the other's transaction usable for its answer.
-        with transaction.atomic():
-            experiment = Experiment.objects.create(
-                team=team, name=config.name, description=description, task=config.task, preset=config.preset,
-                config=json.loads(config.to_json()), seeds=seeds, created_by=user, cloned_from=cloned_from,
-            )  # fmt: skip
-            if retention is None and cloned_from is not None:  # a clone keeps its source's policy
-                earlier = ExperimentRetention.objects.filter(experiment=cloned_from).first()
-                retention = Retention.of(earlier) if earlier is not None else None
-            if retention is not None:
-                ExperimentRetention.objects.create(experiment=experiment, **retention.fields())
-            return experiment
-    except IntegrityError:
-        raise NameTaken(f"the team already has an experiment named {config.name!r}") from None
-
-
-def change_experiment(experiment: Experiment, *, config: RunConfig | None = None, name: str | None = None,
-                      description: str | None = None, seeds: list[int] | None = None) -> None:  # fmt: skip
-    """Save the fields given (None: unchanged). The caller checked that a new config or seeds
-    belong to an experiment with no runs yet."""
-    changes: dict[str, Any] = {}
-    if config is not None:
-        changes.update(config=json.loads(config.to_json()), task=config.task, preset=config.preset)
-        changes["name"] = config.name
-    if name is not None:
-        changes["name"] = name
-    if description is not None:
-        changes["description"] = description
-    if seeds is not None:
-        changes["seeds"] = seeds
-    try:
-        # Race: a rename to a name another request takes at once; the unique (team, name) constraint
-        # lets one in, and the savepoint keeps the other's transaction usable for its answer.
-        with transaction.atomic():
-            Experiment.objects.filter(pk=experiment.pk).update(**changes)
-    except IntegrityError:
-        raise NameTaken(f"the team already has an experiment named {changes.get('name')!r}") from None
-    experiment.refresh_from_db()
+# --- deleting and a run's files ----------------------------------------------------------------------
 
 
 @transaction.atomic
 def delete_experiment(experiment: Experiment) -> bool:
     """Delete the experiment with its runs and everything they produced; False (nothing deleted)
     while one of its runs is active: its trainer still reports."""
-    # Race: a launch while this runs; the experiment's row lock (launch_once takes it too) orders them.
+    # Race: a launch while this runs; the experiment's row lock (Experiment.launch takes it too) orders them.
     Experiment.objects.select_for_update().filter(pk=experiment.pk).first()
     if experiment.runs.filter(status__in=ACTIVE).exists():
         return False
     experiment.delete()
     return True
-
-
-def run_files_dir(run: Run) -> Path:
-    """The folder of a run's files: under STUDIO_VAR_DIR for local runs, on storage every node shares
-    for Ray runs."""
-    base = Path(settings.SHARED_DIR) if run.executor == "ray" else Path(settings.VAR_DIR)
-    return base / "runs" / str(run.pk)
-
-
-def checkpoint_dir(run: Run) -> str:
-    return str(run_files_dir(run) / "checkpoints")
 
 
 def delete_run_files(sender: type[Run], instance: Run, **kwargs: Any) -> None:
@@ -376,62 +283,3 @@ def delete_run_files(sender: type[Run], instance: Run, **kwargs: Any) -> None:
     Only the folder the studio made is removed, never a path a config names."""
     folder = run_files_dir(instance)
     transaction.on_commit(lambda: shutil.rmtree(folder, ignore_errors=True))
-
-
-# A launch request's key (the form's hidden field, a REST Idempotency-Key): what fits Run.launch_key.
-LAUNCH_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-
-def launch(experiment: Experiment, launch_key: str = "") -> list[Run]:
-    """One queued run per seed, each with its own frozen config; the launch tasks go out on commit."""
-    return launch_once(experiment, launch_key).runs
-
-
-@transaction.atomic
-def launch_once(experiment: Experiment, launch_key: str = "") -> Launched:
-    """:func:`launch`, at most once per ``launch_key`` (the same key again returns its runs), and
-    refused (LaunchRefused) while runs of the same seeds are still active (docs/reliability.md#launch)."""
-    # Race: two launches of one experiment at once (a double-click, two REST calls): the row lock
-    # makes the second wait for the first to commit, and then see its runs.
-    Experiment.objects.select_for_update().filter(pk=experiment.pk).first()
-    if launch_key:
-        earlier = list(experiment.runs.filter(launch_key=launch_key).order_by("pk"))
-        if earlier:
-            return Launched(earlier, replayed=True)
-    # A config stored before the server-path rules were (docs/security.md#server-paths) must not
-    # launch either: ConfigRefused, nothing created.
-    base = confined(RunConfig.model_validate(experiment.config))
-    seeds = experiment.seeds or [base.trainer.seed]
-    _refuse_active_seeds(experiment, seeds)
-    runs = []
-    for seed in seeds:
-        run = Run.objects.create(experiment=experiment, team=experiment.team, seed=seed, executor=base.executor,
-                                 name=run_name(experiment, seed), launch_key=launch_key)  # fmt: skip
-        config = base.with_overrides(**{"trainer.seed": seed, "trainer.checkpoint_dir": checkpoint_dir(run)})
-        run.freeze_config(json.loads(config.to_json()))
-        run.enqueue()
-        enqueue_on_commit(LAUNCH_RUN_TASK, run.pk)
-        runs.append(run)
-    return Launched(runs, replayed=False)
-
-
-@dataclass(frozen=True)
-class Launched:
-    runs: list[Run]
-    replayed: bool  # the same launch key came before: these are its runs, nothing new was made
-
-
-class LaunchRefused(ValueError):
-    """The experiment cannot be launched now; the message says why and what to do."""
-
-
-def _refuse_active_seeds(experiment: Experiment, seeds: list[int]) -> None:
-    active = experiment.runs.filter(status__in=ACTIVE, seed__in=seeds, kind=RunKind.TRAINING).exclude(
-        executor=EXTERNAL_EXECUTOR
-    )
-    busy = sorted(set(active.values_list("seed", flat=True)))
-    if busy:
-        raise LaunchRefused(
-            f"this experiment still has runs queued or running for seed(s) {', '.join(map(str, busy))}: "
-            "wait for them to end, or cancel them, before launching it again"
-        )

@@ -3,9 +3,9 @@
 
 Each cell is an experiment (its preset, its task, its hyperparameter values) whose runs are the
 sweep's seeds, so the runs table, the run page and the task x algorithm comparison take a sweep's
-runs as they take any other. Every cell is checked as the New-experiment form and the REST API check
-an experiment (webapp.experiments.checks) before anything is made: a grid with one cell that could
-never run is refused whole, with the cell and the field to change.
+runs as they take any other. Every cell's config goes through webapp.experiments.acceptance.accept, as
+every experiment's does, before anything is made: a grid with one cell that could never run is
+refused whole, with the cell and the field to change.
 """
 
 from __future__ import annotations
@@ -16,18 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from tasks_lib.registry import load_recipes
-from trainer.backends import BACKENDS
-from trainer.config import RunConfig, flatten_paths, validation_errors
-from trainer.registry import RegistryError
+from trainer.config import RunConfig, flatten_paths
 from webapp.accounts.models import Team
-from webapp.experiments import services
-from webapp.experiments.checks import refusals, with_dataset_rewards
-from webapp.experiments.confine import ConfigRefused, confined
-from webapp.experiments.models import ACTIVE, Experiment, Sweep
-from webapp.experiments.services import MAX_SEEDS, Seed
+from webapp.experiments.acceptance import MAX_NAME_LENGTH, MAX_SEEDS, Refused, Seed, accept
+from webapp.experiments.models import ACTIVE, Experiment, NameTaken, Sweep
 
 MAX_SWEEP_RUNS = 64  # cells x seeds: more would queue a day of CPU training behind one click
 MAX_AXIS_VALUES = 16
@@ -144,55 +138,20 @@ def _cell_count(spec: SweepSpec) -> int:
 def cell_config(team: Team, spec: SweepSpec, cell: Cell) -> RunConfig:
     """The cell's RunConfig, checked as an experiment's is; SweepRefused naming the cell if refused."""
     overrides: dict[str, Any] = {**flatten_paths(spec.config), **cell.params}
-    overrides.update(preset=cell.preset, task=cell.task.task, name=f"{spec.name} · {cell.label}"[:200])
+    overrides.update(
+        preset=cell.preset, task=cell.task.task, name=f"{spec.name} · {cell.label}"[:MAX_NAME_LENGTH]
+    )
     if cell.task.train_path:
         overrides["data.train_path"] = cell.task.train_path
     if cell.task.val_path != "":
         overrides["data.val_path"] = cell.task.val_path
     overrides["trainer.seed"] = spec.seeds[0]
-    where = f"cell {cell.label}"
     try:
-        config = confined(RunConfig.from_mapping(overrides))
-        problems = services.creation_problems(config, load_recipes().names())
-        problems = problems or BACKENDS.get(config.backend).check(config)
-    except ConfigRefused as refused:
-        raise SweepRefused(_in_cell(where, refused.problems)) from None
-    except ValidationError as error:
-        flat = [(p, m) for p, messages in validation_errors(error).items() for m in messages]
-        raise SweepRefused(_in_cell(where, flat)) from None
-    except (ValueError, RegistryError, KeyError) as error:
-        raise SweepRefused([("config", f"{where}: {error}")]) from None
-    except ImportError as error:
-        raise SweepRefused(
-            [("config.backend", f"{where}: cannot be checked on this server ({error})")]
-        ) from None
-    if problems:
-        raise SweepRefused(_in_cell(where, problems))
-    config = with_dataset_rewards(team, config)
-    found = [(path, message) for path, messages in refusals(team, config).items() for message in messages]
-    found += _dataset_mismatches(team, config)
-    if found:
-        raise SweepRefused(_in_cell(where, found), status=422)
-    return config
-
-
-def _dataset_mismatches(team: Team, config: RunConfig) -> list[tuple[str, str]]:
-    from webapp.datasets.models import Dataset
-
-    found = []
-    for path, reference in (
-        ("data.train_path", config.data.train_path),
-        ("data.val_path", config.data.val_path),
-    ):
-        dataset = Dataset.resolve(team, reference) if reference else None
-        mismatch = dataset.task_mismatch(config.task) if dataset is not None else None
-        if mismatch:
-            found.append((path, mismatch))
-    return found
-
-
-def _in_cell(where: str, problems: Any) -> list[tuple[str, str]]:
-    return [(f"config.{path}", f"{where}: {message}") for path, message in problems]
+        return accept(team, overrides)
+    except Refused as refused:
+        where = f"cell {cell.label}"
+        problems = [(f"config.{path}", f"{where}: {message}") for path, message in refused.problems]
+        raise SweepRefused(problems, status=422 if refused.valid else 400) from None
 
 
 def create_sweep(team: Team, user: Any, spec: SweepSpec, *, launch: bool = True) -> Sweep:
@@ -209,12 +168,12 @@ def create_sweep(team: Team, user: Any, spec: SweepSpec, *, launch: bool = True)
             made = [_make_cell(team, user, sweep, cell, config, spec.seeds) for cell, config in planned]
             if launch:
                 for experiment in made:
-                    services.launch_once(experiment, f"sweep-{sweep.pk}")
+                    experiment.launch(f"sweep-{sweep.pk}")
     except IntegrityError:
         raise SweepRefused(
             [("name", f"the team already has a sweep named {spec.name!r}")], status=409
         ) from None
-    except services.NameTaken as taken:
+    except NameTaken as taken:
         raise SweepRefused([("name", f"{taken}: choose another sweep name")], status=409) from None
     return sweep
 
@@ -222,7 +181,7 @@ def create_sweep(team: Team, user: Any, spec: SweepSpec, *, launch: bool = True)
 def _make_cell(
     team: Team, user: Any, sweep: Sweep, cell: Cell, config: RunConfig, seeds: list[int]
 ) -> Experiment:
-    experiment = services.create_experiment(
+    experiment = Experiment.create(
         team, user, config, seeds, description=f"A cell of the sweep {sweep.name}."
     )
     Experiment.objects.filter(pk=experiment.pk).update(sweep=sweep, cell=cell.coordinates())

@@ -3,13 +3,14 @@ from __future__ import annotations
 from celery import shared_task
 
 from webapp.experiments import services
-from webapp.experiments.models import ACTIVE, EXTERNAL_EXECUTOR, Run
+from webapp.experiments.executors import reaped_executors
+from webapp.experiments.models import ACTIVE, LAUNCH_RUN_TASK, Run
 
 
 # Idempotent: Run.mark_starting lets only one delivery start the run. A pool process killed mid-task
 # puts the task back on the queue; a whole worker killed leaves it unacknowledged until the broker's
 # visibility timeout, so the reaper finds the lost start itself (services.recover_lost_start).
-@shared_task(name=services.LAUNCH_RUN_TASK, acks_late=True, reject_on_worker_lost=True)
+@shared_task(name=LAUNCH_RUN_TASK, acks_late=True, reject_on_worker_lost=True)
 def launch_run(run_id: int) -> None:
     run = Run.objects.filter(pk=run_id).first()
     if run is None:
@@ -38,7 +39,7 @@ def cancel_run(run_id: int) -> None:
 def reap_runs() -> None:
     """Periodic: reconcile every active run with its executor (those whose start was never recorded
     too: services.recover_lost_start); resend lost launches and start the held runs whose turn it is."""
-    for run in Run.objects.filter(status__in=ACTIVE).exclude(executor=EXTERNAL_EXECUTOR):
+    for run in Run.objects.filter(status__in=ACTIVE, executor__in=reaped_executors()):
         services.reconcile(run)
     for run_id in services.requeue_lost_launches():
         launch_run.delay(run_id)

@@ -16,14 +16,16 @@ from trainer.config import RunConfig, validation_errors
 from trainer.registry import RegistryError
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
-from webapp.experiments import services
+from webapp.experiments.acceptance import Refused
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
-from webapp.experiments.confine import ConfigRefused
 from webapp.experiments.demo import start_demo
 from webapp.experiments.forms import ExperimentForm, initial_from_config
 from webapp.experiments.models import (
     ACTIVE,
+    LAUNCH_KEY,
     Experiment,
+    LaunchRefused,
+    NameTaken,
     RunKind,
     RunStatus,
     TeamRunLimit,
@@ -35,13 +37,13 @@ from webapp.retention.policy import Retention
 
 
 def new_launch_key() -> str:
-    """The hidden key of one launch form: submitting it twice launches once (services.launch_once)."""
+    """The hidden key of one launch form: submitting it twice launches once (Experiment.launch)."""
     return uuid.uuid4().hex
 
 
 def launch_key_of(request: HttpRequest) -> str:
     key = str(request.POST.get("launch_key", ""))
-    return key if services.LAUNCH_KEY.match(key) else ""
+    return key if LAUNCH_KEY.match(key) else ""
 
 
 def stored_config(config: dict[str, Any]) -> tuple[RunConfig | None, str, str]:
@@ -129,11 +131,17 @@ def _create(request: HtmxHttpRequest, team: Team, form: ExperimentForm, config: 
             source: Experiment | None) -> HttpResponse:  # fmt: skip
     key = launch_key_of(request)
     try:
-        experiment = services.create_experiment(
-            team, request.user, config, form.cleaned_data["seeds"],
-            description=form.cleaned_data["description"], cloned_from=source, retention=form.retention_policy(),
-        )  # fmt: skip
-    except services.NameTaken as taken:
+        data = form.cleaned_data
+        experiment = Experiment.create(
+            team,
+            request.user,
+            config,
+            data["seeds"],
+            description=data["description"],
+            cloned_from=source,
+            retention=form.retention_policy(),
+        )
+    except NameTaken as taken:
         earlier = Experiment.objects.filter(team=team, name=config.name, runs__launch_key=key).first()
         if key and earlier is not None:  # the same form sent twice (a double-click): it launched once
             messages.info(request, "Already launched: these are its runs.")
@@ -154,11 +162,11 @@ def _create(request: HtmxHttpRequest, team: Team, form: ExperimentForm, config: 
 
 def _launch_with_message(request: HttpRequest, experiment: Experiment, key: str) -> None:
     try:
-        launched = services.launch_once(experiment, key)
-    except services.LaunchRefused as refused:
+        launched = experiment.launch(key)
+    except LaunchRefused as refused:
         messages.error(request, f"Not launched: {refused}.")
         return
-    except ConfigRefused as refused:  # a config stored before the server-path rules were
+    except Refused as refused:  # its stored config is no longer accepted (a dataset deleted since)
         messages.error(request, f"Not launched: {refused}")
         return
     if launched.replayed:

@@ -1,7 +1,7 @@
 """A run's checkpoints for people: the list (step, size, whether its files are gone) and the
 download of one as a zip stream, on the run page and over the REST API (docs/checkpoints.md#downloading).
 
-Only a folder inside the run's own checkpoint folder is ever read (webapp.experiments.checkpoints.
+Only a folder inside the run's own checkpoint folder is ever read (webapp.experiments.run_files.
 checkpoint_folder): the path a trainer reported is taken as a claim, not as a place to serve files from.
 """
 
@@ -18,8 +18,8 @@ from django.urls import reverse
 from django.utils.cache import patch_cache_control
 
 from webapp.experiments.access import get_run_for_user
-from webapp.experiments.checkpoints import checkpoint_folder
 from webapp.experiments.models import Run
+from webapp.experiments.run_files import checkpoint_folder
 from webapp.ingestion.models import Checkpoint
 
 CHUNK_BYTES = 1 << 20  # read and sent a mebibyte at a time: a 1.6 GB checkpoint never sits in memory

@@ -11,7 +11,7 @@ from ninja.errors import HttpError
 
 from webapp.accounts.token_auth import UserTokenAuth
 from webapp.experiments.access import get_run_for_user
-from webapp.experiments.checkpoints import checkpoint_folder
+from webapp.experiments.run_files import checkpoint_folder
 from webapp.results.checkpoints import checkpoint_of, download_response
 
 router = Router(auth=UserTokenAuth(), tags=["checkpoints"])

@@ -41,7 +41,8 @@ from django.db.models import (
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Coalesce, Now
 
-from webapp.experiments.models import EXTERNAL_EXECUTOR, RunKind, RunParam
+from webapp.experiments.executors import EXTERNAL_EXECUTOR, outside_executors
+from webapp.experiments.models import RunKind, RunParam
 from webapp.ingestion import metrics_store
 from webapp.ingestion.models import SUMMARY_WIDTHS, MetricLatest, MetricSummary
 from webapp.monitoring.models import RunHealth
@@ -167,7 +168,7 @@ def _kind() -> Any:
     """One of RUN_KINDS: an evaluation first (a launched run), then whether we launched it."""
     return Case(
         When(kind=RunKind.EVALUATION, then=Value(RunKind.EVALUATION.value)),
-        When(executor=EXTERNAL_EXECUTOR, then=Value(EXTERNAL_EXECUTOR)),
+        When(executor__in=outside_executors(), then=Value(EXTERNAL_EXECUTOR)),
         default=Value(RunKind.TRAINING.value),
         output_field=TextField(),
     )

@@ -91,10 +91,38 @@ _TOOL_DEFINITION = ("name", "description", "parameters", "kind", "url", "method"
                     "secret_header", "entry_point")  # fmt: skip
 
 
+def _team_page(
+    model: type[TeamTool] | type[TeamReward], request: HttpRequest, team_slug: str, paging: PageParams
+) -> dict[str, Any]:
+    """One page of the team's tools or rewards, by name."""
+    team = get_team_for_user(request, team_slug)
+    return paginate(model.objects.filter(team=team).order_by("name", "id"), paging)
+
+
+def _registered(
+    model: type[TeamTool] | type[TeamReward], form: ToolForm | RewardForm, request: HttpRequest
+) -> Any:
+    """201 with what the form registers in its team; its errors as a 400."""
+    if not form.is_valid():
+        raise form_error(form)
+    return Status(201, model.register(form.team, request.user, **form.registration()))
+
+
+def _with_changes(found: TeamTool | TeamReward, names: tuple[str, ...], changes: Schema) -> dict[str, Any]:
+    """The definition ``found`` has, under the body's changes (the fields it gives)."""
+    return {**{name: getattr(found, name) for name in names}, **changes.dict(exclude_none=True)}
+
+
+def _changed(found: TeamTool | TeamReward, form: ToolForm | RewardForm) -> None:
+    """Save the form's definition on ``found``; its errors as a 400."""
+    if not form.is_valid():
+        raise form_error(form)
+    found.change(**form.registration())
+
+
 @router.get("/{team_slug}/tools", response=Page[ToolOut], summary="The team's tools")
 def tools(request: HttpRequest, team_slug: str, paging: Query[PageParams]) -> dict[str, Any]:
-    team = get_team_for_user(request, team_slug)
-    return paginate(TeamTool.objects.filter(team=team).order_by("name", "id"), paging)
+    return _team_page(TeamTool, request, team_slug, paging)
 
 
 @router.get("/{team_slug}/tools/{int:pk}", response=ToolOut, summary="One tool")
@@ -106,22 +134,14 @@ def tool(request: HttpRequest, team_slug: str, pk: int) -> TeamTool:
 def create_tool(request: HttpRequest, team_slug: str, body: ToolIn) -> Any:
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
     form = ToolForm(_form_data(body.dict()), team=team, is_staff=request.user.is_staff)
-    if not form.is_valid():
-        raise form_error(form)
-    return Status(201, TeamTool.register(team, request.user, **form.registration()))
+    return _registered(TeamTool, form, request)
 
 
 @router.patch("/{team_slug}/tools/{int:pk}", response=ToolOut, summary="Change a tool")
 def change_tool(request: HttpRequest, team_slug: str, pk: int, body: ToolChange) -> TeamTool:
     found = get_tool_for_user(request, team_slug, pk, write=True)
-    current = {name: getattr(found, name) for name in _TOOL_DEFINITION}
-    changes = body.dict(exclude_none=True)
-    form = ToolForm(
-        _form_data({**current, **changes}), team=found.team, is_staff=request.user.is_staff, editing=found
-    )
-    if not form.is_valid():
-        raise form_error(form)
-    found.change(**form.registration())
+    data = _form_data(_with_changes(found, _TOOL_DEFINITION, body))
+    _changed(found, ToolForm(data, team=found.team, is_staff=request.user.is_staff, editing=found))
     return found
 
 
@@ -230,8 +250,7 @@ _REWARD_DEFINITION = ("name", "description", "data_source", "kind", "rule", "tol
 
 @rewards_router.get("/{team_slug}/rewards", response=Page[RewardOut], summary="The team's rewards")
 def rewards(request: HttpRequest, team_slug: str, paging: Query[PageParams]) -> dict[str, Any]:
-    team = get_team_for_user(request, team_slug)
-    return paginate(TeamReward.objects.filter(team=team).order_by("name", "id"), paging)
+    return _team_page(TeamReward, request, team_slug, paging)
 
 
 @rewards_router.get("/{team_slug}/rewards/{int:pk}", response=RewardOut, summary="One reward")
@@ -242,20 +261,15 @@ def reward(request: HttpRequest, team_slug: str, pk: int) -> TeamReward:
 @rewards_router.post("/{team_slug}/rewards", response={201: RewardOut}, summary="Register a reward")
 def create_reward(request: HttpRequest, team_slug: str, body: RewardIn) -> Any:
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
-    form = RewardForm(body.dict(), team=team)
-    if not form.is_valid():
-        raise form_error(form)
-    return Status(201, TeamReward.register(team, request.user, **form.registration()))
+    return _registered(TeamReward, RewardForm(body.dict(), team=team), request)
 
 
 @rewards_router.patch("/{team_slug}/rewards/{int:pk}", response=RewardOut, summary="Change a reward")
 def change_reward(request: HttpRequest, team_slug: str, pk: int, body: RewardChange) -> TeamReward:
     found = get_reward_for_user(request, team_slug, pk, write=True)
-    current = {name: getattr(found, name) for name in _REWARD_DEFINITION}
-    form = RewardForm({**current, **body.dict(exclude_none=True)}, team=found.team, editing=found)
-    if not form.is_valid():
-        raise form_error(form)
-    found.change(**form.registration())
+    _changed(
+        found, RewardForm(_with_changes(found, _REWARD_DEFINITION, body), team=found.team, editing=found)
+    )
     return found
 
 

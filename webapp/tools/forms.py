@@ -2,13 +2,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Container
 from typing import Any
 from urllib.parse import urlsplit
 
 import jsonschema
 from django import forms
+from django.db.models import QuerySet
 
-from trainer.tools import TOOLS, check_tool_definition
+from trainer.tools import TOOLS, check_tool_definition, one_string_parameter
 from trainer.tools.base import ENTRY_POINT, argument_error
 from webapp.accounts.models import Team
 from webapp.tools.models import (
@@ -23,13 +25,32 @@ from webapp.tools.models import (
     url_refusal,
 )  # fmt: skip
 
-EXAMPLE_SCHEMA = {
-    "type": "object",
-    "properties": {"query": {"type": "string", "description": "What to look up."}},
-    "required": ["query"],
-    "additionalProperties": False,
-}
+EXAMPLE_SCHEMA = one_string_parameter("query", "What to look up.")
 _HTTP_FIELDS = ("url", "method", "timeout_s", "secret_header", "secret")
+
+
+def clean_team_name(
+    name: str,
+    *,
+    noun: str,
+    builtins: Container[str],
+    teams_own: QuerySet[TeamTool] | QuerySet[TeamReward],
+    editing: TeamTool | TeamReward | None,
+) -> str:
+    """A team tool's or reward's name: a valid function name, no built-in one's, and not taken by another
+    of ``teams_own`` (``editing``, the one being changed, keeps its own)."""
+    try:
+        check_tool_definition(name, {"type": "object"})
+    except ValueError as exc:
+        raise forms.ValidationError(str(exc).replace("tool name", f"{noun} name")) from None
+    if name in builtins:
+        raise forms.ValidationError(f"{name!r} is a built-in {noun}; choose another name.")
+    others = teams_own.filter(name=name)
+    if editing is not None:
+        others = others.exclude(pk=editing.pk)
+    if others.exists():
+        raise forms.ValidationError(f"This team already has a {noun} named {name!r}.")
+    return name
 
 
 class ToolForm(forms.Form):
@@ -75,20 +96,10 @@ class ToolForm(forms.Form):
         self.editing = editing  # the tool being changed: its own name is not taken
 
     def clean_name(self) -> str:
-        name: str = self.cleaned_data["name"].strip()
-        try:
-            check_tool_definition(name, {"type": "object"})
-        except ValueError as exc:
-            raise forms.ValidationError(str(exc)) from None
         builtin_tools()  # the registry is complete only once every recipe is loaded
-        if name in TOOLS:
-            raise forms.ValidationError(f"{name!r} is a built-in tool; choose another name.")
-        others = TeamTool.objects.filter(team=self.team, name=name)
-        if self.editing is not None:
-            others = others.exclude(pk=self.editing.pk)
-        if others.exists():
-            raise forms.ValidationError(f"This team already has a tool named {name!r}.")
-        return name
+        own = TeamTool.objects.filter(team=self.team)
+        name = self.cleaned_data["name"].strip()
+        return clean_team_name(name, noun="tool", builtins=TOOLS, teams_own=own, editing=self.editing)
 
     def clean_parameters(self) -> dict[str, Any]:
         value = self.cleaned_data["parameters"]
@@ -228,19 +239,11 @@ class RewardForm(forms.Form):
         self.editing = editing  # the reward being changed: its own name is not taken
 
     def clean_name(self) -> str:
-        name: str = self.cleaned_data["name"].strip()
-        try:
-            check_tool_definition(name, {"type": "object"})
-        except ValueError as exc:
-            raise forms.ValidationError(str(exc).replace("tool name", "name")) from None
-        if name in builtin_rewards():
-            raise forms.ValidationError(f"{name!r} is a built-in reward; choose another name.")
-        others = TeamReward.objects.filter(team=self.team, name=name)
-        if self.editing is not None:
-            others = others.exclude(pk=self.editing.pk)
-        if others.exists():
-            raise forms.ValidationError(f"This team already has a reward named {name!r}.")
-        return name
+        own = TeamReward.objects.filter(team=self.team)
+        name = self.cleaned_data["name"].strip()
+        return clean_team_name(
+            name, noun="reward", builtins=builtin_rewards(), teams_own=own, editing=self.editing
+        )
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}

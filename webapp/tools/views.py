@@ -149,9 +149,14 @@ def trial(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
 @require_POST
 def delete(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     tool = get_tool_for_user(request, team_slug, pk, write=True)
-    tool.delete()
-    messages.success(request, f"Deleted {tool.name}.")
-    return redirect("tools", team_slug=team_slug)
+    return _deleted(request, tool, tool.name)
+
+
+def _deleted(request: HtmxHttpRequest, found: TeamTool | TeamReward, what: str) -> HttpResponse:
+    """Delete a team's tool or reward and go back to the tools page, saying ``what`` went."""
+    found.delete()
+    messages.success(request, f"Deleted {what}.")
+    return redirect("tools", team_slug=found.team.slug)
 
 
 # -- team rewards ---------------------------------------------------------------------------------
@@ -203,6 +208,4 @@ def reward_try(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpRespons
 @require_POST
 def reward_delete(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     reward = get_reward_for_user(request, team_slug, pk, write=True)
-    reward.delete()
-    messages.success(request, f"Deleted the reward {reward.name}.")
-    return redirect("tools", team_slug=team_slug)
+    return _deleted(request, reward, f"the reward {reward.name}")

@@ -10,7 +10,7 @@ from django.test import Client
 from tests.webapp.experiments.conftest import dataset_from_recipe
 from trainer.config import RunConfig
 from webapp.datasets.models import Dataset, RecipeImport
-from webapp.experiments import services
+from webapp.experiments.models import Experiment
 from webapp.experiments.views import form_choices
 
 
@@ -65,7 +65,7 @@ def test_archived_datasets_leave_the_pickers_and_only_unused_ones_can_be_deleted
     config = RunConfig.from_preset(
         "grpo", name="uses it", task="arithmetic", **{"data.train_path": train.reference}
     )
-    services.create_experiment(team, personas["alice"], config, [1])
+    Experiment.create(team, personas["alice"], config, [1])
     response = client.post(f"/t/acme/datasets/{train.pk}/delete/", follow=True)
     assert "archive it instead" in response.content.decode() and Dataset.objects.filter(pk=train.pk).exists()
     val = arithmetic["val"]

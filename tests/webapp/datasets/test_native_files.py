@@ -16,8 +16,7 @@ from tasks_lib.registry import TASKS, PrepareOptions, load_recipes
 from tests.webapp.polling import poll_until
 from trainer.config import RunConfig
 from webapp.datasets.models import Dataset, DatasetStatus
-from webapp.experiments import services
-from webapp.experiments.models import Run, RunStatus
+from webapp.experiments.models import Experiment, Run, RunStatus
 from webapp.ingestion.models import MetricKey, MetricPoint, Trajectory
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -111,10 +110,8 @@ def test_verl_and_agent_r1_files_are_accepted_routed_and_trained_as_they_are(
 
     runs = []
     for name, (_path, task, *_rest) in files.items():
-        experiment = services.create_experiment(
-            team, personas["alice"], two_steps(name, task, datasets[name]), [1]
-        )
-        runs += services.launch(experiment)
+        experiment = Experiment.create(team, personas["alice"], two_steps(name, task, datasets[name]), [1])
+        runs += experiment.launch().runs
     finished = poll_until(lambda: all(r.is_terminal for r in Run.objects.filter(pk__in=[r.pk for r in runs])))
     assert finished
     reward = MetricKey.objects.get(name="reward/mean")

@@ -22,9 +22,9 @@ from trainer.evaluation import evaluation_metrics
 from webapp.accounts.models import ApiToken, Role
 from webapp.datasets import files
 from webapp.datasets.models import Dataset
-from webapp.experiments import services
+from webapp.experiments import run_files
 from webapp.experiments.evaluations import EvaluationRefused, EvaluationSettings, create_evaluation
-from webapp.experiments.models import Run, RunKind, RunStatus
+from webapp.experiments.models import Experiment, Run, RunKind, RunStatus
 from webapp.ingestion.metrics_store import latest_values
 from webapp.ingestion.models import Checkpoint, Trajectory
 from webapp.results.eval_table import evaluation_table
@@ -32,7 +32,7 @@ from webapp.results.eval_table import evaluation_table
 
 def saved_checkpoint(run: Run, step: int, files: dict[str, bytes]) -> Checkpoint:
     """A checkpoint folder the way the trainer leaves one, inside the run's own checkpoint folder."""
-    folder = Path(services.checkpoint_dir(run)) / f"step_{step:08d}"
+    folder = Path(run_files.checkpoint_dir(run)) / f"step_{step:08d}"
     for name, data in files.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(data)
@@ -56,7 +56,7 @@ def trained(personas: Any, split: str) -> Run:
     config = RunConfig.from_preset(
         "grpo", **{"name": "exp", "task": "arithmetic", "model.path": "tiny-test", "data.train_path": split}
     )
-    experiment = services.create_experiment(personas["acme"], personas["alice"], config, [1])
+    experiment = Experiment.create(personas["acme"], personas["alice"], config, [1])
     return Run.objects.create(
         experiment=experiment, team=experiment.team, status=RunStatus.SUCCEEDED, name="r"
     )

@@ -21,7 +21,7 @@ from tests.webapp.polling import poll_until
 from trainer.contract import IDEMPOTENCY_HEADER
 from webapp.accounts.models import ApiToken
 from webapp.experiments import services
-from webapp.experiments.models import Run, RunStatus
+from webapp.experiments.models import Experiment, Run, RunStatus
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +66,6 @@ def test_a_worker_killed_inside_its_launch_task_twice_still_ends_with_one_traine
 
 
 def test_a_lost_start_is_tried_at_most_three_times_then_failed(personas: Any, settings: Any) -> None:
-    from webapp.experiments.models import Experiment
 
     settings.RELAUNCH_AFTER_S = 0
     experiment = Experiment.objects.create(team=personas["acme"], name="lost", task="arithmetic")
@@ -84,7 +83,6 @@ def test_a_lost_start_is_tried_at_most_three_times_then_failed(personas: Any, se
 
 
 def test_cancelling_a_start_that_was_lost_cancels_it(personas: Any, settings: Any) -> None:
-    from webapp.experiments.models import Experiment
 
     experiment = Experiment.objects.create(team=personas["acme"], name="lost", task="arithmetic")
     run = Run.objects.create(experiment=experiment, team=experiment.team, seed=1, config={})
@@ -137,9 +135,7 @@ def _at_once(*calls: Any) -> list[Any]:
 def test_two_posts_of_one_launch_form_launch_once(
     personas: Any, arithmetic: Any, transactional_db: Any
 ) -> None:
-    experiment = services.create_experiment(
-        personas["acme"], personas["alice"], tiny_config(arithmetic), [1, 2]
-    )
+    experiment = Experiment.create(personas["acme"], personas["alice"], tiny_config(arithmetic), [1, 2])
     url = f"/t/acme/experiments/{experiment.pk}/launch/"
 
     def post() -> int:
@@ -156,7 +152,7 @@ def test_two_posts_of_one_launch_form_launch_once(
 def test_two_rest_launches_at_once_make_one_set_of_runs(
     personas: Any, arithmetic: Any, transactional_db: Any
 ) -> None:
-    experiment = services.create_experiment(personas["acme"], personas["alice"], tiny_config(arithmetic), [1])
+    experiment = Experiment.create(personas["acme"], personas["alice"], tiny_config(arithmetic), [1])
     token = ApiToken.issue(personas["alice"], "rest")[1]
     url = f"/api/t/acme/experiments/{experiment.pk}/launch"
 

@@ -16,7 +16,7 @@ from tests.webapp.polling import poll_until
 from trainer.config import RunConfig
 from webapp.experiments import services
 from webapp.experiments.executors import EXECUTORS, submission_id
-from webapp.experiments.models import Run, RunStatus
+from webapp.experiments.models import Experiment, Run, RunStatus
 from webapp.experiments.tasks import reap_runs
 from webapp.ingestion.models import Checkpoint, MetricPoint, Trajectory
 
@@ -49,8 +49,8 @@ def tiny_config(datasets: dict[str, Any], *, executor: str = "local", steps: int
 
 
 def launch(personas: Any, config: RunConfig) -> Run:
-    experiment = services.create_experiment(personas["acme"], personas["alice"], config, [1])
-    (run,) = services.launch(experiment)
+    experiment = Experiment.create(personas["acme"], personas["alice"], config, [1])
+    (run,) = experiment.launch().runs
     return run
 
 
@@ -163,7 +163,7 @@ def test_submitting_the_same_run_twice_starts_one_job(
     personas: Any, arithmetic: Any, ray_env: Any, tmp_path: Path
 ) -> None:
     config = tiny_config(arithmetic, executor="ray")
-    experiment = services.create_experiment(personas["acme"], personas["alice"], config, [1])
+    experiment = Experiment.create(personas["acme"], personas["alice"], config, [1])
     run = Run.objects.create(
         experiment=experiment, team=experiment.team, seed=1, executor="ray", config=experiment.config
     )

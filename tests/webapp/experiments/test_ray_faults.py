@@ -24,14 +24,14 @@ from tests.webapp.polling import poll_until
 from tests.xdist_workers import free_port
 from webapp.experiments import services
 from webapp.experiments.executors import submission_id
-from webapp.experiments.models import Run, RunStatus
+from webapp.experiments.models import Experiment, Run, RunStatus
 
 pytestmark = pytest.mark.slow
 
 
 def _ray_run(personas: Any, arithmetic: Any) -> Run:
     config = tiny_config(arithmetic, executor="ray")
-    experiment = services.create_experiment(personas["acme"], personas["alice"], config, [1])
+    experiment = Experiment.create(personas["acme"], personas["alice"], config, [1])
     run = Run.objects.create(
         experiment=experiment, team=experiment.team, seed=1, executor="ray", config=experiment.config
     )

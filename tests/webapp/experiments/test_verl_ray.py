@@ -13,9 +13,8 @@ from ray.util.state import list_actors, list_jobs, list_placement_groups
 from tests.webapp.polling import poll_until
 from trainer.backends.verl.setup_hook import HOOK
 from trainer.config import RunConfig
-from webapp.experiments import services
 from webapp.experiments.executors import submission_id
-from webapp.experiments.models import TERMINAL, Run, RunStatus
+from webapp.experiments.models import TERMINAL, Experiment, Run, RunStatus
 from webapp.experiments.tasks import cancel_run, reap_runs
 
 pytestmark = pytest.mark.slow
@@ -68,8 +67,8 @@ def watchdog_fast(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def launch(personas: Any, config: RunConfig) -> Run:
-    experiment = services.create_experiment(personas["acme"], personas["alice"], config, [1])
-    (run,) = services.launch(experiment)
+    experiment = Experiment.create(personas["acme"], personas["alice"], config, [1])
+    (run,) = experiment.launch().runs
     return run
 
 

@@ -259,7 +259,7 @@ def test_a_checkpoint_is_stored_with_its_size_and_one_the_trainer_deleted_stays_
 def test_deleting_a_run_removes_its_files_once_the_deletion_commits(
     run: Any, settings: Any, tmp_path: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
-    from webapp.experiments.services import checkpoint_dir
+    from webapp.experiments.run_files import checkpoint_dir
 
     settings.VAR_DIR = tmp_path
     folder = tmp_path / "runs" / str(run.pk)

@@ -75,13 +75,15 @@ def runnable(personas: Any, tmp_path: Any) -> dict[str, Any]:
 def test_an_experiment_is_created_launched_and_its_run_cancelled(
     client: Client, alice_token: str, runnable: dict[str, Any]
 ) -> None:
-    config = json.loads(RunConfig.from_preset("grpo", name="api made", task="gsm8k", **runnable).to_json())
+    config = json.loads(
+        RunConfig.from_preset("grpo", name="api made", task="arithmetic", **runnable).to_json()
+    )
     created = api(client, "post", "/api/t/acme/experiments", alice_token, {"config": config, "seeds": [1, 2]})
     assert created.status_code == 201, created.content
     again = api(client, "post", "/api/t/acme/experiments", alice_token, {"config": config})
     assert again.status_code == 409 and "api made" in again.json()["error"]
     bad = api(client, "post", "/api/t/acme/experiments", alice_token, {"config": {"preset": 5}})
-    assert bad.status_code == 400 and bad.json()["error"].startswith("config:")
+    assert bad.status_code == 400 and bad.json()["error"].startswith("config.preset: preset must be")
     old_name = api(client, "post", "/api/t/acme/experiments", alice_token, {"config": {"preset": "stepppo"}})
     assert (
         old_name.status_code == 400
@@ -98,9 +100,19 @@ def test_an_experiment_is_created_launched_and_its_run_cancelled(
 
 
 def test_a_partial_config_gets_the_presets_then_the_recipes_defaults_under_its_own(
-    client: Client, alice_token: str, runnable: dict[str, Any]
+    client: Client, alice_token: str, personas: Any, tmp_path: Any
 ) -> None:
-    body = {"name": "hotpot ppo", "task": "hotpotqa", "preset": "ppo", "optim.lr": 2e-6, **runnable}
+    from tests.webapp.experiments.conftest import dataset_from_recipe
+
+    hotpot = dataset_from_recipe(personas["acme"], "hotpotqa", tmp_path)["train"]  # a dataset that fits
+    body = {
+        "name": "hotpot ppo",
+        "task": "hotpotqa",
+        "preset": "ppo",
+        "optim.lr": 2e-6,
+        "data.train_path": hotpot.reference,
+        "model.path": "tiny-test",
+    }
     created = api(client, "post", "/api/t/acme/experiments", alice_token, {"config": body})
     assert created.status_code == 201, created.content
     config = RunConfig.model_validate(Experiment.objects.get(pk=created.json()["id"]).config)

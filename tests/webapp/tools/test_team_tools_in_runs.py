@@ -152,11 +152,10 @@ def register_team_parts(personas: Any, endpoints: Endpoints, settings: Any) -> N
 
 
 def claimed_run(personas: Any, config: RunConfig) -> tuple[Run, str]:
-    from webapp.experiments.checks import refusals, with_dataset_rewards
+    from webapp.experiments.acceptance import accept
 
     team = personas["acme"]
-    config = with_dataset_rewards(team, config)
-    assert refusals(team, config) == {}
+    config = accept(team, config)  # the datasets' reward mappings frozen in, as for any experiment
     experiment = Experiment.objects.create(
         team=team, name=config.name, task=config.task, config=json.loads(config.to_json())
     )

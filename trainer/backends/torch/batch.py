@@ -7,8 +7,10 @@ response tokens are sent through the LM head.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Self
 
 import torch
 
@@ -95,7 +97,20 @@ def flatten(trajectories: Sequence[Trajectory]) -> StepRows:
 
 
 @dataclass
-class ModelInputs:
+class _OnDevice:
+    """What the micro-batch inputs below share: ``to`` moves every tensor field to a device."""
+
+    def to(self, device: torch.device) -> Self:
+        tensors = {
+            field.name: value.to(device)
+            for field in dataclasses.fields(self)
+            if isinstance(value := getattr(self, field.name), torch.Tensor)
+        }
+        return dataclasses.replace(self, **tensors)
+
+
+@dataclass
+class ModelInputs(_OnDevice):
     """A micro-batch as one right-padded sequence per row, with the positions that predict each row's
     response tokens (so the LM head runs over response positions only)."""
 
@@ -104,12 +119,9 @@ class ModelInputs:
     positions: torch.Tensor  # [b, Tm]; position p's output predicts token p + 1
     width: int  # Tm, the longest response in this micro-batch
 
-    def to(self, device: torch.device) -> ModelInputs:
-        return ModelInputs(self.rows, self.input_ids.to(device), self.positions.to(device), self.width)
-
 
 @dataclass
-class SharedPrefixInputs:
+class SharedPrefixInputs(_OnDevice):
     """A micro-batch whose rows repeat prompts (the n samples of a group): each distinct prompt runs
     through the model once, and every response continues from its prompt's KV cache."""
 
@@ -121,20 +133,9 @@ class SharedPrefixInputs:
     response_ids: torch.Tensor  # [b, Tm] right-padded
     width: int  # Tm
 
-    def to(self, device: torch.device) -> SharedPrefixInputs:
-        return SharedPrefixInputs(
-            self.rows,
-            self.prompt_ids.to(device),
-            self.prompt_mask.to(device),
-            self.prompt_lengths.to(device),
-            self.row_prompt.to(device),
-            self.response_ids.to(device),
-            self.width,
-        )
-
 
 @dataclass
-class PackedInputs:
+class PackedInputs(_OnDevice):
     """A micro-batch without padding between sequences (docs/performance.md#packed-batches).
 
     Each distinct prompt is a segment: the prompt once, then each of its rows' responses (less the
@@ -153,19 +154,6 @@ class PackedInputs:
     row: torch.Tensor  # [N] the micro-batch row (0..b-1) whose response token it predicts
     column: torch.Tensor  # [N] which token of that response
     width: int  # Tm, the longest response in this micro-batch
-
-    def to(self, device: torch.device) -> PackedInputs:
-        return PackedInputs(
-            self.rows,
-            self.input_ids.to(device),
-            self.position_ids.to(device),
-            self.attention_mask.to(device),
-            self.pack.to(device),
-            self.offset.to(device),
-            self.row.to(device),
-            self.column.to(device),
-            self.width,
-        )
 
 
 Inputs = ModelInputs | SharedPrefixInputs | PackedInputs

@@ -1,0 +1,152 @@
+"""The ray executor: the trainer as a Ray job on RAY_ADDRESS (docs/ray.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+
+from trainer.backends import Job
+from webapp.experiments import cluster
+from webapp.experiments.executors.base import ExecutorState, StartRefused, job_for, launch_env, runs_folder
+
+if TYPE_CHECKING:
+    from webapp.experiments.models import Run
+
+logger = logging.getLogger(__name__)
+REF_PREFIX = "ray:"
+
+
+def submission_id(run: Run) -> str:
+    """Deterministic per run (and per installation): Ray refuses a reused id, so retries are safe."""
+    install = hashlib.sha256(str(settings.SECRET_KEY).encode()).hexdigest()[:8]
+    return f"studio-{install}-run-{run.pk}"
+
+
+class ClusterTooSmall(StartRefused):
+    """The precheck's refusal: the message says what the run needs and what the cluster has."""
+
+
+def ray_job_options(job: Job, env: dict[str, str]) -> dict[str, Any]:
+    """submit_job's runtime_env and entrypoint resources for the job (every process of a Ray job
+    gets the job-level runtime_env, so the trainer and verl's workers share one claimant id)."""
+    runtime_env: dict[str, Any] = {"env_vars": env, **job.runtime_env}
+    options: dict[str, Any] = {"runtime_env": runtime_env, "entrypoint_num_cpus": job.num_cpus}
+    if job.num_gpus:
+        options["entrypoint_num_gpus"] = job.num_gpus
+    return options
+
+
+def precheck(job: Job, address: str) -> None:
+    """Refuse (ClusterTooSmall) a job whose backend declares needs the cluster cannot hold, before
+    anything is submitted (webapp/experiments/cluster.py says why)."""
+    if job.needs is None or not settings.VERL_PRECHECK:
+        return
+    problem = cluster.shortfall(job.needs, cluster.cluster_nodes(address))
+    if problem:
+        raise ClusterTooSmall(problem)
+
+
+class RayExecutor:
+    name = "ray"
+    limited_by_team = False  # the cluster places its jobs itself: a job waits PENDING for resources
+    reaped = True
+
+    def client(self) -> object:
+        from ray.job_submission import JobSubmissionClient
+
+        return JobSubmissionClient(self.address())
+
+    def address(self) -> str:
+        if not settings.RAY_ADDRESS:
+            raise RuntimeError(
+                "RAY_ADDRESS is not set: the ray executor needs the Ray dashboard URL of a cluster"
+            )
+        return str(settings.RAY_ADDRESS)
+
+    def files_dir(self, run: Run) -> Path:
+        return runs_folder(Path(settings.SHARED_DIR), run)  # the job may run on any node: shared storage
+
+    def planned_ref(self, run: Run) -> str:
+        # Recorded before submitting: a launch that dies in between leaves a ref poll can answer for.
+        return f"{REF_PREFIX}{submission_id(run)}"
+
+    def start(self, run: Run, token: str) -> str:
+        job = job_for(run, token)
+        precheck(job, self.address())
+        client = self.client()
+        job_id = submission_id(run)
+        entrypoint = " ".join(["python", *map(shlex.quote, job.argv)])
+        try:
+            client.submit_job(  # type: ignore[attr-defined]
+                entrypoint=entrypoint,
+                submission_id=job_id,
+                metadata={"studio_run": str(run.pk), "experiment": run.experiment.name[:100]},
+                **ray_job_options(job, launch_env(job)),
+            )
+        except RuntimeError as exc:
+            # A retried launch: the job exists already, which is exactly what we wanted.
+            if "already exists" not in str(exc):
+                raise
+            logger.info("ray job %s already submitted; not submitting again", job_id)
+        return f"{REF_PREFIX}{job_id}"
+
+    def poll(self, run: Run) -> ExecutorState:
+        from ray.job_submission import JobStatus
+
+        client = self.client()
+        job_id = _job_id(run)
+        try:
+            info = client.get_job_info(job_id)  # type: ignore[attr-defined]
+        except RuntimeError as exc:
+            if "status code 404" not in str(exc):
+                raise
+            # The ref is planned before submitting: a launch that died in between submitted nothing.
+            return ExecutorState(alive=False, started=False, message=f"ray job {job_id} was never submitted")
+        if info.status in (JobStatus.PENDING, JobStatus.RUNNING):
+            return ExecutorState(alive=True, pending=info.status == JobStatus.PENDING)
+        message = f"ray job {job_id} {info.status.value}"
+        if info.message:
+            message += f": {info.message}"
+        code = 0 if info.status == JobStatus.SUCCEEDED else getattr(info, "driver_exit_code", None)
+        return ExecutorState(
+            alive=False, exit_code=code, message=message, stopped=info.status == JobStatus.STOPPED
+        )
+
+    def stop(self, run: Run, *, force: bool = False) -> None:
+        client = self.client()
+        job_id = _job_id(run)
+        if not job_id:
+            return
+        try:
+            if client.get_job_status(job_id).is_terminal():  # type: ignore[attr-defined]
+                return
+            client.stop_job(job_id)  # type: ignore[attr-defined]
+        except RuntimeError as exc:
+            # The job ended (or was never submitted) between our look and the stop: nothing to stop.
+            if "404" not in str(exc):
+                raise
+
+    def locate(self, run: Run) -> str:
+        return self.planned_ref(run)  # deterministic: poll then says whether it was submitted
+
+    def clean_up(self, run: Run) -> None:
+        """Nothing here: a Ray job's scratch lives on its node, under Ray's own session folders."""
+
+    def log_tail(self, run: Run, max_bytes: int) -> str:
+        if not run.executor_ref:
+            return ""
+        try:
+            logs = self.client().get_job_logs(_job_id(run))  # type: ignore[attr-defined]
+        except Exception as exc:  # the cluster may be gone; the page still renders
+            logger.info("no ray logs for run %s: %s", run.pk, exc)
+            return ""
+        return str(logs)[-max_bytes:]
+
+
+def _job_id(run: Run) -> str:
+    return run.executor_ref.removeprefix(REF_PREFIX)
