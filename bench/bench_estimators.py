@@ -28,10 +28,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from trainer.algos.advantages import ESTIMATORS, StepBatch
+from trainer.algos.advantages import ESTIMATORS, EstimatorParams, StepBatch
 
 ROWS, WIDTH, GROUP = 4096, 512, 8
 GAMMA, LAM = 1.0, 0.95
+PARAMS = EstimatorParams(gamma=GAMMA, lam=LAM)
 MIN_REPEATS, MAX_REPEATS, BUDGET_S, BLOCK = 10, 60, 8.0, 5
 
 
@@ -111,11 +112,11 @@ def cases(core: Any, batch: StepBatch) -> list[tuple[str, str, Callable[[], Any]
          lambda: core.compute_rloo_outcome_advantage(rewards, mask, index), True),
         ("rloo", "compute_rloo_vectorized_outcome_advantage", lambda: est("rloo")(batch),
          lambda: core.compute_rloo_vectorized_outcome_advantage(rewards, mask, index), True),
-        ("token_gae", "compute_gae_advantage_return", lambda: est("token_gae")(batch, gamma=GAMMA, lam=LAM),
+        ("token_gae", "compute_gae_advantage_return", lambda: est("token_gae")(batch, PARAMS),
          lambda: core.compute_gae_advantage_return(rewards, values, mask, GAMMA, LAM), True),
         # Step-level GAE computes something else (one value per step); timed against verl's GAE as
         # the brief asks, since it is what our PPO preset runs in place of token-level GAE.
-        ("gae", "compute_gae_advantage_return", lambda: est("gae")(batch, gamma=GAMMA, lam=LAM),
+        ("gae", "compute_gae_advantage_return", lambda: est("gae")(batch, PARAMS),
          lambda: core.compute_gae_advantage_return(rewards, values, mask, GAMMA, LAM), False),
         ("grpo@verl", "compute_grpo_outcome_advantage", adapted("grpo"),
          lambda: core.compute_grpo_outcome_advantage(rewards, mask, index), True),

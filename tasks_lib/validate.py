@@ -91,9 +91,13 @@ class _Group:
 
     def problem(self) -> Problem:
         return Problem(
-            self.message, row=self.spans[0][0], column=self.column,
-            spans=tuple((a, b) for a, b in self.spans), count=self.count, data_source=self.data_source,
-        )  # fmt: skip
+            self.message,
+            row=self.spans[0][0],
+            column=self.column,
+            spans=tuple((a, b) for a, b in self.spans),
+            count=self.count,
+            data_source=self.data_source,
+        )
 
 
 class _Bad:

@@ -154,13 +154,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if problems:
         raise UsageError(problems)
     progress = config.report.console and sys.stderr.isatty()
-    reporters: list[Reporter] = []
-    if config.report.console:
-        reporters.append(ConsoleReporter(progress=progress))
-    if config.report.jsonl_path:
-        reporters.append(JsonlReporter(config.report.jsonl_path))
     with _redirect_logs_around_progress_bar(progress):
-        return run_training(config, _combine(reporters))
+        return run_training(config, _combine(local_reporters(config, progress=progress)))
 
 
 def _run_remote(args: argparse.Namespace) -> int:
@@ -195,13 +190,19 @@ def _fetch_and_train(args: argparse.Namespace, token: str, http: HttpReporter, w
     if fetched is None:
         return EXIT_FAILED
     config, specs = fetched
-    # The console first: its "status ..." line reaches the server's log (through the logging
+    # Before ``http``: the console's "status ..." line reaches the server's log (through the logging
     # handler into ``http``) before the status itself, after which the run's token is dead.
-    reporters: list[Reporter] = [ConsoleReporter(progress=False)] if config.report.console else []
-    reporters.append(http)
+    reporters = [*local_reporters(config, progress=False), http]
+    return run_training(config, _combine(reporters), specs=specs)
+
+
+def local_reporters(config: RunConfig, *, progress: bool) -> list[Reporter]:
+    """The reporters the run's ``report`` section asks for besides the web app: the console (first,
+    with a progress bar when ``progress``), then the JSONL file."""
+    reporters: list[Reporter] = [ConsoleReporter(progress=progress)] if config.report.console else []
     if config.report.jsonl_path:
         reporters.append(JsonlReporter(config.report.jsonl_path))
-    return run_training(config, _combine(reporters), specs=specs)
+    return reporters
 
 
 def _claim(args: argparse.Namespace, token: str, claimant: str) -> bool:
@@ -301,9 +302,13 @@ def run_training(
 
 
 def _train_and_report(
-    config: RunConfig, reporter: Reporter, train: TrainFn | None, stop: threading.Event, received: list[int],
+    config: RunConfig,
+    reporter: Reporter,
+    train: TrainFn | None,
+    stop: threading.Event,
+    received: list[int],
     specs: RunSpecs | None,
-) -> int:  # fmt: skip
+) -> int:
     try:
         with _stop_on_signals(stop, received):
             # Recipes (tasks_lib or a user's package) register their rewards, tools and envs here.

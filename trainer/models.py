@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import json
 import logging
 import os
 import shutil
@@ -21,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.config import SMOLLM2_ALIASES, TINY_TEST_ALIAS
+from trainer.model_size import SMOLLM2_ALIASES, TINY_TEST_ALIAS
 
 logger = logging.getLogger(__name__)
 
@@ -216,44 +215,6 @@ class ValueHeadModel(nn.Module):
         return self.value_head(hidden).squeeze(-1)
 
 
-# Names that ``model.path`` may hold instead of a folder: models this module provides offline
-# (the names live in trainer.config, which needs no torch).
-MODEL_ALIASES = SMOLLM2_ALIASES
-SMOLLM2_PARAMETERS = 134_515_008
-TINY_TEST_PARAMETERS = 3_227_968
-
-
-def parameter_count(path: str) -> int | None:
-    """About how many parameters the model at ``model.path`` has, from its ``config.json`` alone (no
-    weights are read, nothing is converted); None when the path is neither an alias nor a readable
-    folder with the usual decoder fields. Presets pick their defaults by it (docs/presets.md)."""
-    if path in MODEL_ALIASES:
-        return SMOLLM2_PARAMETERS
-    if path == TINY_TEST_ALIAS:
-        return TINY_TEST_PARAMETERS
-    if not path:
-        return None
-    try:
-        config = json.loads((Path(path).expanduser() / "config.json").read_text(encoding="utf-8"))
-        return decoder_parameters(config)
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
-
-
-def decoder_parameters(config: dict[str, Any]) -> int:
-    """Parameters of a Llama-style decoder described by a Hugging Face ``config.json`` (embeddings,
-    attention with grouped KV heads, a gated MLP; norms and biases are too small to matter here)."""
-    config = config.get("text_config", config)  # multimodal configs nest the language model's
-    hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
-    vocab, intermediate = int(config["vocab_size"]), int(config["intermediate_size"])
-    heads = int(config["num_attention_heads"])
-    kv_heads = int(config.get("num_key_value_heads") or heads)
-    head_dim = int(config.get("head_dim") or hidden // heads)
-    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
-    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings", True) else 2)
-    return embeddings + layers * (attention + 3 * hidden * intermediate)
-
-
 def tiny_test_path() -> Path:
     """The ``tiny-test`` model folder (seed 0), built once beside the converted SmolLM2."""
     smol = smollm2_path()
@@ -267,7 +228,7 @@ def tiny_test_path() -> Path:
 
 def resolve_model_path(path: str) -> Path:
     """A model folder from ``model.path``: an existing folder, or an alias of an offline model."""
-    if path in MODEL_ALIASES:
+    if path in SMOLLM2_ALIASES:
         return smollm2_path()
     if path == TINY_TEST_ALIAS:
         return tiny_test_path()

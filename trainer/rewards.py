@@ -11,7 +11,7 @@ routing, Agent-R1's recipes) as exact names and prefix rules, some of them marke
 cannot be scored here, with what to do instead.
 
 A team's own rewards (:class:`~trainer.contract.TeamRewardSpec`: rule kinds, or a remote endpoint)
-become reward functions through :func:`build_reward`; a run registers them for itself only
+become reward functions in :mod:`trainer.team_rewards`; a run registers them for itself only
 (:func:`trainer.team.run_scope`).
 """
 
@@ -27,13 +27,9 @@ from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trainer.registry import Registry, RegistryError
-
-if TYPE_CHECKING:
-    from trainer.contract import TeamRewardSpec
-    from trainer.tools.allowlist import OutboundPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -247,68 +243,3 @@ def contains(solution_str: str, ground_truth: Any, extra_info: dict[str, Any]) -
     runs of whitespace; else 0.0."""
     response = _normalise(solution_str)
     return float(any(_normalise(answer) in response for answer in answers(ground_truth)))
-
-
-# -- a team's rewards -------------------------------------------------------------------------------
-
-RULES = ("exact", "numeric", "contains", "regex", "f1")
-
-
-def rule_score(
-    rule: str, response: str, ground_truth: Any, *, tolerance: float = 0.0, pattern: str = ""
-) -> float:
-    """One rule kind's score in [0, 1] (docs/rewards.md#rule-kinds).
-
-    exact: normalised exact match against any answer; numeric: the response's last number within
-    ``tolerance`` of the answer; contains: a normalised answer inside the normalised response; regex:
-    the first group (or the whole match) of ``pattern``'s last match, normalised, against the answers;
-    f1: the best token F1 against the answers.
-    """
-    truths = answers(ground_truth)
-    if rule == "regex":
-        matches = list(re.finditer(pattern, response))
-        if not matches:
-            return 0.0
-        last = matches[-1]
-        response = last.group(1) if last.groups() else last.group(0)
-        rule = "exact_normalised"
-    if rule in ("exact", "exact_normalised"):
-        return float(normalize_answer(response) in {normalize_answer(truth) for truth in truths})
-    if rule == "contains":
-        text = normalize_answer(response)
-        return float(any(normalize_answer(truth) and normalize_answer(truth) in text for truth in truths))
-    if rule == "numeric":
-        value = last_number(response)
-        targets = [last_number(str(truth)) for truth in truths]
-        return float(
-            value is not None and any(t is not None and abs(value - t) <= tolerance for t in targets)
-        )
-    if rule == "f1":
-        return max((token_f1(response, truth) for truth in truths), default=0.0)
-    raise ValueError(f"unknown rule {rule!r}; choose one of {', '.join(RULES)}")
-
-
-def build_reward(spec: TeamRewardSpec, policy: OutboundPolicy | None = None) -> RewardFn:
-    """The reward function a team's spec describes (a rule kind, or a remote endpoint whose URL and
-    resolved address are checked against ``policy`` at every call, docs/security.md#outbound)."""
-    if spec.kind == "remote":
-        from trainer.tools.http import remote_reward
-
-        return remote_reward(spec, policy)
-    if spec.rule not in RULES:
-        raise ValueError(
-            f"reward {spec.name!r}: unknown rule {spec.rule!r}; choose one of {', '.join(RULES)}"
-        )
-    pattern = re.compile(spec.pattern) if spec.rule == "regex" else None
-    format_pattern = re.compile(spec.format_pattern) if spec.format_pattern else None
-
-    def score(solution_str: str, ground_truth: Any, extra_info: dict[str, Any]) -> dict[str, Any]:
-        correct = rule_score(
-            spec.rule, solution_str, ground_truth, tolerance=spec.tolerance,
-            pattern=pattern.pattern if pattern else "",
-        )  # fmt: skip
-        formatted = bool(format_pattern and format_pattern.search(solution_str))
-        bonus = spec.format_bonus if formatted else 0.0
-        return {"score": correct + bonus, "acc": correct, "format": float(formatted)}
-
-    return score

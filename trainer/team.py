@@ -16,7 +16,8 @@ from typing import Any
 
 from trainer.contract import RunSpecs, TeamToolSpec
 from trainer.registry import RegistryError
-from trainer.rewards import DATA_SOURCES, REWARDS, RewardFn, build_reward
+from trainer.rewards import DATA_SOURCES, REWARDS, RewardFn
+from trainer.team_rewards import build_reward
 from trainer.tools import TOOLS, BaseTool, HttpTool, HttpToolSpec
 from trainer.tools.allowlist import OutboundPolicy
 from trainer.tools.base import load_tool_class
@@ -29,8 +30,10 @@ class UnavailableTool(RuntimeError):
 def build_tool(spec: TeamToolSpec, policy: OutboundPolicy | None) -> type[BaseTool]:
     """A BaseTool class for one team tool, described by what the team registered."""
     attrs: dict[str, Any] = {
-        "name": spec.name, "description": spec.description, "parameters": dict(spec.parameters),
-    }  # fmt: skip
+        "name": spec.name,
+        "description": spec.description,
+        "parameters": dict(spec.parameters),
+    }
     if spec.kind == "python":
         try:
             base = load_tool_class(spec.entry_point)
@@ -41,10 +44,16 @@ def build_tool(spec: TeamToolSpec, policy: OutboundPolicy | None) -> type[BaseTo
         # The registered schema is the contract shown in the UI and checked on every call.
         return type(f"TeamTool_{spec.name}", (base,), attrs)
     http = HttpToolSpec(
-        name=spec.name, description=spec.description, parameters=dict(spec.parameters), url=spec.url,
-        method=spec.method, timeout_s=spec.timeout_s, secret=spec.secret, secret_header=spec.secret_header,
+        name=spec.name,
+        description=spec.description,
+        parameters=dict(spec.parameters),
+        url=spec.url,
+        method=spec.method,
+        timeout_s=spec.timeout_s,
+        secret=spec.secret,
+        secret_header=spec.secret_header,
         policy=policy,
-    )  # fmt: skip
+    )
     return type(f"TeamTool_{spec.name}", (HttpTool,), {**attrs, "spec": http})
 
 

@@ -201,10 +201,9 @@ class EmbeddedPostgres(EmbeddedServer):
         self._chown(user, self.root, run_dir, log)
         if not (self.data_dir / "PG_VERSION").exists():
             logger.info("initialising a new Postgres cluster in %s", self.data_dir)
-            subprocess.run(
-                [self._bin("initdb"), "-D", str(self.data_dir), "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C"],
-                check=True, user=user, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            )  # fmt: skip
+            initdb = [self._bin("initdb"), "-D", str(self.data_dir), "-U", "postgres", "--auth=trust"]
+            initdb += ["--encoding=UTF8", "--locale=C"]
+            subprocess.run(initdb, check=True, user=user, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self._check_stale_pid()
         options = ["-c", "listen_addresses=" + LOOPBACK, "-p", str(self.port), "-k", str(run_dir)]
         if self.fast:
@@ -213,8 +212,11 @@ class EmbeddedPostgres(EmbeddedServer):
             # Own session: a Ctrl-C at the terminal reaches our supervisor, which stops us in order.
             self.proc = subprocess.Popen(
                 [self._bin("postgres"), "-D", str(self.data_dir), *options],
-                stdout=out, stderr=subprocess.STDOUT, user=user, start_new_session=True,
-            )  # fmt: skip
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                user=user,
+                start_new_session=True,
+            )
         _wait_until(self._accepts_connections, 30, self.proc, self.what, log)
         self._ensure_database()
 
@@ -249,8 +251,9 @@ class EmbeddedValkey(EmbeddedServer):
         self.root.mkdir(parents=True, exist_ok=True)
         persistence = ["--save", "", "--appendonly", "no"] if self.fast else ["--appendonly", "yes"]
         log = self.log
-        args = [str(get_binary_path()), "--bind", LOOPBACK, "--port", str(self.port), "--dir", str(self.root),
-                "--daemonize", "no", "--protected-mode", "yes", "--logfile", str(log), *persistence]  # fmt: skip
+        listen = ["--bind", LOOPBACK, "--port", str(self.port), "--protected-mode", "yes"]
+        files = ["--dir", str(self.root), "--logfile", str(log), *persistence]
+        args = [str(get_binary_path()), *listen, "--daemonize", "no", *files]
         self.proc = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
         )

@@ -74,8 +74,13 @@ class ServiceWatch(threading.Thread):
         self.restarts[service.what] = count
         logger.error(
             "the %s exited with code %s; restarting it (%d of %d). Its log (%s) ends with:\n%s",
-            service.what, code, count, self.max_restarts, service.log, _tail(service.log),
-        )  # fmt: skip
+            service.what,
+            code,
+            count,
+            self.max_restarts,
+            service.log,
+            _tail(service.log),
+        )
         # A killed Postgres's backends notice and exit within moments; give them one.
         time.sleep(1.0)
         try:

@@ -87,18 +87,15 @@ def web_command(port: int, workers: int | None = None) -> list[str]:
     return argv if workers is None else [*argv, "--workers", str(workers)]
 
 
-def _supervise(env: dict[str, str], port: int, web_workers: int | None, var_dir: Path,
-               embedded: Sequence[Watched] = ()) -> int:  # fmt: skip
+def _supervise(
+    env: dict[str, str], port: int, web_workers: int | None, var_dir: Path, embedded: Sequence[Watched] = ()
+) -> int:
     from honcho.manager import Manager
 
-    bin_dir = Path(PYTHON).parent
-    commands = {
-        "web": web_command(port, web_workers),
-        "worker": [str(bin_dir / "celery"), "-A", "webapp", "worker", "--loglevel", "INFO", "--concurrency", "2",
-                   "--hostname", f"worker-{port}@%h"],
-        "beat": [str(bin_dir / "celery"), "-A", "webapp", "beat", "--loglevel", "INFO",
-                 "--schedule", str(var_dir / "celerybeat-schedule"), "--pidfile", ""],
-    }  # fmt: skip
+    celery = [str(Path(PYTHON).parent / "celery"), "-A", "webapp"]
+    worker = ["worker", "--loglevel", "INFO", "--concurrency", "2", "--hostname", f"worker-{port}@%h"]
+    beat = ["beat", "--loglevel", "INFO", "--schedule", str(var_dir / "celerybeat-schedule"), "--pidfile", ""]
+    commands = {"web": web_command(port, web_workers), "worker": [*celery, *worker], "beat": [*celery, *beat]}
     manager = Manager()
     for name, argv in commands.items():
         manager.add_process(name, "exec " + shlex.join(argv), env=env, cwd=str(ROOT))

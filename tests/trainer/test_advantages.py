@@ -15,8 +15,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from trainer.algos.advantages import ESTIMATORS, StepBatch
-from trainer.config import ANCHOR_ESTIMATORS, CRITIC_ESTIMATORS
+from trainer.algos.advantages import ESTIMATORS, EstimatorParams, StepBatch
+from trainer.config_sections import ANCHOR_ESTIMATORS, CRITIC_ESTIMATORS
 from trainer.registry import RegistryError
 
 ALL = ("gae", "token_gae", "grpo", "rloo", "reinforce", "gigpo")
@@ -90,7 +90,7 @@ def test_grpo_sums_a_multi_step_trajectory_and_gives_every_step_its_advantage() 
 def test_grpo_without_std_normalisation_is_dr_grpo() -> None:
     # Same batch: R - mean = 1 - 0.5 and 0 - 0.5.
     batch = step_rows([0.0, 1.0, 0.0], [2, 1, 3], width=3, traj=[10, 10, 11], group=[3, 3, 3])
-    advantages, _ = ESTIMATORS.get("grpo")(batch, norm_adv_by_std=False)
+    advantages, _ = ESTIMATORS.get("grpo")(batch, EstimatorParams(norm_adv_by_std=False))
     assert per_row(advantages, batch) == pytest.approx([0.5, 0.5, -0.5], abs=1e-6)
 
 
@@ -107,7 +107,7 @@ def test_reinforce_whitens_discounted_returns_over_step_rows() -> None:
     # Trajectory 0: rewards 1, 2 with gamma 0.5 -> G = 1 + 0.5*2 = 2, then 2. Trajectory 1: G = 0.
     # G = [2, 2, 0]: mean 4/3, unbiased std sqrt(4/3) = 1.154701 -> A = 0.577350, 0.577350, -1.154700.
     batch = step_rows([1.0, 2.0, 0.0], [2, 2, 1], width=2, traj=[0, 0, 1], group=[0, 0, 0])
-    advantages, returns = ESTIMATORS.get("reinforce")(batch, gamma=0.5)
+    advantages, returns = ESTIMATORS.get("reinforce")(batch, EstimatorParams(gamma=0.5))
     assert per_row(advantages, batch) == pytest.approx([0.577350, 0.577350, -1.154700], abs=1e-5)
     assert per_row(returns, batch) == pytest.approx([2.0, 2.0, 0.0], abs=1e-6)
 
@@ -127,7 +127,7 @@ def test_step_level_gae_uses_one_value_per_step_and_zero_past_the_last_step() ->
         group=[0, 0, 1],
         values=[[0.5, 0.7], [0.8, 0.3, 0.3], [0.1]],
     )
-    advantages, returns = ESTIMATORS.get("gae")(batch, gamma=0.9, lam=0.8)
+    advantages, returns = ESTIMATORS.get("gae")(batch, EstimatorParams(gamma=0.9, lam=0.8))
     assert per_row(advantages, batch) == pytest.approx([0.400215, -1.138112, 0.737897], abs=1e-5)
     assert per_row(returns, batch) == pytest.approx([0.864, 1.0, 0.5], abs=1e-6)
 
@@ -140,7 +140,7 @@ def test_token_gae_chains_across_the_steps_of_a_trajectory() -> None:
     #   a: delta = 0.9*0.6 - 0.5 = 0.04            A = 0.04 + 0.45*0.165 = 0.11425
     # Returns A + V: 0.61425, 0.765, 1.0. Whitened over the 3 tokens: -0.821115, -0.292512, 1.113627.
     batch = step_rows([0.0, 1.0], [2, 1], width=3, traj=[4, 4], group=[0, 0], values=[[0.5, 0.6], [0.7]])
-    advantages, returns = ESTIMATORS.get("token_gae")(batch, gamma=0.9, lam=0.5)
+    advantages, returns = ESTIMATORS.get("token_gae")(batch, EstimatorParams(gamma=0.9, lam=0.5))
     expected_adv = torch.tensor([[-0.821115, -0.292512, 0.0], [1.113627, 0.0, 0.0]])
     expected_ret = torch.tensor([[0.61425, 0.765, 0.0], [1.0, 0.0, 0.0]])
     torch.testing.assert_close(advantages, expected_adv, atol=1e-5, rtol=0)
@@ -193,7 +193,7 @@ def test_gigpo_adds_a_step_advantage_among_steps_that_share_an_anchor() -> None:
         group=[0, 0, 0, 0, 1],
         anchor=[10, 11, 10, 12, 10],
     )
-    advantages, returns = ESTIMATORS.get("gigpo")(batch, step_weight=0.5)
+    advantages, returns = ESTIMATORS.get("gigpo")(batch, EstimatorParams(step_weight=0.5))
     assert per_row(advantages, batch) == pytest.approx(
         [1.060660, 0.707107, -1.060660, -0.707107, 0.0], abs=1e-5
     )
@@ -288,9 +288,8 @@ def test_every_estimator_takes_the_one_signature_and_returns_no_grad_tensors(nam
         batch.group_index,
         batch.anchor_index,
     )
-    advantages, returns = ESTIMATORS.get(name)(
-        batch, gamma=0.9, lam=0.95, norm_adv_by_std=True, step_weight=1.0, eps=1e-6
-    )
+    params = EstimatorParams(gamma=0.9, lam=0.95, norm_adv_by_std=True, step_weight=1.0, eps=1e-6)
+    advantages, returns = ESTIMATORS.get(name)(batch, params)
     assert advantages.shape == returns.shape == batch.token_rewards.shape
     assert not advantages.requires_grad and not returns.requires_grad
     off = batch.response_mask == 0
@@ -485,9 +484,8 @@ def test_vectorised_estimators_match_the_loop_reference(name: str, layout: str, 
     gamma, lam = rng.choice([1.0, 0.9, 0.0]), rng.choice([1.0, 0.8])
     norm, weight = rng.random() < 0.7, rng.uniform(0.2, 1.5)
     batch = random_batch(seed, layout)
-    advantages, _ = ESTIMATORS.get(name)(
-        batch, gamma=gamma, lam=lam, norm_adv_by_std=norm, step_weight=weight
-    )
+    params = EstimatorParams(gamma=gamma, lam=lam, norm_adv_by_std=norm, step_weight=weight)
+    advantages, _ = ESTIMATORS.get(name)(batch, params)
     expected = LOOP_ESTIMATORS[name](batch, gamma, lam, norm, weight)
     torch.testing.assert_close(advantages.double(), expected, atol=2e-5, rtol=1e-4)
 
@@ -505,7 +503,7 @@ def test_long_trajectories_match_the_loop_reference(name: str) -> None:
         group_index=torch.zeros(2 * steps, dtype=torch.long),
         anchor_index=torch.tensor([rng.randint(0, 4) for _ in range(2 * steps)]),
     )
-    advantages, _ = ESTIMATORS.get(name)(batch, gamma=0.97, lam=0.9)
+    advantages, _ = ESTIMATORS.get(name)(batch, EstimatorParams(gamma=0.97, lam=0.9))
     expected = LOOP_ESTIMATORS[name](batch, 0.97, 0.9, True, 1.0)
     torch.testing.assert_close(advantages.double(), expected, atol=2e-4, rtol=1e-3)
 
@@ -516,7 +514,7 @@ def test_discounted_returns_stay_finite_when_powers_underflow() -> None:
     rewards = torch.rand(steps, 1, generator=torch.Generator().manual_seed(0))
     zeros = torch.zeros(steps, dtype=torch.long)
     batch = StepBatch(rewards, torch.ones(steps, 1), None, zeros, zeros)
-    _, returns = ESTIMATORS.get("reinforce")(batch, gamma=0.5)
+    _, returns = ESTIMATORS.get("reinforce")(batch, EstimatorParams(gamma=0.5))
     g = returns[:, 0]
     assert torch.isfinite(g).all()
     torch.testing.assert_close(g[:-1], rewards[:-1, 0] + 0.5 * g[1:], atol=1e-5, rtol=0)

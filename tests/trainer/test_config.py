@@ -16,16 +16,13 @@ from trainer.algos.losses import AGG_MODES, KL_KINDS, POLICY_LOSSES
 from trainer.algos.presets import PRESETS
 from trainer.config import (
     RECIPE_DEFAULTS,
-    Estimator,
-    KlKind,
-    LossAggMode,
-    PolicyLoss,
     RunConfig,
     config_errors,
     diff,
     field_paths,
     validation_errors,
 )
+from trainer.config_sections import Estimator, KlKind, LossAggMode, PolicyLoss
 from trainer.registry import Registry, RegistryError
 
 # The field names the backend relies on (trainer_spec.md, "RunConfig").

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from trainer import models
+from trainer import model_size
 from trainer.models import (
     SMOLLM2_INSTALL,
     ModelNotAvailableError,
@@ -105,4 +105,4 @@ def test_model_paths_are_checked_before_loading(tmp_path: Path) -> None:
         resolve_model_path("")
     with pytest.raises(FileNotFoundError, match="not a Hugging Face model folder"):
         resolve_model_path(str(tmp_path))
-    assert "smollm2-135m-instruct" in models.MODEL_ALIASES
+    assert "smollm2-135m-instruct" in model_size.SMOLLM2_ALIASES

@@ -23,11 +23,11 @@ from trainer.rewards import (
     RewardError,
     UnroutedDataSource,
     route,
-    rule_score,
     score_step,
 )
 from trainer.rollout import rollout_metrics, score_trajectory
 from trainer.team import UnavailableTool, check_run_tools, run_scope
+from trainer.team_rewards import rule_score
 from trainer.tools import TOOLS, run_tool_call
 
 

@@ -6,8 +6,8 @@ trajectories of one prompt). Each step's scalar reward sits on its last response
 reward is ``r_t = sum_j token_rewards[t, j]`` (token rewards are zero off the response mask) and
 ``R(tau) = sum_t r_t``.
 
-Every estimator has the same signature and returns ``(advantages [S, T], returns [S, T])``, zero on
-non-response tokens. All are vectorised: groups and trajectories are segment reductions (row sums of a
+Every estimator has the same signature, ``(batch, params)`` with one :class:`EstimatorParams`, and
+returns ``(advantages [S, T], returns [S, T])``, zero on non-response tokens. All are vectorised: groups and trajectories are segment reductions (row sums of a
 [G, n] view, or ``index_add_``), and discounted sums are a blocked scan
 (:func:`_reverse_discounted_cumsum`) instead of a Python loop over steps or tokens.
 """
@@ -23,7 +23,7 @@ from torch import Tensor
 
 from trainer.registry import Registry
 
-__all__ = ["ESTIMATORS", "AdvantageEstimator", "StepBatch"]
+__all__ = ["DEFAULT_PARAMS", "ESTIMATORS", "AdvantageEstimator", "EstimatorParams", "StepBatch"]
 
 
 @dataclass(frozen=True)
@@ -67,18 +67,32 @@ class StepBatch:
                 raise ValueError(f"{name} must be an integer tensor; got {index.dtype}")
 
 
+@dataclass(frozen=True)
+class EstimatorParams:
+    """The settings every estimator receives; each reads those its formula has.
+
+    gamma: discount between steps (GAE, REINFORCE, GiGPO's step returns); between tokens for token_gae.
+    lam: GAE's lambda.
+    norm_adv_by_std: divide group advantages by the group's std (GRPO, GiGPO); False gives Dr.GRPO.
+    step_weight: GiGPO's weight of the step-level (anchor group) advantage.
+    eps: added to every std before dividing by it.
+    """
+
+    gamma: float = 1.0
+    lam: float = 1.0
+    norm_adv_by_std: bool = True
+    step_weight: float = 1.0
+    eps: float = 1e-6
+
+
+DEFAULT_PARAMS = EstimatorParams()
+
+
 class AdvantageEstimator(Protocol):
-    """The one signature of every entry in :data:`ESTIMATORS` (unused inputs are ignored)."""
+    """The one signature of every entry in :data:`ESTIMATORS`."""
 
     def __call__(
-        self,
-        batch: StepBatch,
-        *,
-        gamma: float = 1.0,
-        lam: float = 1.0,
-        norm_adv_by_std: bool = True,
-        step_weight: float = 1.0,
-        eps: float = 1e-6,
+        self, batch: StepBatch, params: EstimatorParams = DEFAULT_PARAMS
     ) -> tuple[Tensor, Tensor]: ...
 
 
@@ -330,15 +344,7 @@ def _token_gae_rows(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float,
 
 @ESTIMATORS.register("gae")
 @torch.no_grad()
-def gae(
-    batch: StepBatch,
-    *,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std: bool = True,
-    step_weight: float = 1.0,
-    eps: float = 1e-6,
-) -> tuple[Tensor, Tensor]:
+def gae(batch: StepBatch, params: EstimatorParams = DEFAULT_PARAMS) -> tuple[Tensor, Tensor]:
     """Step-level GAE (Agent-R1): one value per step, the critic's value at the step boundary.
 
     V(s_t) = values[t, 0] (predicted at the first response position, i.e. from the whole prompt s_t);
@@ -353,23 +359,17 @@ def gae(
     rewards = _step_rewards(batch)
     values = _require_values(batch, "gae")[:, 0].to(rewards.dtype)
     step_values = _to_step_grid(values, trajs)
-    deltas = _to_step_grid(rewards, trajs) + gamma * F.pad(step_values[:, 1:], (0, 1)) - step_values
-    advantages = _from_step_grid(_reverse_discounted_cumsum(deltas, gamma * lam), trajs)
+    deltas = _to_step_grid(rewards, trajs) + params.gamma * F.pad(step_values[:, 1:], (0, 1)) - step_values
+    advantages = _from_step_grid(_reverse_discounted_cumsum(deltas, params.gamma * params.lam), trajs)
     returns = advantages + values
-    return _broadcast(_whiten(advantages, eps), batch.response_mask), _broadcast(returns, batch.response_mask)
+    return _broadcast(_whiten(advantages, params.eps), batch.response_mask), _broadcast(
+        returns, batch.response_mask
+    )
 
 
 @ESTIMATORS.register("token_gae")
 @torch.no_grad()
-def token_gae(
-    batch: StepBatch,
-    *,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std: bool = True,
-    step_weight: float = 1.0,
-    eps: float = 1e-6,
-) -> tuple[Tensor, Tensor]:
+def token_gae(batch: StepBatch, params: EstimatorParams = DEFAULT_PARAMS) -> tuple[Tensor, Tensor]:
     """Token-level GAE over a trajectory's response tokens, chained across step boundaries.
 
     Over the sequence of response tokens u of a trajectory (steps in order, non-response tokens skipped):
@@ -388,57 +388,40 @@ def token_gae(
         _traj_token_rows(torch.where(mask > 0, rewards, 0.0), trajs),
         _traj_token_rows(values, trajs),
         _traj_token_rows(mask, trajs),
-        gamma,
-        lam,
+        params.gamma,
+        params.lam,
     )
     raw = _step_token_rows(raw, trajs, mask.shape[1])
-    return _masked_whiten(raw, mask, eps), (raw + values) * mask
+    return _masked_whiten(raw, mask, params.eps), (raw + values) * mask
 
 
-def _episode_advantages(
-    batch: StepBatch, trajs: _Trajectories, *, norm_adv_by_std: bool, eps: float
-) -> Tensor:
+def _episode_advantages(batch: StepBatch, trajs: _Trajectories, params: EstimatorParams) -> Tensor:
     """GRPO's per-trajectory advantage [N]: R(tau) normalised within its prompt group."""
     outcome = _per_trajectory(_step_rewards(batch), trajs)
-    return _group_normalise(outcome, _trajectory_groups(batch, trajs), eps=eps, by_std=norm_adv_by_std)
+    groups = _trajectory_groups(batch, trajs)
+    return _group_normalise(outcome, groups, eps=params.eps, by_std=params.norm_adv_by_std)
 
 
 @ESTIMATORS.register("grpo")
 @torch.no_grad()
-def grpo(
-    batch: StepBatch,
-    *,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std: bool = True,
-    step_weight: float = 1.0,
-    eps: float = 1e-6,
-) -> tuple[Tensor, Tensor]:
+def grpo(batch: StepBatch, params: EstimatorParams = DEFAULT_PARAMS) -> tuple[Tensor, Tensor]:
     """GRPO outcome advantage, one value per trajectory, on every step and token of it.
 
     A(tau) = (R(tau) - mean_g R) / (std_g R + eps), std unbiased, over the trajectories of the prompt
     group g (each trajectory counts once however many steps it has); a group of one gives A = 0.
-    ``norm_adv_by_std=False`` gives A = R - mean_g R (Dr.GRPO, arXiv 2503.20783).
+    ``params.norm_adv_by_std=False`` gives A = R - mean_g R (Dr.GRPO, arXiv 2503.20783).
     Returns equal the advantages. Shapes: batch tensors [S, T] / [S]; outputs [S, T].
     Paper: Shao et al. 2024, DeepSeekMath (arXiv 2402.03300).
     """
     trajs = _trajectories(batch)
-    advantages = _episode_advantages(batch, trajs, norm_adv_by_std=norm_adv_by_std, eps=eps)
+    advantages = _episode_advantages(batch, trajs, params)
     advantages = _broadcast(_per_step(advantages, trajs), batch.response_mask)
     return advantages, advantages
 
 
 @ESTIMATORS.register("rloo")
 @torch.no_grad()
-def rloo(
-    batch: StepBatch,
-    *,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std: bool = True,
-    step_weight: float = 1.0,
-    eps: float = 1e-6,
-) -> tuple[Tensor, Tensor]:
+def rloo(batch: StepBatch, params: EstimatorParams = DEFAULT_PARAMS) -> tuple[Tensor, Tensor]:
     """REINFORCE leave-one-out: A(tau_i) = R_i - mean_{j != i} R_j over the n trajectories of a prompt.
 
     Computed as R_i - (sum_g R - R_i) / (n - 1); a group of one (n = 1) has no baseline: A = R.
@@ -465,15 +448,7 @@ def _discounted_step_returns(batch: StepBatch, trajs: _Trajectories, gamma: floa
 
 @ESTIMATORS.register("reinforce")
 @torch.no_grad()
-def reinforce(
-    batch: StepBatch,
-    *,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std: bool = True,
-    step_weight: float = 1.0,
-    eps: float = 1e-6,
-) -> tuple[Tensor, Tensor]:
+def reinforce(batch: StepBatch, params: EstimatorParams = DEFAULT_PARAMS) -> tuple[Tensor, Tensor]:
     """Step-level REINFORCE: discounted return-to-go per step, whitened over all step rows.
 
     G_t = sum_{k >= t} gamma^(k - t) r_k;  A_t = (G_t - mean G) / (std G + eps) over all step rows
@@ -482,21 +457,15 @@ def reinforce(
     Paper: Williams 1992, "Simple statistical gradient-following algorithms".
     """
     trajs = _trajectories(batch)
-    returns = _discounted_step_returns(batch, trajs, gamma)
-    return _broadcast(_whiten(returns, eps), batch.response_mask), _broadcast(returns, batch.response_mask)
+    returns = _discounted_step_returns(batch, trajs, params.gamma)
+    return _broadcast(_whiten(returns, params.eps), batch.response_mask), _broadcast(
+        returns, batch.response_mask
+    )
 
 
 @ESTIMATORS.register("gigpo")
 @torch.no_grad()
-def gigpo(
-    batch: StepBatch,
-    *,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std: bool = True,
-    step_weight: float = 1.0,
-    eps: float = 1e-6,
-) -> tuple[Tensor, Tensor]:
+def gigpo(batch: StepBatch, params: EstimatorParams = DEFAULT_PARAMS) -> tuple[Tensor, Tensor]:
     """GiGPO: episode-level group advantage plus a step-level advantage within anchor-state groups.
 
     A^E(tau) = GRPO advantage of R(tau) in its prompt group (as :func:`grpo`);
@@ -504,7 +473,7 @@ def gigpo(
     G_t = sum_{k >= t} gamma^(k - t) r_k and steps are compared only inside the same prompt group
     (the key is (group_index, anchor_index)); an anchor group of one gives A^S = 0.
     A = A^E + step_weight * A^S, broadcast to the step's response tokens; returns equal the
-    advantages. ``norm_adv_by_std=False`` drops the std division at both levels.
+    advantages. ``params.norm_adv_by_std=False`` drops the std division at both levels.
     Shapes: batch tensors [S, T] / [S]; outputs [S, T].
     Paper: Feng et al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training" (arXiv 2505.10978).
     """
@@ -513,10 +482,9 @@ def gigpo(
             "estimator 'gigpo' needs StepBatch.anchor_index (the anchor observation id per step)"
         )
     trajs = _trajectories(batch)
-    episode = _per_step(_episode_advantages(batch, trajs, norm_adv_by_std=norm_adv_by_std, eps=eps), trajs)
+    episode = _per_step(_episode_advantages(batch, trajs, params), trajs)
     anchors = torch.stack([batch.group_index, batch.anchor_index.to(batch.group_index.dtype)], dim=1)
-    step = _group_normalise(
-        _discounted_step_returns(batch, trajs, gamma), anchors, eps=eps, by_std=norm_adv_by_std
-    )
-    advantages = _broadcast(episode + step_weight * step, batch.response_mask)
+    returns = _discounted_step_returns(batch, trajs, params.gamma)
+    step = _group_normalise(returns, anchors, eps=params.eps, by_std=params.norm_adv_by_std)
+    advantages = _broadcast(episode + params.step_weight * step, batch.response_mask)
     return advantages, advantages

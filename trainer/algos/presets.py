@@ -6,6 +6,9 @@ so ``RunConfig.from_preset`` can apply them as plain overrides. They are Agent-R
 4B model; :meth:`Preset.defaults_for` puts the settings for a small model on top of them when the
 run's model is one (docs/presets.md#defaults-by-model-size). Per-task settings (max steps,
 HotpotQA's discount) are the task recipes' own (``trainer.config.RECIPE_DEFAULTS``); they win over these.
+
+The presets register in :data:`trainer.config.PRESETS`, which RunConfig's validation asks: the
+config sits below them and never imports this module; the ``trainer`` package's ``__init__`` does.
 """
 
 from __future__ import annotations
@@ -13,16 +16,12 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
-from trainer.algos.advantages import ESTIMATORS
-from trainer.algos.losses import POLICY_LOSSES
-from trainer.config import CRITIC_ESTIMATORS, TrainerConfig
-from trainer.registry import Registry
+from trainer.config import PRESETS
+from trainer.config_sections import CRITIC_ESTIMATORS, Estimator, KlMode, PolicyLoss, TrainerConfig
 
 __all__ = ["PRESETS", "Preset"]
-
-KlMode = Literal["loss", "reward", "none"]
 
 
 @dataclass(frozen=True)
@@ -30,8 +29,8 @@ class Preset:
     """One named algorithm: which estimator and policy loss, whether it trains a critic, and defaults."""
 
     name: str
-    estimator: str  # a name in ESTIMATORS
-    policy_loss: str  # a name in POLICY_LOSSES
+    estimator: Estimator  # a name in ESTIMATORS (trainer.algos.advantages)
+    policy_loss: PolicyLoss  # a name in POLICY_LOSSES (trainer.algos.losses)
     use_critic: bool
     kl_mode: KlMode
     defaults: Mapping[str, Any]  # RunConfig dotted path -> value
@@ -40,17 +39,18 @@ class Preset:
     description: str
 
     def __post_init__(self) -> None:
-        # Fail at import time, not mid-run, if a preset names something that is not registered.
-        ESTIMATORS.get(self.estimator)
-        POLICY_LOSSES.get(self.policy_loss)
+        # Fail at import time, not mid-run, if a preset names something that is not registered (these
+        # are the registries' names: tests/trainer/test_config.py checks).
+        for field, names in (("estimator", Estimator), ("policy_loss", PolicyLoss), ("kl_mode", KlMode)):
+            value = getattr(self, field)
+            if value not in get_args(names):
+                raise ValueError(
+                    f"preset {self.name!r}: {field} must be one of {get_args(names)}, not {value!r}"
+                )
         if self.use_critic != (self.estimator in CRITIC_ESTIMATORS):
             raise ValueError(
                 f"preset {self.name!r}: use_critic must be True exactly when the estimator reads critic "
                 f"values ({', '.join(sorted(CRITIC_ESTIMATORS))}); estimator is {self.estimator!r}"
-            )
-        if self.kl_mode not in get_args(KlMode):
-            raise ValueError(
-                f"preset {self.name!r}: kl_mode must be one of {get_args(KlMode)}, not {self.kl_mode!r}"
             )
         object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))
         self.describe()  # a placeholder describe() cannot fill fails here, at import time
@@ -74,8 +74,6 @@ class Preset:
             defaults.update({path: value for path, value in small.items() if path in honoured})
         return defaults
 
-
-PRESETS: Registry[Preset] = Registry("preset")
 
 # Up to here a model counts as small (SmolLM2-135M and -360M, the tiny test models): it trains on a
 # laptop's CPU, in small batches and for tens of steps, where Agent-R1's 4B settings barely move it.

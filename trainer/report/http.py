@@ -363,8 +363,10 @@ class HttpReporter(Reporter):
         self.rejected += 1
         logger.error(
             "the server refused report batch %s (%s); dropped it (kept in %s), the others go on",
-            path.name, error, self.rejected_dir,
-        )  # fmt: skip
+            path.name,
+            error,
+            self.rejected_dir,
+        )
 
     def _beat(self) -> None:
         while not self._closing.is_set():

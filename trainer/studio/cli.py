@@ -143,15 +143,32 @@ def experiments() -> None:
 @click.option("--task", required=True)
 @click.option("--dataset", type=int, required=True, help="The training dataset's id.")
 @click.option("--name", default=None, help="Default: task, preset and the time.")
-@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
-              help="A RunConfig field, e.g. --set rollout.n=4 (the value is read as JSON when it can be).")  # fmt: skip
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="PATH=VALUE",
+    help="A RunConfig field, e.g. --set rollout.n=4 (the value is read as JSON when it can be).",
+)
 @click.option("--seed", "seeds", type=int, multiple=True, help="One run per seed.")
 @pass_context
-def create(context: Context, preset: str, task: str, dataset: int, name: str | None,
-           overrides: tuple[str, ...], seeds: tuple[int, ...]) -> None:  # fmt: skip
+def create(
+    context: Context,
+    preset: str,
+    task: str,
+    dataset: int,
+    name: str | None,
+    overrides: tuple[str, ...],
+    seeds: tuple[int, ...],
+) -> None:
     """Create an experiment from a preset, a task and a dataset; the rest comes from their defaults."""
-    body: dict[str, Any] = {"preset": preset, "task": task, "dataset": dataset, "config": _overrides(overrides),
-                            "seeds": list(seeds)}  # fmt: skip
+    body: dict[str, Any] = {
+        "preset": preset,
+        "task": task,
+        "dataset": dataset,
+        "config": _overrides(overrides),
+        "seeds": list(seeds),
+    }
     if name:
         body["name"] = name
     made = context.client().create_experiment(body)
@@ -234,8 +251,9 @@ def _watch(context: Context, run_id: int, key: str, every_s: float = 2.0) -> Non
             click.echo(json.dumps({"status": run["status"], "step": run["step"], key: values[-1:] or None}))
         else:
             last = f"{values[-1]:.4g}" if values else "-"
-            click.echo(f"run {run_id} {run['status']:<10} step {steps_text(run)}  "
-                       f"{key} {last}  {sparkline(values)}")  # fmt: skip
+            click.echo(
+                f"run {run_id} {run['status']:<10} step {steps_text(run)}  {key} {last}  {sparkline(values)}"
+            )
     if run.get("status") != "succeeded":
         sys.exit(EXIT_FAILED_OUTCOME)
 
@@ -280,19 +298,42 @@ def sweep() -> None:
 @sweep.command("create")
 @click.argument("grid", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--name", default=None, help="The sweep's name (required unless the grid file has one).")
-@click.option("--from-experiment", "base", type=int, default=None,
-              help="Every cell starts from this experiment's config.")  # fmt: skip
+@click.option(
+    "--from-experiment",
+    "base",
+    type=int,
+    default=None,
+    help="Every cell starts from this experiment's config.",
+)
 @click.option("--preset", "presets", multiple=True, help="A preset axis value (repeat for more).")
 @click.option("--task", "tasks", multiple=True, help="A task axis value (repeat for more).")
-@click.option("--param", "params", multiple=True, metavar="PATH=V1,V2,...",
-              help="A hyperparameter axis, e.g. --param optim.lr=1e-5,3e-5 (at most two).")  # fmt: skip
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="PATH=V1,V2,...",
+    help="A hyperparameter axis, e.g. --param optim.lr=1e-5,3e-5 (at most two).",
+)
 @click.option("--seed", "seeds", type=int, multiple=True, help="One run per seed in every cell.")
-@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
-              help="A RunConfig field every cell shares (over the base experiment's and the file's).")  # fmt: skip
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="PATH=VALUE",
+    help="A RunConfig field every cell shares (over the base experiment's and the file's).",
+)
 @pass_context
-def sweep_create(context: Context, grid: Path | None, name: str | None, base: int | None,
-                 presets: tuple[str, ...], tasks: tuple[str, ...], params: tuple[str, ...],
-                 seeds: tuple[int, ...], overrides: tuple[str, ...]) -> None:  # fmt: skip
+def sweep_create(
+    context: Context,
+    grid: Path | None,
+    name: str | None,
+    base: int | None,
+    presets: tuple[str, ...],
+    tasks: tuple[str, ...],
+    params: tuple[str, ...],
+    seeds: tuple[int, ...],
+    overrides: tuple[str, ...],
+) -> None:
     """Create and launch a sweep, from a JSON or YAML grid file (the REST API's body) and/or options;
     options add to the file (axes) or override it (name, seeds, config fields)."""
     client = context.client()
@@ -334,8 +375,9 @@ def _grid_file(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
         raise click.BadParameter(f"{path}: {error}", param_hint="GRID") from None
     if not isinstance(loaded, dict):
-        raise click.BadParameter(f"{path}: the grid file holds one object (name, config, presets, ...)",
-                                 param_hint="GRID")  # fmt: skip
+        raise click.BadParameter(
+            f"{path}: the grid file holds one object (name, config, presets, ...)", param_hint="GRID"
+        )
     return loaded
 
 
@@ -403,8 +445,10 @@ def _sweep_text(found: dict[str, Any], rewards: dict[int, float] | None = None) 
             waiting = f" (#{places[run['id']]} in line)" if run["id"] in places else ""
             reward = f"  {REWARD_MEAN} {rewards[run['id']]:.4g}" if run["id"] in rewards else ""
             message = f"  {run['message']}" if run.get("message") else ""
-            lines.append(f"    run {run['id']} seed {run['seed']}: {run['status']}{waiting}  "
-                         f"step {steps_text(run)}{reward}{message}")  # fmt: skip
+            lines.append(
+                f"    run {run['id']} seed {run['seed']}: {run['status']}{waiting}  "
+                f"step {steps_text(run)}{reward}{message}"
+            )
     return "\n".join(lines)
 
 
@@ -413,8 +457,12 @@ def _sweep_text(found: dict[str, Any], rewards: dict[int, float] | None = None) 
 
 @main.command("import")
 @click.argument("dumps", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("--metrics", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="A JSONL metrics file (verl's file logger, or {step, key: value} lines).")  # fmt: skip
+@click.option(
+    "--metrics",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A JSONL metrics file (verl's file logger, or {step, key: value} lines).",
+)
 @click.option("--experiment", default="imports", show_default=True)
 @click.option("--name", default="", help="The run's name (default: run-<id>).")
 @pass_context
@@ -429,5 +477,8 @@ def import_(
     if not files:
         raise click.BadParameter("no .jsonl files found", param_hint="DUMPS")
     done = context.client().import_run(files, metrics, experiment, name)
-    context.emit(done, f"run {done['run']['id']} {done['run']['name']!r}: {done['trajectories']} trajectories "
-                       f"over {done['steps']} steps, {done['points']} metric points ({done['format']})")  # fmt: skip
+    context.emit(
+        done,
+        f"run {done['run']['id']} {done['run']['name']!r}: {done['trajectories']} trajectories "
+        f"over {done['steps']} steps, {done['points']} metric points ({done['format']})",
+    )

@@ -1,4 +1,4 @@
-"""Calls to a team's endpoints: the adapter behind team HTTP tools, and remote rewards.
+"""Calls to a team's endpoints: the adapter behind team HTTP tools, and the checked POST of remote rewards.
 
 Every outbound request of a tool or a reward is checked against the web app's
 :class:`~trainer.tools.allowlist.OutboundPolicy` first (the one rule the web app applies too), so an
@@ -20,15 +20,13 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from trainer.tools.allowlist import (
     OutboundPolicy,
-    OutboundRefused,
     Target,
     check_url,
     choose_address,
@@ -36,10 +34,6 @@ from trainer.tools.allowlist import (
     resolved_services,
 )
 from trainer.tools.base import TOOLS, BaseTool, ToolResult, check_tool_definition
-
-if TYPE_CHECKING:
-    from trainer.contract import TeamRewardSpec
-    from trainer.rewards import RewardFn
 
 _METHODS = ("GET", "POST")
 # An observation the model reads: a megabyte is already far more than any prompt holds.
@@ -193,27 +187,10 @@ def register_http_tool(spec: HttpToolSpec) -> type[HttpTool]:
     return tool_class
 
 
-# -- remote rewards ---------------------------------------------------------------------------------
+# -- checked POSTs (remote rewards, the web app's alert webhooks) ----------------------------------
 
 
-def _score_from(status: int, body: bytes, url: str) -> float | dict[str, Any]:
-    text = body[:200].decode("utf-8", errors="replace")
-    if 300 <= status < 400:
-        raise HttpToolError(f"HTTP {status} from {url}: a redirect, which is not followed")
-    if status >= 400:
-        raise HttpToolError(f"HTTP {status} from {url}: {text}")
-    try:
-        data = json.loads(body)
-    except ValueError as exc:
-        raise HttpToolError(f"{url} sent a body that is not JSON: {text!r}") from exc
-    if isinstance(data, dict) and isinstance(data.get("score"), int | float):
-        return {key: value for key, value in data.items() if isinstance(value, int | float)}
-    if isinstance(data, int | float) and not isinstance(data, bool):
-        return float(data)
-    raise HttpToolError(f'{url} sent {str(data)[:200]}; expected {{"score": <number>}}')
-
-
-def _post_sync(
+def post_checked(
     url: str, policy: OutboundPolicy | None, timeout_s: float, headers: dict[str, str], body: Any
 ) -> tuple[int, bytes]:
     """One checked POST (docs/security.md#outbound): (status, body capped at MAX_RESPONSE_BYTES)."""
@@ -234,52 +211,3 @@ def _post_sync(
                 raise HttpToolError(f"answered with more than {MAX_RESPONSE_BYTES} bytes")
             chunks.append(chunk)
         return response.status_code, b"".join(chunks)
-
-
-post_checked = _post_sync  # the same checked POST for the web app's own outbound calls (alert webhooks)
-
-
-def remote_reward(spec: TeamRewardSpec, policy: OutboundPolicy | None = None) -> RewardFn:
-    """A reward function that POSTs ``{data_source, response, ground_truth, extra_info}`` to the
-    spec's endpoint and reads ``{"score": x, ...}`` (or a bare number) back, with ``retries`` more
-    tries after a timeout, a connection error or a 5xx. When every try fails it raises RewardError:
-    the step scores 0 and the run counts a reward error (docs/rewards.md#remote-rewards). Each try is
-    checked against ``policy`` like a tool call; None: the caller owns the machine (a config file)."""
-    from trainer.contract import to_jsonable
-    from trainer.rewards import RewardError
-
-    headers = {"Accept": "application/json"}
-    if spec.secret:
-        headers[spec.secret_header] = spec.secret
-
-    def score(
-        solution_str: str, ground_truth: Any, extra_info: dict[str, Any], *, data_source: str = ""
-    ) -> float | dict[str, Any]:
-        body = {
-            "data_source": data_source or spec.data_source, "response": solution_str,
-            "ground_truth": to_jsonable(ground_truth), "extra_info": to_jsonable(extra_info),
-        }  # fmt: skip
-        problem = ""
-        for attempt in range(spec.retries + 1):
-            try:
-                status, answer = _post_sync(spec.url, policy, spec.timeout_s, headers, body)
-            except httpx.TimeoutException:
-                problem = f"timed out after {spec.timeout_s:g} s"
-            except httpx.HTTPError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-            except (OutboundRefused, OSError, HttpToolError) as exc:  # refused, unresolvable, too large
-                raise RewardError(f"reward {spec.name!r}: {exc}") from None
-            else:
-                if status < 500:
-                    try:
-                        return _score_from(status, answer, spec.url)
-                    except HttpToolError as exc:
-                        raise RewardError(f"reward {spec.name!r}: {exc}") from None
-                problem = f"HTTP {status}"
-            if attempt < spec.retries:
-                time.sleep(min(0.2 * 2**attempt, 2.0))
-        tries = spec.retries + 1
-        raise RewardError(f"reward {spec.name!r} ({spec.url}): {problem} ({tries} tries)")
-
-    score.takes_data_source = True  # type: ignore[attr-defined]
-    return score

@@ -107,9 +107,11 @@ def _both_scopes() -> list[ScopeName]:
 class TokenCreate(StrictSchema):
     name: str = Field(min_length=1, max_length=100)
     scopes: list[ScopeName] = Field(
-        default_factory=_both_scopes, min_length=1, max_length=2,
+        default_factory=_both_scopes,
+        min_length=1,
+        max_length=2,
         description="read: every GET; write: everything else (it implies read).",
-    )  # fmt: skip
+    )
     expires_in_days: int | None = Field(None, ge=1, le=MAX_TOKEN_DAYS, description="None: until revoked.")
 
 

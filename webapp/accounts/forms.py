@@ -34,9 +34,11 @@ class CreateMemberForm(forms.Form):
     new_username = forms.CharField(max_length=150, label="Username")
     email = forms.EmailField(required=False, label="Email")
     password = forms.CharField(
-        label="First password", widget=forms.PasswordInput(render_value=True), strip=False,
+        label="First password",
+        widget=forms.PasswordInput(render_value=True),
+        strip=False,
         help_text="Pass it on; they change it under Password once they have logged in.",
-    )  # fmt: skip
+    )
     new_role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER, label="Role")
 
     def clean_new_username(self) -> str:

@@ -153,9 +153,13 @@ class ApiToken(models.Model):
         plain = cls.PREFIX + secrets.token_urlsafe(32)
         chosen = sorted(set(scopes or _all_scopes()) | {Scope.READ})
         token = cls.objects.create(
-            user=user, name=name, token_hash=_hash_api_token(plain), hint=plain[:9], scopes=chosen,
+            user=user,
+            name=name,
+            token_hash=_hash_api_token(plain),
+            hint=plain[:9],
+            scopes=chosen,
             expires=expires,
-        )  # fmt: skip
+        )
         return token, plain
 
     @classmethod

@@ -68,8 +68,13 @@ def members(request: HttpRequest, team_slug: str) -> HttpResponse:
     return _members_page(request, membership.team, add_form=form)
 
 
-def _members_page(request: HttpRequest, team: Team, *, add_form: AddMemberForm | None = None,
-                  create_form: CreateMemberForm | None = None) -> HttpResponse:  # fmt: skip
+def _members_page(
+    request: HttpRequest,
+    team: Team,
+    *,
+    add_form: AddMemberForm | None = None,
+    create_form: CreateMemberForm | None = None,
+) -> HttpResponse:
     context = {
         "team": team,
         "memberships": team.memberships.select_related("user").order_by("user__username"),

@@ -110,9 +110,14 @@ def upload(request: HttpRequest, team_slug: str) -> Any:
             raise form_error(form)
         upload = form.upload
         found, created = Dataset.from_file(
-            team, upload.path, sha256=upload.sha256, name=form.cleaned_data["name"],
-            source=f"upload of {upload.name} (API)", user=request.user, validate_later=False,
-        )  # fmt: skip
+            team,
+            upload.path,
+            sha256=upload.sha256,
+            name=form.cleaned_data["name"],
+            source=f"upload of {upload.name} (API)",
+            user=request.user,
+            validate_later=False,
+        )
     finally:
         handler.remove_leftover()
     found.validate()
@@ -203,6 +208,8 @@ def download(request: HttpRequest, team_slug: str, pk: int) -> FileResponse:
     if not found.is_usable:
         raise HttpError(409, f"{found.name} is {found.status}: only valid datasets can be downloaded")
     return FileResponse(
-        found.path.open("rb"), as_attachment=True, filename=f"{slugify(found.name) or 'dataset'}.parquet",
+        found.path.open("rb"),
+        as_attachment=True,
+        filename=f"{slugify(found.name) or 'dataset'}.parquet",
         content_type="application/vnd.apache.parquet",
-    )  # fmt: skip
+    )

@@ -90,7 +90,9 @@ class StreamingUploadHandler(FileUploadHandler):
         self.path: Path | None = None
         self._digest = hashlib.sha256()
 
-    def handle_raw_input(self, input_data: Any, META: Any, content_length: int, boundary: Any, encoding: Any = None) -> None:  # fmt: skip
+    def handle_raw_input(
+        self, input_data: Any, META: Any, content_length: int, boundary: Any, encoding: Any = None
+    ) -> None:
         self.request_length = content_length
 
     def new_file(self, field_name: str, *args: Any, **kwargs: Any) -> None:
@@ -114,8 +116,12 @@ class StreamingUploadHandler(FileUploadHandler):
             return None
         self._out.close()
         return StreamedUpload(
-            self.path, self.file_name or "upload.parquet", self.content_type or "", file_size, self._digest.hexdigest()
-        )  # fmt: skip
+            self.path,
+            self.file_name or "upload.parquet",
+            self.content_type or "",
+            file_size,
+            self._digest.hexdigest(),
+        )
 
     def upload_interrupted(self) -> None:
         self._remove_partial()

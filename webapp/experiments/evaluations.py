@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from django import forms
@@ -123,12 +124,16 @@ def evaluation_config(
 
 
 def create_evaluation(
-    experiment: Experiment, user: Any, settings: EvaluationSettings, *, source: Run | None = None,
-    step: int | None = None, launch_key: str = "",
-) -> Run:  # fmt: skip
+    experiment: Experiment,
+    user: Any,
+    settings: EvaluationSettings,
+    *,
+    source: Run | None = None,
+    step: int | None = None,
+    launch_key: str = "",
+) -> Run:
     """A queued evaluation of ``source``'s checkpoint of ``step`` (none: the base model) on the
     split; EvaluationRefused, with nothing made, when it could not run."""
-    from webapp.experiments.run_files import checkpoint_folder
     from webapp.experiments.tasks import launch_run
 
     team = experiment.team
@@ -136,35 +141,49 @@ def create_evaluation(
         earlier = experiment.runs.filter(launch_key=launch_key, kind=RunKind.EVALUATION).first()
         if earlier is not None:
             return earlier  # the same form sent twice (a double-click): one evaluation
-    folder = None
-    if source is not None:
-        if source.experiment_id != experiment.pk:
-            raise EvaluationRefused([("run", f"run {source.pk} is not a run of experiment {experiment.pk}")])
-        if step is None:
-            raise EvaluationRefused([("step", "a run's checkpoint is named by its step: set step")])
-        checkpoint = source.checkpoints.filter(step=step).order_by("-received").first()
-        if checkpoint is None:
-            raise EvaluationRefused([("step", f"run {source.pk} has no checkpoint of step {step}")])
-        if checkpoint.deleted:
-            raise EvaluationRefused([("step", f"the checkpoint of step {step} was deleted "
-                                     "(trainer.keep_checkpoints): evaluate a checkpoint that is still listed")])  # fmt: skip
-        folder = checkpoint_folder(checkpoint)
-        if folder is None or not (folder / "policy").is_dir():
-            raise EvaluationRefused(
-                [("step", f"the checkpoint of step {step} has no weights on disk any more")]
-            )
+    folder = _checkpoint_folder(experiment, source, step) if source is not None else None
     config = evaluation_config(experiment, settings, str(folder) if folder else None)
     what = f"{source.name or f'run {source.pk}'} · step {step}" if source is not None else "base model"
     with transaction.atomic():
         run = Run.objects.create(
-            experiment=experiment, team=team, seed=config.trainer.seed, executor=config.executor,
-            kind=RunKind.EVALUATION, evaluated_run=source, evaluated_step=step if source else None,
-            name=f"eval · {what}"[:RUN_NAME_MAX], launch_key=launch_key if LAUNCH_KEY.match(launch_key) else "",
-        )  # fmt: skip
+            experiment=experiment,
+            team=team,
+            seed=config.trainer.seed,
+            executor=config.executor,
+            kind=RunKind.EVALUATION,
+            evaluated_run=source,
+            evaluated_step=step if source else None,
+            name=f"eval · {what}"[:RUN_NAME_MAX],
+            launch_key=launch_key if LAUNCH_KEY.match(launch_key) else "",
+        )
         run.freeze_config(json.loads(config.with_overrides(name=run.name[:MAX_NAME_LENGTH]).to_json()))
         run.enqueue()
         launch_run.delay_on_commit(run.pk)
     return run
+
+
+def _checkpoint_folder(experiment: Experiment, source: Run, step: int | None) -> Path:
+    """The folder of ``source``'s checkpoint of ``step``; EvaluationRefused when there is none to
+    evaluate."""
+    from webapp.experiments.run_files import checkpoint_folder
+
+    if source.experiment_id != experiment.pk:
+        raise EvaluationRefused([("run", f"run {source.pk} is not a run of experiment {experiment.pk}")])
+    if step is None:
+        raise EvaluationRefused([("step", "a run's checkpoint is named by its step: set step")])
+    checkpoint = source.checkpoints.filter(step=step).order_by("-received").first()
+    if checkpoint is None:
+        raise EvaluationRefused([("step", f"run {source.pk} has no checkpoint of step {step}")])
+    if checkpoint.deleted:
+        deleted = (
+            f"the checkpoint of step {step} was deleted (trainer.keep_checkpoints): evaluate a "
+            "checkpoint that is still listed"
+        )
+        raise EvaluationRefused([("step", deleted)])
+    folder = checkpoint_folder(checkpoint)
+    if folder is None or not (folder / "policy").is_dir():
+        raise EvaluationRefused([("step", f"the checkpoint of step {step} has no weights on disk any more")])
+    return folder
 
 
 def settings_of(run: Run) -> dict[str, Any]:
@@ -203,11 +222,15 @@ def evaluation_summary(run: Run) -> dict[str, Any]:
     """What the run page shows of an evaluation: its settings and, once reported, its eval/... metrics."""
     metrics, settings = eval_metrics(run), settings_of(run)
     return {
-        "settings": settings, "metrics": metrics,
-        "dataset": dataset_names({settings["dataset"]}).get(settings["dataset"], settings["dataset"]), "acc": metrics.get(EVAL_ACC),
-        "pass_at_1": metrics.get(EVAL_PASS_AT_1), "pass_at_k": metrics.get(EVAL_PASS_AT_K),
-        "reward_mean": metrics.get(EVAL_REWARD_MEAN), "prompts": metrics.get(EVAL_PROMPTS),
-    }  # fmt: skip
+        "settings": settings,
+        "metrics": metrics,
+        "dataset": dataset_names({settings["dataset"]}).get(settings["dataset"], settings["dataset"]),
+        "acc": metrics.get(EVAL_ACC),
+        "pass_at_1": metrics.get(EVAL_PASS_AT_1),
+        "pass_at_k": metrics.get(EVAL_PASS_AT_K),
+        "reward_mean": metrics.get(EVAL_REWARD_MEAN),
+        "prompts": metrics.get(EVAL_PROMPTS),
+    }
 
 
 # -- pages ------------------------------------------------------------------------------------------
@@ -216,17 +239,27 @@ def evaluation_summary(run: Run) -> dict[str, Any]:
 class EvaluationForm(forms.Form):
     dataset = forms.ChoiceField(label="Split", help_text="The dataset whose rows are scored.")
     k = forms.IntegerField(
-        label="k (samples per prompt)", min_value=1, max_value=MAX_K, initial=4,
+        label="k (samples per prompt)",
+        min_value=1,
+        max_value=MAX_K,
+        initial=4,
         help_text="pass@k and accuracy are computed over these samples.",
-    )  # fmt: skip
+    )
     max_rows = forms.IntegerField(
-        label="Max rows", min_value=1, max_value=MAX_ROWS, required=False, initial=50,
+        label="Max rows",
+        min_value=1,
+        max_value=MAX_ROWS,
+        required=False,
+        initial=50,
         help_text="Score at most this many rows of the split; empty: all of them.",
-    )  # fmt: skip
+    )
     temperature = forms.FloatField(
-        label="Temperature", min_value=0.0, max_value=MAX_TEMPERATURE, initial=1.0,
+        label="Temperature",
+        min_value=0.0,
+        max_value=MAX_TEMPERATURE,
+        initial=1.0,
         help_text="0 decodes greedily (then every sample of a prompt is the same answer).",
-    )  # fmt: skip
+    )
 
     def __init__(self, *args: Any, choices: list[tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -262,8 +295,14 @@ def evaluate(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
     status = 200
     if request.method == "POST" and form.is_valid():
         try:
-            run = create_evaluation(experiment, request.user, form.settings(), source=source, step=step,
-                                    launch_key=str(request.POST.get("launch_key", "")))  # fmt: skip
+            run = create_evaluation(
+                experiment,
+                request.user,
+                form.settings(),
+                source=source,
+                step=step,
+                launch_key=str(request.POST.get("launch_key", "")),
+            )
         except EvaluationRefused as refused:
             for field, message in refused.problems:
                 form.add_error(field if field in form.fields else None, message)
@@ -275,6 +314,12 @@ def evaluate(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
         status = 400
     from webapp.experiments.views import new_launch_key
 
-    context = {"team": experiment.team, "experiment": experiment, "form": form, "source": source, "step": step,
-               "launch_key": request.POST.get("launch_key") or new_launch_key()}  # fmt: skip
+    context = {
+        "team": experiment.team,
+        "experiment": experiment,
+        "form": form,
+        "source": source,
+        "step": step,
+        "launch_key": request.POST.get("launch_key") or new_launch_key(),
+    }
     return render(request, "experiments/evaluate.html", context, status=status)

@@ -16,7 +16,7 @@ from django import forms
 from pydantic.fields import FieldInfo
 
 from trainer.backends import BACKENDS
-from trainer.config import RunConfig, _section_model, flatten_paths
+from trainer.config import RunConfig, _section_model, flatten_paths, honoured_fields
 from trainer.contract import INT4_MAX
 from webapp.accounts.models import Team
 from webapp.experiments.acceptance import MAX_NAME_LENGTH, MAX_SEEDS, Refused, accept
@@ -24,19 +24,47 @@ from webapp.experiments.models import MAX_LABEL_LENGTH
 from webapp.retention.forms import RetentionForm
 
 # Shown in the main form; everything else of RunConfig keeps the preset's value.
-BASIC_PATHS = ["rollout.max_steps", "rollout.context_policy", "executor", "backend",
-               "resources.gpus_per_node", "resources.nodes", "resources.cpus"]  # fmt: skip
+BASIC_PATHS = [
+    "rollout.max_steps",
+    "rollout.context_policy",
+    "executor",
+    "backend",
+    "resources.gpus_per_node",
+    "resources.nodes",
+    "resources.cpus",
+]
 # Under "advanced": filled from the preset (and the task's recipe), all editable.
 ADVANCED_PATHS = [
-    "algorithm.estimator", "algorithm.policy_loss", "algorithm.kl_mode", "algorithm.kl_coef",
-    "algorithm.gamma", "algorithm.lam", "algorithm.norm_adv_by_std", "algorithm.clip_low",
-    "algorithm.clip_high", "algorithm.loss_agg_mode", "algorithm.entropy_coef",
+    "algorithm.estimator",
+    "algorithm.policy_loss",
+    "algorithm.kl_mode",
+    "algorithm.kl_coef",
+    "algorithm.gamma",
+    "algorithm.lam",
+    "algorithm.norm_adv_by_std",
+    "algorithm.clip_low",
+    "algorithm.clip_high",
+    "algorithm.loss_agg_mode",
+    "algorithm.entropy_coef",
     "algorithm.skip_zero_advantage_groups",
-    "rollout.n", "rollout.temperature", "rollout.top_p", "rollout.max_new_tokens", "rollout.window",
-    "optim.lr", "optim.critic_lr", "optim.ppo_epochs", "optim.mini_batch_size", "optim.micro_batch_size",
-    "trainer.total_steps", "trainer.batch_size", "trainer.val_every", "trainer.save_every",
-    "data.max_prompt_length", "data.max_response_length", "model.dtype",
-]  # fmt: skip
+    "rollout.n",
+    "rollout.temperature",
+    "rollout.top_p",
+    "rollout.max_new_tokens",
+    "rollout.window",
+    "optim.lr",
+    "optim.critic_lr",
+    "optim.ppo_epochs",
+    "optim.mini_batch_size",
+    "optim.micro_batch_size",
+    "trainer.total_steps",
+    "trainer.batch_size",
+    "trainer.val_every",
+    "trainer.save_every",
+    "data.max_prompt_length",
+    "data.max_response_length",
+    "model.dtype",
+]
 
 MODEL_CHOICES = [
     ("smollm2-135m-instruct", "SmolLM2-135M-Instruct (built in, offline)"),
@@ -49,9 +77,9 @@ def preset_choices(model_path: str, backend: str) -> list[tuple[str, str]]:
     """Each preset with its description, the defaults it names being those this model and backend
     get (docs/presets.md#defaults-by-model-size)."""
     from trainer.algos.presets import PRESETS
-    from trainer.models import parameter_count
+    from trainer.model_size import parameter_count
 
-    honoured = BACKENDS.get(backend).honoured if backend in BACKENDS else ()
+    honoured = honoured_fields(backend) if backend in BACKENDS else ()
     parameters = parameter_count(model_path)
     choices = []
     for name in PRESETS.names():
@@ -225,8 +253,16 @@ class ExperimentForm(RetentionForm):
             return None
 
     def _place_errors(self, errors: Mapping[str, list[str]]) -> None:
-        aliases = {"data.train_path": "train_dataset", "data.val_path": "val_dataset", "model.path": "model_path",
-                   "rollout.tools": "tools", "trainer.seed": "seeds", "preset": "preset", "task": "task", "name": "name"}  # fmt: skip
+        aliases = {
+            "data.train_path": "train_dataset",
+            "data.val_path": "val_dataset",
+            "model.path": "model_path",
+            "rollout.tools": "tools",
+            "trainer.seed": "seeds",
+            "preset": "preset",
+            "task": "task",
+            "name": "name",
+        }
         for path, messages in errors.items():
             if path == "__all__":  # verl's message names no field of ours
                 for message in messages:

@@ -1,28 +1,23 @@
-"""Experiments and their runs.
-
-A run's life: draft → queued → starting → running → succeeded | failed | cancelled, plus stalled
-(no heartbeat or no progress within a limit). Every transition is one guarded UPDATE that must
-change exactly one row; the race each guard prevents is written beside it.
+"""Experiments and their runs, the params and tags logged for a run, sweeps and the team's limit on
+active runs. A run's life (its statuses and guarded transitions) is in
+:mod:`webapp.experiments.lifecycle`, which Run inherits.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import re
 import secrets
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.db import IntegrityError, models, transaction
-from django.db.models import Case, F, Func, Q, Value, When
-from django.db.models.functions import Greatest
+from django.db.models import F, Func, Q, Value
 from django.utils import timezone
 
 from webapp.accounts.models import Team
@@ -34,8 +29,8 @@ from webapp.experiments.executors import (
     outside_executors,
     reaped_executors,
 )
+from webapp.experiments.lifecycle import ACTIVE, TERMINAL, RunLifecycle, RunStatus
 from webapp.experiments.run_files import checkpoint_dir
-from webapp.guarded import guarded_update
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -240,22 +235,6 @@ class Launched:
     replayed: bool  # the same launch key came before: these are its runs, nothing new was made
 
 
-class RunStatus(models.TextChoices):
-    DRAFT = "draft"
-    QUEUED = "queued"
-    STARTING = "starting"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    STALLED = "stalled"
-
-
-TERMINAL = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
-ACTIVE = (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED)
-CLAIMED = (RunStatus.RUNNING, RunStatus.STALLED)  # the statuses of a run its trainer owns
-
-
 class RunKind(models.TextChoices):
     """What a run does. An evaluation is a run (docs/evaluations.md#an-evaluation-is-a-run): it is
     launched, claimed, reaped and cancelled as any run, and reports logs, metrics and trajectories
@@ -309,53 +288,20 @@ class RunQuerySet(models.QuerySet["Run"]):
         return per_model.get(Run._meta.label, 0), active
 
 
-class Run(models.Model):
+class Run(RunLifecycle):
     experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="runs")
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="runs")
     name = models.CharField(max_length=250, blank=True)
     seed = models.IntegerField(default=0)
     config = models.JSONField(default=dict, help_text="The frozen RunConfig this run trains with.")
-    status = models.CharField(
-        max_length=12, choices=RunStatus.choices, default=RunStatus.DRAFT, db_index=True
-    )
-    executor = models.CharField(max_length=10, default="local")
-    # Local: the process group id; Ray: the submission id. Set when the executor has started it.
-    executor_ref = models.CharField(max_length=200, blank=True)
     token_hash = models.CharField(max_length=64, blank=True, db_index=True)
-    cancel_requested = models.BooleanField(default=False)
-    cancel_requested_at = models.DateTimeField(null=True, blank=True)
-    step = models.IntegerField(default=0)
-    total_steps = models.IntegerField(default=0)
-    message = models.TextField(blank=True, help_text="Last status message or the error that ended the run.")
-    claimed_by = models.CharField(max_length=200, blank=True)
-    # The launch's claimant id (trainer.contract.CLAIMANT_ENV), recorded by the claim: only calls that
-    # carry it may change the run (docs/reliability.md#claimant).
-    claimant = models.CharField(max_length=64, blank=True)
     # The launch request the run came from (the form's hidden key, a REST Idempotency-Key): the same
     # request sent twice finds its runs instead of making new ones (docs/reliability.md#launch).
     launch_key = models.CharField(max_length=64, blank=True)
-    launch_attempts = models.PositiveSmallIntegerField(
-        default=0, help_text="Starts tried, relaunches included."
-    )
-    starting_at = models.DateTimeField(null=True, blank=True, help_text="When the latest start began.")
     created = models.DateTimeField(auto_now_add=True)
-    queued_at = models.DateTimeField(null=True, blank=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    progress_at = models.DateTimeField(null=True, blank=True, help_text="When the step counter last moved.")
-    finished_at = models.DateTimeField(null=True, blank=True)
     # The run's id on the MLflow-compatible endpoint; launched runs have one too, so a trainer that
     # logs through MLflow (verl's MLFLOW_RUN_ID) attaches to its own run.
     mlflow_run_id = models.CharField(max_length=32, unique=True, default=new_mlflow_run_id, editable=False)
-    cancelled_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
-        help_text="Who asked for the cancel; the run's final message names them.",
-    )  # fmt: skip
-    cancel_reason = models.CharField(
-        max_length=200,
-        blank=True,
-        help_text="Why the product cancelled it (a health check), when no user did.",
-    )
     # The user's own bookkeeping (the runs table): never read by the executor or the reaper.
     labels = ArrayField(
         models.CharField(max_length=MAX_LABEL_LENGTH), default=list, blank=True, help_text="The run's tags."
@@ -377,9 +323,6 @@ class Run(models.Model):
         default=0, help_text="Reports of the trainer the server refused (4xx); the trainer dropped them."
     )
     last_refusal = models.TextField(blank=True, help_text="Why the server refused the last one.")
-    held_at = models.DateTimeField(
-        null=True, blank=True, help_text="When the team's limit on active runs first kept it queued."
-    )
 
     objects = RunQuerySet.as_manager()
 
@@ -412,14 +355,6 @@ class Run(models.Model):
         return self.name or f"run {self.pk}"
 
     @property
-    def is_terminal(self) -> bool:
-        return self.status in TERMINAL
-
-    @property
-    def progress(self) -> float:
-        return self.step / self.total_steps if self.total_steps else 0.0
-
-    @property
     def is_evaluation(self) -> bool:
         return self.kind == RunKind.EVALUATION
 
@@ -434,9 +369,15 @@ class Run(models.Model):
         """A run an MLflow client creates: running from the start, named ``run-<id>`` if unnamed."""
         now = timezone.now()
         run = cls.objects.create(
-            experiment=experiment, team=experiment.team, executor=EXTERNAL_EXECUTOR, status=RunStatus.RUNNING,
-            name=name, started_at=started_at or now, heartbeat_at=now, progress_at=now,
-        )  # fmt: skip
+            experiment=experiment,
+            team=experiment.team,
+            executor=EXTERNAL_EXECUTOR,
+            status=RunStatus.RUNNING,
+            name=name,
+            started_at=started_at or now,
+            heartbeat_at=now,
+            progress_at=now,
+        )
         if not name:
             run.rename(f"run-{run.pk}")  # the id is known only once the row exists
         return run
@@ -445,19 +386,11 @@ class Run(models.Model):
     def is_archived(self) -> bool:
         return self.archived_at is not None
 
-    # --- the user's bookkeeping ------------------------------------------------------------
-
     def set_details(self, *, name: str, note: str, labels: list[str]) -> None:
         """The user's name, note and tags for the run (the run page's form)."""
         unique = list(dict.fromkeys(labels))
         Run.objects.filter(pk=self.pk).update(name=name, note=note, labels=unique)
         self.name, self.note, self.labels = name, note, unique
-
-    # --- transitions -------------------------------------------------------------------------
-
-    def _transition(self, allowed_from: tuple[str, ...], **changes: Any) -> bool:
-        """The change from one of the ``allowed_from`` statuses; True when this call made it."""
-        return guarded_update(self, Q(status__in=allowed_from), **changes)
 
     def issue_token(self) -> str:
         """A fresh per-run API token; only its hash is stored, so call it when launching."""
@@ -483,199 +416,6 @@ class Run(models.Model):
             refused_records=F("refused_records") + 1, last_refusal=message[:REFUSAL_MESSAGE_MAX]
         )
 
-    def freeze_config(self, config: dict[str, Any]) -> bool:
-        """The RunConfig the run trains with, set while it is a draft (its seed and paths need its id)."""
-        # Race: none between writers (one launch creates the run); the draft filter keeps a queued
-        # run's config, which its trainer may already be reading, from changing under it.
-        return self._transition((RunStatus.DRAFT,), config=config)
-
-    def record_executor_ref(self, executor_ref: str) -> None:
-        """Where the executor started the run (process group, Ray submission), for the reaper."""
-        # Unguarded on purpose: a run cancelled while its process started still needs the ref, so
-        # that the reaper can find and stop the process.
-        Run.objects.filter(pk=self.pk).update(executor_ref=executor_ref)
-        self.executor_ref = executor_ref
-
-    def enqueue(self) -> bool:
-        # Race: a double-clicked "launch" would enqueue twice; only the first draft → queued wins.
-        return self._transition((RunStatus.DRAFT,), status=RunStatus.QUEUED, queued_at=timezone.now())
-
-    def hold(self) -> bool:
-        """The team's limit keeps the queued run waiting (docs/sweeps.md#limit): the reaper starts it
-        as soon as it is first in line and a place is free."""
-        # Race: none worth a guard beyond the status: a run started or cancelled meanwhile is no
-        # longer held, and holding it twice keeps the first time.
-        return guarded_update(self, Q(status=RunStatus.QUEUED, held_at__isnull=True), held_at=timezone.now())
-
-    def mark_starting(self, executor_ref: str) -> bool:
-        # Race: a retried launch task must not start a second process for a run already started.
-        return self._transition(
-            (RunStatus.QUEUED,), status=RunStatus.STARTING, executor_ref=executor_ref,
-            starting_at=timezone.now(), launch_attempts=F("launch_attempts") + 1,
-        )  # fmt: skip
-
-    def requeue_lost_start(self) -> bool:
-        """starting → queued again: the start left no trace (its launching worker died before the
-        executor had the run), so a new launch task may start it (docs/reliability.md#lost-launch)."""
-        # Race: a trainer of the "lost" start claiming now: the empty claimant in the same UPDATE
-        # keeps a claimed run its trainer's. Should that start still come to life later, its
-        # trainer and the new start's race to claim, and the claimant lets only one of them train.
-        changed = Run.objects.filter(
-            pk=self.pk, status=RunStatus.STARTING, claimant="", cancel_requested=False
-        ).update(status=RunStatus.QUEUED, queued_at=timezone.now(), executor_ref="")
-        self.refresh_from_db()
-        return changed == 1
-
-    def claim(self, worker: str, claimant: str) -> bool:
-        """The one way a run becomes a trainer's: True when the launch ``claimant`` owns it now."""
-        # Race: two trainer processes for one run (a retried submit); only one may own it. A run
-        # stalled before any process claimed it (a Ray job pending for resources) may still be.
-        now = timezone.now()
-        never_claimed = Q(status=RunStatus.STALLED, claimant="")
-        claimable = Q(status__in=(RunStatus.QUEUED, RunStatus.STARTING)) | never_claimed
-        changed = guarded_update(
-            self, claimable, status=RunStatus.RUNNING, claimed_by=worker, claimant=claimant, started_at=now,
-            heartbeat_at=now, progress_at=now,
-        )  # fmt: skip
-        # A claim retried by its own process (the first answer was lost) finds the run already its
-        # own: yes again, and nothing changes; any other claimant is refused.
-        return changed or (self.is_claimant(claimant) and self.status in CLAIMED)
-
-    def is_claimant(self, claimant: str) -> bool:
-        """Whether ``claimant`` is the id the run was claimed with (none before the claim)."""
-        return bool(self.claimant) and hmac.compare_digest(self.claimant, claimant)
-
-    def report(self, status: str, message: str = "") -> bool:
-        """A status the trainer reports; True when it changed the run. A terminal status finishes the
-        run; ``starting`` and ``running`` only keep the message: no report claims a run (see claim)."""
-        if status in TERMINAL:
-            return self.finish(status, message)
-        if not message:
-            return False
-        # Race: a message arriving after the run ended must not replace the one that ended it; a
-        # "running" one is for a claimed run only.
-        return self._transition(CLAIMED if status == RunStatus.RUNNING else ACTIVE, message=message)
-
-    def heartbeat(self, step: int | None = None, total_steps: int | None = None) -> bool:
-        # After a terminal state a heartbeat changes nothing; a stalled run is revived only by
-        # progress (see _revive_if_progressing).
-        now = timezone.now()
-        changes: dict[str, Any] = {"heartbeat_at": now}
-        if total_steps is not None:
-            changes["total_steps"] = total_steps
-        updated = Run.objects.filter(pk=self.pk, status__in=CLAIMED)
-        if step is not None:
-            updated.filter(step__lt=step).update(progress_at=now)
-            changes["step"] = step
-        changed = updated.update(**changes)
-        self._revive_if_progressing()
-        self.refresh_from_db()
-        return changed == 1
-
-    def note_progress(self, step: int | None = None) -> None:
-        """Work arrived for the run (trajectories, metrics through MLflow): progress, even for a
-        trainer like verl that has no step counter of ours to move; ``step`` moves it forward only."""
-        now = timezone.now()
-        # Progress revives a stalled run (see _revive_if_progressing), in the same UPDATE: one round
-        # trip per batch on the ingestion hot path.
-        stalled = Q(status=RunStatus.STALLED)
-        changes: dict[str, Any] = {
-            "heartbeat_at": now,
-            "progress_at": now,
-            "status": Case(
-                When(stalled, then=Value(RunStatus.RUNNING)),
-                default=F("status"),
-                output_field=models.CharField(),
-            ),
-            "message": Case(
-                When(stalled, then=Value("")), default=F("message"), output_field=models.TextField()
-            ),
-        }
-        if step is not None:
-            changes["step"] = Greatest("step", Value(step))
-        # An external run's state is its client's: its counter follows what it logs in any status.
-        moving = Q(status__in=CLAIMED) | Q(executor__in=outside_executors())
-        Run.objects.filter(moving, pk=self.pk).update(**changes)
-
-    def _revive_if_progressing(self) -> None:
-        # Race: a late heartbeat after the reaper marked the run stalled. It revives the run only if
-        # the run progressed within the limit: a process that beats while waiting (verl's driver
-        # while verl waits for GPUs) must not mask a no-progress stall. The stall's message goes
-        # with the stall: it is no longer true.
-        cutoff = timezone.now() - timedelta(seconds=settings.STALL_AFTER_S)
-        Run.objects.filter(pk=self.pk, status=RunStatus.STALLED, progress_at__gte=cutoff).update(
-            status=RunStatus.RUNNING, message=""
-        )
-
-    def finish(self, status: str, message: str = "") -> bool:
-        if status not in TERMINAL:
-            raise ValueError(f"finish() takes a terminal status ({', '.join(TERMINAL)}), not {status!r}")
-        if status == RunStatus.CANCELLED:
-            message = self._cancel_message(message)
-        # Race: the trainer's own "succeeded" and the reaper's "failed" can arrive together; the
-        # first terminal state wins and later ones change nothing.
-        changes: dict[str, Any] = {"status": status, "message": message, "finished_at": timezone.now()}
-        if status == RunStatus.SUCCEEDED:
-            # A run that succeeded did all its steps, whether or not its last heartbeat arrived first.
-            changes["step"] = Greatest("step", "total_steps")
-        return self._transition(ACTIVE, **changes)
-
-    def _cancel_message(self, message: str) -> str:
-        """A run someone cancelled ends with "cancelled by <user>", whatever the trainer or the
-        executor said about how the process went away (SIGTERM, a vanished process group)."""
-        requested = Run.objects.filter(pk=self.pk, cancel_requested=True).values_list(
-            "cancelled_by__username", "cancel_reason"
-        )
-        username, reason = requested.first() or (None, "")
-        return f"cancelled by {username}" if username else reason or message
-
-    def request_cancel(self, by: Any = None, reason: str = "") -> bool:
-        """Ask for cancellation on behalf of the user ``by`` (or for ``reason``, when the product asks);
-        a run that never started is cancelled at once."""
-        # Race: cancelling a draft/queued run while the launcher picks it up; the launcher's
-        # mark_starting then finds it cancelled and does nothing.
-        now = timezone.now()
-        who = by if by is not None and by.is_authenticated else None
-        message = (
-            f"cancelled by {who.username} before it started"
-            if who
-            else reason or "cancelled before it started"
-        )
-        reason = reason[:200]
-        if self._transition((RunStatus.DRAFT, RunStatus.QUEUED), status=RunStatus.CANCELLED, cancel_requested=True,
-                            cancel_requested_at=now, finished_at=now, message=message, cancelled_by=who,
-                            cancel_reason=reason):  # fmt: skip
-            return True
-        # Race: a second cancel (another user, a double click) must not change who cancelled or
-        # restart the grace period; the request already stands.
-        Run.objects.filter(pk=self.pk, status__in=ACTIVE, cancel_requested=False).update(
-            cancel_requested=True, cancel_requested_at=now, cancelled_by=who, cancel_reason=reason
-        )
-        self.refresh_from_db()
-        return self.status in ACTIVE and self.cancel_requested
-
-    def mark_stalled(self, message: str, silent_for_s: float) -> bool:
-        # Race: a heartbeat landing between the reaper's read and this write; the same UPDATE
-        # re-checks that the run is still silent.
-        return guarded_update(self, _silent_filter(silent_for_s), status=RunStatus.STALLED, message=message)
-
-    def fail_if_silent(self, message: str, silent_for_s: float) -> bool:
-        """Fail a claimed run silent for ``silent_for_s`` (a hung trainer); True when this call did."""
-        # Race: a heartbeat or progress landing between the reaper's read and this write; the
-        # same UPDATE re-checks the silence, and the first terminal state still wins. A run stalled
-        # before any trainer claimed it (a Ray job pending for resources) has no trainer to be hung.
-        claimed = Q(status__in=CLAIMED) & ~Q(claimant="")
-        return guarded_update(
-            self, claimed & _silence(silent_for_s),
-            status=RunStatus.FAILED, message=message, finished_at=timezone.now(),
-        )  # fmt: skip
-
-    @classmethod
-    def silent_since(cls, seconds: float) -> models.QuerySet[Run]:
-        """Running runs without a heartbeat, or without progress, for ``seconds``; starting runs
-        that no trainer claimed within ``seconds`` of being queued."""
-        return cls.objects.filter(_silent_filter(seconds))
-
     def update_from_mlflow(self, status: str | None, finished_at: Any, name: str | None) -> None:
         """An MLflow update-run. Only external runs take its status and end time: a launched run's
         state belongs to its executor and the reaper, so a trainer's MLflow end_run must not move it."""
@@ -696,70 +436,65 @@ class Run(models.Model):
         Run.objects.filter(pk=self.pk).update(name=name)
         self.name = name
 
-    def log_params(self, params: dict[str, str]) -> list[tuple[str, str, str]]:
+
+class LoggedKind(models.TextChoices):
+    PARAM = "param"
+    TAG = "tag"
+
+
+class LoggedQuerySet(models.QuerySet["LoggedValue"]):
+    def params(self) -> LoggedQuerySet:
+        return self.filter(kind=LoggedKind.PARAM)
+
+    def tags(self) -> LoggedQuerySet:
+        return self.filter(kind=LoggedKind.TAG)
+
+
+class LoggedValue(models.Model):
+    """A param or a tag an MLflow client logged for a run (``run.logged.params()``). A param is logged
+    once: a different value for the same key is refused, as on MLflow; a tag set again takes the new
+    value. The run name is kept on Run.name, not here."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="logged")
+    kind = models.CharField(max_length=5, choices=LoggedKind.choices)
+    key = models.CharField(max_length=250)
+    value = models.TextField()
+
+    objects = LoggedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["key"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "kind", "key"], name="one_value_per_run_kind_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}"
+
+    @classmethod
+    def log_params(cls, run: Run, params: dict[str, str]) -> list[tuple[str, str, str]]:
         """Store new params; (key, stored value, refused value) of each param logged before with
         another value, which keeps its first value (params are logged once, as on MLflow)."""
         if not params:
             return []
-        RunParam.objects.bulk_create(
-            [RunParam(run=self, key=key, value=value) for key, value in params.items()], ignore_conflicts=True
+        cls.objects.bulk_create(
+            [cls(run=run, kind=LoggedKind.PARAM, key=key, value=value) for key, value in params.items()],
+            ignore_conflicts=True,
         )
         # Read back after the insert: a concurrent writer's value for the same key is seen here.
-        stored = dict(RunParam.objects.filter(run=self, key__in=list(params)).values_list("key", "value"))
+        stored = dict(run.logged.params().filter(key__in=list(params)).values_list("key", "value"))
         return [(key, stored[key], value) for key, value in params.items() if stored.get(key) != value]
 
-    def set_tags(self, tags: dict[str, str]) -> None:
+    @classmethod
+    def set_tags(cls, run: Run, tags: dict[str, str]) -> None:
         """Set tags; a tag set again takes the new value."""
         if tags:
-            RunTag.objects.bulk_create(
-                [RunTag(run=self, key=key, value=value) for key, value in tags.items()],
+            cls.objects.bulk_create(
+                [cls(run=run, kind=LoggedKind.TAG, key=key, value=value) for key, value in tags.items()],
                 update_conflicts=True,
-                unique_fields=["run", "key"],
+                unique_fields=["run", "kind", "key"],
                 update_fields=["value"],
             )
-
-
-def _silence(seconds: float) -> Q:
-    """No heartbeat, or no progress, for ``seconds``."""
-    cutoff = timezone.now() - timedelta(seconds=seconds)
-    return Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True) | Q(progress_at__lt=cutoff)
-
-
-def _silent_filter(seconds: float) -> Q:
-    cutoff = timezone.now() - timedelta(seconds=seconds)
-    # A run whose trainer never claimed it (a Ray job PENDING for want of resources) is stuck too.
-    never_claimed = Q(status=RunStatus.STARTING, starting_at__lt=cutoff)
-    return (Q(status=RunStatus.RUNNING) & _silence(seconds)) | never_claimed
-
-
-class RunParam(models.Model):
-    """A run's MLflow param: logged once; a different value for the same key is refused, as on MLflow."""
-
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="params")
-    key = models.CharField(max_length=250)
-    value = models.TextField()
-
-    class Meta:
-        ordering = ["key"]
-        constraints = [models.UniqueConstraint(fields=["run", "key"], name="one_param_per_run_key")]
-
-    def __str__(self) -> str:
-        return f"{self.key}={self.value}"
-
-
-class RunTag(models.Model):
-    """A run's MLflow tag; setting it again replaces the value. The run name is kept on Run.name."""
-
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tags")
-    key = models.CharField(max_length=250)
-    value = models.TextField()
-
-    class Meta:
-        ordering = ["key"]
-        constraints = [models.UniqueConstraint(fields=["run", "key"], name="one_tag_per_run_key")]
-
-    def __str__(self) -> str:
-        return f"{self.key}={self.value}"
 
 
 # --- sweeps and the team's limit on active runs (docs/sweeps.md) ---------------------------------

@@ -48,14 +48,27 @@ class SweepDetailOut(SweepOut):
 
 def _detail(sweep: Sweep) -> dict[str, Any]:
     cells = [
-        {"experiment_id": e.pk, "name": e.name, "preset": e.preset, "task": e.task,
-         "params": (e.cell or {}).get("params", {}), "runs": list(e.runs.order_by("seed", "pk"))}
+        {
+            "experiment_id": e.pk,
+            "name": e.name,
+            "preset": e.preset,
+            "task": e.task,
+            "params": (e.cell or {}).get("params", {}),
+            "runs": list(e.runs.order_by("seed", "pk")),
+        }
         for e in sweep.cells.order_by("pk")
-    ]  # fmt: skip
+    ]
     run_ids = {run.pk for cell in cells for run in cell["runs"]}
     places = {pk: place for pk, place in places_in_line(sweep.team_id).items() if pk in run_ids}
-    return {"id": sweep.pk, "name": sweep.name, "status": sweep.status, "created": sweep.created,
-            "spec": sweep.spec, "cells": cells, "queued_places": places}  # fmt: skip
+    return {
+        "id": sweep.pk,
+        "name": sweep.name,
+        "status": sweep.status,
+        "created": sweep.created,
+        "spec": sweep.spec,
+        "cells": cells,
+        "queued_places": places,
+    }
 
 
 @router.get("/{team_slug}/sweeps", response=Page[SweepOut], summary="The team's sweeps")

@@ -25,17 +25,40 @@ from webapp.experiments.models import MAX_ACTIVE_LIMIT, Experiment, TeamRunLimit
 # (group size and mini-batches, which must divide each other). The rest (the estimator, the loss,
 # the learning rates) is each cell's preset's, for its model (docs/sweeps.md#cells).
 BASE_PATHS = (
-    "model.path", "executor", "backend", "resources.cpus", "resources.gpus_per_node", "resources.nodes",
-    "trainer.total_steps", "trainer.batch_size", "trainer.val_every", "trainer.save_every",
-    "rollout.n", "optim.mini_batch_size", "optim.micro_batch_size",
-    "trainer.num_threads", "rollout.max_steps", "rollout.max_new_tokens", "rollout.tools",
-    "data.train_path", "data.val_path", "data.max_prompt_length", "data.max_response_length",
-)  # fmt: skip
+    "model.path",
+    "executor",
+    "backend",
+    "resources.cpus",
+    "resources.gpus_per_node",
+    "resources.nodes",
+    "trainer.total_steps",
+    "trainer.batch_size",
+    "trainer.val_every",
+    "trainer.save_every",
+    "rollout.n",
+    "optim.mini_batch_size",
+    "optim.micro_batch_size",
+    "trainer.num_threads",
+    "rollout.max_steps",
+    "rollout.max_new_tokens",
+    "rollout.tools",
+    "data.train_path",
+    "data.val_path",
+    "data.max_prompt_length",
+    "data.max_response_length",
+)
 # The hyperparameters the form offers to sweep (the REST API takes any RunConfig path).
 SWEEPABLE = (
-    "optim.lr", "algorithm.kl_coef", "algorithm.entropy_coef", "algorithm.clip_high", "rollout.n",
-    "rollout.temperature", "optim.ppo_epochs", "trainer.total_steps", "trainer.batch_size",
-)  # fmt: skip
+    "optim.lr",
+    "algorithm.kl_coef",
+    "algorithm.entropy_coef",
+    "algorithm.clip_high",
+    "rollout.n",
+    "rollout.temperature",
+    "optim.ppo_epochs",
+    "trainer.total_steps",
+    "trainer.batch_size",
+)
 
 
 def _parse_list(text: str, what: str) -> list[Any]:
@@ -118,9 +141,15 @@ class SweepForm(forms.Form):
                 params.append({"path": data[path_field], "values": values})
         try:
             return sweeps.SweepSpec.model_validate(
-                {"name": data["name"], "config": config, "presets": data["presets"], "tasks": tasks,
-                 "params": params, "seeds": data["seeds"]}
-            )  # fmt: skip
+                {
+                    "name": data["name"],
+                    "config": config,
+                    "presets": data["presets"],
+                    "tasks": tasks,
+                    "params": params,
+                    "seeds": data["seeds"],
+                }
+            )
         except ValidationError as error:
             for problem in error.errors():
                 where = ".".join(str(part) for part in problem["loc"])
@@ -155,8 +184,12 @@ def _initial(team: Team, base_id: str) -> dict[str, Any]:
     if base is None:
         return {"presets": ["grpo"]}
     train = str(flatten_paths(base.config).get("data.train_path") or "").removeprefix("dataset:")
-    return {"name": f"{base.name} sweep"[: sweeps.MAX_SWEEP_NAME], "base": str(base.pk),
-            "presets": [base.preset], "tasks": [f"{base.task}|{train}"]}  # fmt: skip
+    return {
+        "name": f"{base.name} sweep"[: sweeps.MAX_SWEEP_NAME],
+        "base": str(base.pk),
+        "presets": [base.preset],
+        "tasks": [f"{base.task}|{train}"],
+    }
 
 
 @login_required
@@ -178,9 +211,11 @@ def sweep_cancel(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
 
 class LimitForm(forms.Form):
     max_active = forms.IntegerField(
-        min_value=1, max_value=MAX_ACTIVE_LIMIT, label="Runs at once",
+        min_value=1,
+        max_value=MAX_ACTIVE_LIMIT,
+        label="Runs at once",
         help_text="Local runs of the team that train at the same time; the rest wait queued, in order.",
-    )  # fmt: skip
+    )
 
 
 @login_required

@@ -115,8 +115,11 @@ def grid_problems(spec: SweepSpec) -> list[tuple[str, str]]:
     paths = [axis.path for axis in spec.params]
     if len(set(paths)) != len(paths):
         problems.append(("params", "each hyperparameter may be swept once"))
-    problems += [("params", f"{path} is set by each cell itself: sweep presets or tasks instead")
-                 for path in paths if path in CELL_PATHS]  # fmt: skip
+    problems += [
+        ("params", f"{path} is set by each cell itself: sweep presets or tasks instead")
+        for path in paths
+        if path in CELL_PATHS
+    ]
     for name, values in (("presets", spec.presets), ("seeds", spec.seeds), ("tasks", spec.tasks)):
         if len({json.dumps(v if not isinstance(v, BaseModel) else v.model_dump()) for v in values}) != len(
             values

@@ -34,7 +34,7 @@ from trainer.contract import (
 )
 from webapp.api import api, route
 from webapp.datasets.models import Dataset
-from webapp.experiments.models import CLAIMED, RunStatus
+from webapp.experiments.lifecycle import CLAIMED, RunStatus
 from webapp.experiments.run_auth import RunTokenAuth, get_run_for_claimant, get_run_for_token
 from webapp.experiments.tasks import start_next
 
@@ -129,6 +129,8 @@ def run_dataset(request: HttpRequest, run_id: int, split: str) -> FileResponse:
     if dataset is None:
         raise HttpError(409, f"{reference!r} is not a valid dataset of this run's team")
     return FileResponse(
-        dataset.path.open("rb"), as_attachment=True, filename=f"{split}.parquet",
+        dataset.path.open("rb"),
+        as_attachment=True,
+        filename=f"{split}.parquet",
         content_type="application/vnd.apache.parquet",
-    )  # fmt: skip
+    )

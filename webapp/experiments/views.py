@@ -92,8 +92,12 @@ def index(request: HttpRequest, team_slug: str) -> HttpResponse:
         ),
         evaluation_count=Count("runs", filter=Q(runs__kind=RunKind.EVALUATION)),
     )
-    context = {"team": team, "experiments": experiments.filter(sweep__isnull=True),
-               "sweeps": team.sweeps.all()[:20], "run_limit": TeamRunLimit.of(team.pk)}  # fmt: skip
+    context = {
+        "team": team,
+        "experiments": experiments.filter(sweep__isnull=True),
+        "sweeps": team.sweeps.all()[:20],
+        "run_limit": TeamRunLimit.of(team.pk),
+    }
     return render(request, "experiments/index.html", context)
 
 
@@ -127,8 +131,9 @@ def _form_key(request: HttpRequest) -> str:
     return launch_key_of(request) or new_launch_key()
 
 
-def _create(request: HtmxHttpRequest, team: Team, form: ExperimentForm, config: RunConfig,
-            source: Experiment | None) -> HttpResponse:  # fmt: skip
+def _create(
+    request: HtmxHttpRequest, team: Team, form: ExperimentForm, config: RunConfig, source: Experiment | None
+) -> HttpResponse:
     key = launch_key_of(request)
     try:
         data = form.cleaned_data

@@ -62,7 +62,7 @@ def _batch_id(request: HttpRequest, body_id: str | None, body: bytes) -> str:
 def post_metrics(request: HttpRequest, run_id: int) -> dict[str, Any]:
     """A MetricBatch (10,000+ points fine; gzip welcome). A bad point rejects the whole batch (400)
     with a message naming it; a replayed batch_id stores nothing. A point under one of verl's keys
-    is stored under ours as well (trainer.contract.canonical_key)."""
+    is stored under ours as well (trainer.backends.canonical_key)."""
     run = get_run_for_claimant(request, run_id)
     try:
         batch_id, points = metrics_store.parse_batch(request.body)

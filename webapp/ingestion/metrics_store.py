@@ -34,7 +34,8 @@ from django.db import connection, transaction
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
-from trainer.contract import BatchId, MetricPoint, canonical_key
+from trainer.backends import canonical_key
+from trainer.contract import BatchId, MetricPoint
 from webapp.ingestion.models import SUMMARY_WIDTHS, IngestBatch, MetricKey
 
 # Display buckets per series; each gives its minimum and maximum, so at most 2x this many points.

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from webapp.experiments.models import Experiment, Run, RunParam, RunStatus, RunTag
+from webapp.experiments.models import Experiment, LoggedValue, Run, RunStatus
 from webapp.ingestion import metrics_store
 from webapp.mlflow_api.errors import invalid
 from webapp.mlflow_api.validation import finite_or_name
@@ -90,8 +90,9 @@ def runs(found: Iterable[Run]) -> list[dict[str, Any]]:
     """Runs with their data (latest metrics, params, tags), in three queries for the whole list."""
     found = list(found)
     ids = [run.pk for run in found]
-    params = _by_run(RunParam.objects.filter(run_id__in=ids).values_list("run_id", "key", "value"))
-    tags = _by_run(RunTag.objects.filter(run_id__in=ids).values_list("run_id", "key", "value"))
+    logged = LoggedValue.objects.filter(run_id__in=ids)
+    params = _by_run(logged.params().values_list("run_id", "key", "value"))
+    tags = _by_run(logged.tags().values_list("run_id", "key", "value"))
     metrics = _latest_metrics(ids)
     out = []
     for run in found:

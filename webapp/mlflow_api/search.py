@@ -14,7 +14,7 @@ from typing import Any
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 
 from trainer.contract import INT4_MAX
-from webapp.experiments.models import Experiment, Run, RunParam, RunTag
+from webapp.experiments.models import Experiment, LoggedKind, LoggedValue, Run
 from webapp.ingestion.models import MetricLatest
 from webapp.mlflow_api.entities import MLFLOW_STATUS, RUN_NAME_TAG, from_ms
 from webapp.mlflow_api.errors import invalid
@@ -24,10 +24,19 @@ _CLAUSE = re.compile(
 )
 _AND = re.compile(r"\s+AND\s+", re.IGNORECASE)
 _ENTITIES = {
-    "attribute": "attribute", "attributes": "attribute", "attr": "attribute", "run": "attribute",
-    "tag": "tag", "tags": "tag", "param": "param", "params": "param", "parameter": "param",
-    "parameters": "param", "metric": "metric", "metrics": "metric",
-}  # fmt: skip
+    "attribute": "attribute",
+    "attributes": "attribute",
+    "attr": "attribute",
+    "run": "attribute",
+    "tag": "tag",
+    "tags": "tag",
+    "param": "param",
+    "params": "param",
+    "parameter": "param",
+    "parameters": "param",
+    "metric": "metric",
+    "metrics": "metric",
+}
 _NUMERIC_OPS = {"=": "exact", ">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
 
 
@@ -111,8 +120,8 @@ def _run_q(clause: Clause) -> Q:
     if clause.entity == "tag" and clause.name == RUN_NAME_TAG:
         return _text_q("name", clause.op, clause.value)
     if clause.entity in ("tag", "param"):
-        model = RunTag if clause.entity == "tag" else RunParam
-        matching = model.objects.filter(run=OuterRef("pk"), key=clause.name).filter(
+        kind = LoggedKind.TAG if clause.entity == "tag" else LoggedKind.PARAM
+        matching = LoggedValue.objects.filter(run=OuterRef("pk"), kind=kind, key=clause.name).filter(
             _text_q("value", clause.op, clause.value)
         )
         return Q(Exists(matching))
@@ -137,12 +146,19 @@ def _run_attribute_q(clause: Clause) -> Q:
         if isinstance(value, str):
             raise invalid(f"Expected a number for attribute '{name}', got {value!r}")
         return _number_q(field, op, from_ms(int(value)))
-    raise invalid(f"Invalid attribute key '{name}' specified. This server filters runs on status, run_name, "
-                  "run_id, experiment_id, start_time and end_time.")  # fmt: skip
+    raise invalid(
+        f"Invalid attribute key '{name}' specified. This server filters runs on status, run_name, "
+        "run_id, experiment_id, start_time and end_time."
+    )
 
 
-_RUN_ORDER = {"start_time": "started_at", "end_time": "finished_at", "run_name": "name", "status": "status",
-              "run_id": "mlflow_run_id"}  # fmt: skip
+_RUN_ORDER = {
+    "start_time": "started_at",
+    "end_time": "finished_at",
+    "run_name": "name",
+    "status": "status",
+    "run_id": "mlflow_run_id",
+}
 
 
 def order_runs(runs: QuerySet[Run], order_by: list[str]) -> QuerySet[Run]:

@@ -26,7 +26,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.views.decorators.csrf import csrf_exempt
 
 from trainer.contract import INT4_MAX
-from webapp.experiments.models import Experiment, Run
+from webapp.experiments.models import Experiment, LoggedValue, Run
 from webapp.ingestion import metrics_store
 from webapp.mlflow_api import entities, search
 from webapp.mlflow_api import validation as check
@@ -240,16 +240,16 @@ def _log(
 
 
 def _log_params(run: Run, params: list[tuple[str, str]]) -> None:
-    check.unchanged_params(run.mlflow_run_id, run.log_params(dict(params)), len(params))
+    check.unchanged_params(run.mlflow_run_id, LoggedValue.log_params(run, dict(params)), len(params))
 
 
 def _set_tags(run: Run, tags: list[tuple[str, str]]) -> None:
-    """The run name lives on Run.name, not in the tag table; a key repeated in one batch: the last
+    """The run name lives on Run.name, not among the logged tags; a key repeated in one batch: the last
     value wins."""
     names = [value for key, value in tags if key == RUN_NAME_TAG]
     if names:
         run.rename(names[-1])
-    run.set_tags({key: value for key, value in tags if key != RUN_NAME_TAG})
+    LoggedValue.set_tags(run, {key: value for key, value in tags if key != RUN_NAME_TAG})
 
 
 # -- plumbing --------------------------------------------------------------------------------------

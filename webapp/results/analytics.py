@@ -175,7 +175,7 @@ VAL_METRIC_ORDER = (VAL_METRIC, "success", "score")
 def primary_val_key(task: str, keys: Iterable[str]) -> str | None:
     """The validation metric that stands for a run on its task: val/<task>/acc, then success, score;
     else the first val/.../acc, else any val/ key. verl's val-core keys arrive as val/<task>/acc
-    (trainer.contract.canonical_key)."""
+    (trainer.backends.canonical_key)."""
     names = sorted(keys)
     for metric in VAL_METRIC_ORDER:
         if val_key(task, metric) in names:

@@ -22,7 +22,12 @@ def detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     if experiment.cloned_from is not None and config is not None:
         source = stored_config(experiment.cloned_from.config)[0]
         changes = diff(source, config) if source is not None else None
-    context = {"experiment": experiment, "config_yaml": config_yaml, "config_problem": config_problem,
-               "changes": changes, "launch_key": new_launch_key(),
-               "evaluations": evaluation_table(experiment)}  # fmt: skip
+    context = {
+        "experiment": experiment,
+        "config_yaml": config_yaml,
+        "config_problem": config_problem,
+        "changes": changes,
+        "launch_key": new_launch_key(),
+        "evaluations": evaluation_table(experiment),
+    }
     return render_runs_table(request, experiment.team, experiment, "experiments/detail.html", context)

@@ -18,6 +18,7 @@ from typing import Any
 from django.db import transaction
 from pydantic import ValidationError
 
+from trainer.backends import canonical_key
 from trainer.contract import (
     ID_MAX,
     INT4_MAX,
@@ -27,7 +28,6 @@ from trainer.contract import (
     ToolCallWire,
     TrajectoryBatch,
     TrajectoryWire,
-    canonical_key,
 )
 from trainer.tools.formats import FORMATS
 from webapp.experiments.models import Experiment, Run, RunStatus

@@ -42,7 +42,7 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Coalesce, Now
 
 from webapp.experiments.executors import EXTERNAL_EXECUTOR, outside_executors
-from webapp.experiments.models import RunKind, RunParam
+from webapp.experiments.models import LoggedValue, RunKind
 from webapp.ingestion import metrics_store
 from webapp.ingestion.models import SUMMARY_WIDTHS, MetricLatest, MetricSummary
 from webapp.monitoring.models import RunHealth
@@ -119,7 +119,7 @@ class Column:
         if self.kind == "config":
             return {name: config_value(self.key)}
         if self.kind == "param":
-            params = RunParam.objects.filter(run=OuterRef("pk"), key=self.key).values("value")[:1]
+            params = LoggedValue.objects.params().filter(run=OuterRef("pk"), key=self.key).values("value")[:1]
             return {name: Subquery(params, output_field=TextField())}
         return _metric_aliases(name, self.kind, self.key)
 
@@ -287,7 +287,7 @@ def metric_keys(run_ids: Sequence[int]) -> list[str]:
 
 
 def param_keys(run_ids: Sequence[int]) -> list[str]:
-    keys = RunParam.objects.filter(run_id__in=list(run_ids)).values_list("key", flat=True)
+    keys = LoggedValue.objects.params().filter(run_id__in=list(run_ids)).values_list("key", flat=True)
     return sorted(set(keys))
 
 

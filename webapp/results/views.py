@@ -225,7 +225,7 @@ def compare_rows(chosen: list[Run], only_different: bool) -> list[tuple[str, lis
     columns: list[dict[str, str]] = []
     for run in chosen:
         values = {path: _shown(value) for path, value in flatten_paths(run.config or {}).items()}
-        values |= {f"params.{param.key}": param.value for param in run.params.all()}
+        values |= {f"params.{param.key}": param.value for param in run.logged.params()}
         columns.append(values)
     paths = sorted(set().union(*columns)) if columns else []
     rows = []

@@ -87,8 +87,17 @@ class TrialOut(Schema):
         return obj.tool_name
 
 
-_TOOL_DEFINITION = ("name", "description", "parameters", "kind", "url", "method", "timeout_s",
-                    "secret_header", "entry_point")  # fmt: skip
+_TOOL_DEFINITION = (
+    "name",
+    "description",
+    "parameters",
+    "kind",
+    "url",
+    "method",
+    "timeout_s",
+    "secret_header",
+    "entry_point",
+)
 
 
 def _team_page(
@@ -244,8 +253,21 @@ class RewardTryIn(StrictSchema):
     extra_info: dict[str, Any] = Field(default_factory=dict)
 
 
-_REWARD_DEFINITION = ("name", "description", "data_source", "kind", "rule", "tolerance", "pattern",
-                      "format_pattern", "format_bonus", "url", "timeout_s", "retries", "secret_header")  # fmt: skip
+_REWARD_DEFINITION = (
+    "name",
+    "description",
+    "data_source",
+    "kind",
+    "rule",
+    "tolerance",
+    "pattern",
+    "format_pattern",
+    "format_bonus",
+    "url",
+    "timeout_s",
+    "retries",
+    "secret_header",
+)
 
 
 @rewards_router.get("/{team_slug}/rewards", response=Page[RewardOut], summary="The team's rewards")
@@ -285,8 +307,11 @@ def delete_reward(request: HttpRequest, team_slug: str, pk: int) -> Any:
 def try_reward(request: HttpRequest, team_slug: str, pk: int, body: RewardTryIn) -> Any:
     """A worker scores it as a run would; poll the trial (GET …/trials/{id}) for the score."""
     found = get_reward_for_user(request, team_slug, pk, write=True)
-    data = {"response": body.response, "ground_truth": _stored_json(body.ground_truth, "ground_truth"),
-            "extra_info": _stored_json(body.extra_info, "extra_info")}  # fmt: skip
+    data = {
+        "response": body.response,
+        "ground_truth": _stored_json(body.ground_truth, "ground_truth"),
+        "extra_info": _stored_json(body.extra_info, "extra_info"),
+    }
     form = RewardTryForm(data)
     if not form.is_valid():
         raise form_error(form)

@@ -23,7 +23,7 @@ from webapp.tools.models import (
     builtin_rewards,
     builtin_tools,
     url_refusal,
-)  # fmt: skip
+)
 
 EXAMPLE_SCHEMA = one_string_parameter("query", "What to look up.")
 _HTTP_FIELDS = ("url", "method", "timeout_s", "secret_header", "secret")
@@ -138,7 +138,12 @@ class ToolForm(forms.Form):
     def registration(self) -> dict[str, Any]:
         """The fields TeamTool.register takes, only those the chosen kind uses."""
         data = self.cleaned_data
-        fields = {"name": data["name"], "description": data["description"], "parameters": data["parameters"], "kind": data["kind"]}  # fmt: skip
+        fields = {
+            "name": data["name"],
+            "description": data["description"],
+            "parameters": data["parameters"],
+            "kind": data["kind"],
+        }
         if data["kind"] == ToolKind.HTTP:
             fields.update({key: data[key] for key in _HTTP_FIELDS})
         else:
@@ -199,9 +204,10 @@ class RewardForm(forms.Form):
     )
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
     data_source = forms.CharField(
-        max_length=200, required=False,
+        max_length=200,
+        required=False,
         help_text="Datasets whose rows have this data_source are scored by it (unless mapped otherwise).",
-    )  # fmt: skip
+    )
     kind = forms.ChoiceField(choices=RewardKind.choices, initial=RewardKind.RULE, widget=forms.RadioSelect)
     rule = forms.ChoiceField(
         choices=RULE_CHOICES,
@@ -214,13 +220,27 @@ class RewardForm(forms.Form):
         required=False,
         help_text="numeric: the largest difference still counted right.",
     )
-    pattern = forms.CharField(max_length=500, required=False, label="Extract (regex)",
-                              help_text="regex: the first group (or the whole match) of the last match is compared.")  # fmt: skip
-    format_pattern = forms.CharField(max_length=500, required=False, label="Format bonus regex",
-                                     help_text="A response matching it earns the bonus below on top of the rule's score.")  # fmt: skip
+    pattern = forms.CharField(
+        max_length=500,
+        required=False,
+        label="Extract (regex)",
+        help_text="regex: the first group (or the whole match) of the last match is compared.",
+    )
+    format_pattern = forms.CharField(
+        max_length=500,
+        required=False,
+        label="Format bonus regex",
+        help_text="A response matching it earns the bonus below on top of the rule's score.",
+    )
     format_bonus = forms.FloatField(initial=0.0, required=False)
-    url = forms.URLField(max_length=500, required=False, label="URL", assume_scheme="http",
-                         help_text='Receives a POST of {"data_source", "response", "ground_truth", "extra_info"}; answers {"score": x}.')  # fmt: skip
+    url = forms.URLField(
+        max_length=500,
+        required=False,
+        label="URL",
+        assume_scheme="http",
+        help_text='Receives a POST of {"data_source", "response", "ground_truth", "extra_info"}; '
+        'answers {"score": x}.',
+    )
     timeout_s = forms.FloatField(
         label="Timeout (seconds)", initial=10.0, min_value=0.1, max_value=MAX_TIMEOUT_S
     )
@@ -229,9 +249,11 @@ class RewardForm(forms.Form):
     )
     secret_header = forms.CharField(max_length=100, initial="X-Reward-Secret", label="Secret header name")
     secret = forms.CharField(
-        required=False, widget=forms.PasswordInput(render_value=False), label="Secret header value",
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        label="Secret header value",
         help_text="Sent with every call; stored encrypted and never shown again.",
-    )  # fmt: skip
+    )
 
     def __init__(self, *args: Any, team: Team, editing: TeamReward | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -293,9 +315,11 @@ class RewardTryForm(forms.Form):
         help_text="The row's reward_model.ground_truth as JSON (a plain word is read as text).",
     )
     extra_info = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 2, "class": "code"}), required=False, initial="{}",
+        widget=forms.Textarea(attrs={"rows": 2, "class": "code"}),
+        required=False,
+        initial="{}",
         help_text="The row's extra_info as a JSON object.",
-    )  # fmt: skip
+    )
 
     def clean_ground_truth(self) -> Any:
         raw = self.cleaned_data["ground_truth"]

@@ -26,7 +26,8 @@ from django.utils import timezone
 
 from trainer.contract import OutboundRules, RunSpecs, TeamRewardSpec, TeamToolSpec
 from trainer.mdp import ToolCallRecord
-from trainer.rewards import REWARDS, build_reward
+from trainer.rewards import REWARDS
+from trainer.team_rewards import build_reward
 from trainer.tools import TOOLS, BaseTool, HttpTool, HttpToolSpec, run_tool_call
 from trainer.tools.allowlist import OutboundPolicy, OutboundRefused, check_url
 from trainer.tools.base import load_tool_class
@@ -150,9 +151,12 @@ class TeamTool(models.Model):
             raise ToolUnavailable(f"tool {self.name!r} is not ready ({self.get_status_display()})")
         if self.kind == ToolKind.PYTHON:
             return TeamToolSpec(
-                name=self.name, description=self.description, parameters=self.parameters,
-                kind="python", entry_point=self.entry_point,
-            )  # fmt: skip
+                name=self.name,
+                description=self.description,
+                parameters=self.parameters,
+                kind="python",
+                entry_point=self.entry_point,
+            )
         if (refusal := url_refusal(self.url)) is not None:
             raise ToolUnavailable(f"tool {self.name!r} is no longer allowed: {refusal}")
         try:
@@ -160,10 +164,16 @@ class TeamTool(models.Model):
         except crypto.SecretUnreadable as exc:
             raise ToolUnavailable(f"tool {self.name!r}: {exc}") from None
         return TeamToolSpec(
-            name=self.name, description=self.description, parameters=self.parameters, kind="http",
-            url=self.url, method=self.method,  # type: ignore[arg-type]
-            timeout_s=self.timeout_s, secret=secret, secret_header=self.secret_header,
-        )  # fmt: skip
+            name=self.name,
+            description=self.description,
+            parameters=self.parameters,
+            kind="http",
+            url=self.url,
+            method=self.method,  # type: ignore[arg-type]
+            timeout_s=self.timeout_s,
+            secret=secret,
+            secret_header=self.secret_header,
+        )
 
     def to_spec(self) -> HttpToolSpec:
         """The trainer's description of this HTTP tool, secret decrypted; refuses hosts no longer allowed."""
@@ -173,10 +183,16 @@ class TeamTool(models.Model):
         check_url(self.url, policy)  # OutboundRefused (a PermissionError): the rules changed since
         secret = crypto.decrypt(self.secret_encrypted) if self.secret_encrypted else None
         return HttpToolSpec(
-            name=self.name, description=self.description, parameters=self.parameters, url=self.url,
-            method=self.method, timeout_s=self.timeout_s, secret=secret, secret_header=self.secret_header,
+            name=self.name,
+            description=self.description,
+            parameters=self.parameters,
+            url=self.url,
+            method=self.method,
+            timeout_s=self.timeout_s,
+            secret=secret,
+            secret_header=self.secret_header,
             policy=policy,
-        )  # fmt: skip
+        )
 
     def build(self) -> BaseTool:
         """A ready-to-run tool instance, described by what the team registered."""
@@ -294,11 +310,20 @@ class TeamReward(models.Model):
         except crypto.SecretUnreadable as exc:
             raise ToolUnavailable(f"reward {self.name!r}: {exc}") from None
         return TeamRewardSpec(
-            name=self.name, data_source=self.data_source, kind=self.kind, rule=self.rule,  # type: ignore[arg-type]
-            tolerance=self.tolerance, pattern=self.pattern, format_pattern=self.format_pattern,
-            format_bonus=self.format_bonus, url=self.url, timeout_s=self.timeout_s, retries=self.retries,
-            secret=secret, secret_header=self.secret_header,
-        )  # fmt: skip
+            name=self.name,
+            data_source=self.data_source,
+            kind=self.kind,  # type: ignore[arg-type]
+            rule=self.rule,  # type: ignore[arg-type]
+            tolerance=self.tolerance,
+            pattern=self.pattern,
+            format_pattern=self.format_pattern,
+            format_bonus=self.format_bonus,
+            url=self.url,
+            timeout_s=self.timeout_s,
+            retries=self.retries,
+            secret=secret,
+            secret_header=self.secret_header,
+        )
 
     def score(
         self, response: str, ground_truth: Any, extra_info: dict[str, Any]
@@ -390,8 +415,16 @@ class ToolTrial(models.Model):
         return json.dumps(self.arguments, ensure_ascii=False)
 
     @classmethod
-    def start(cls, team: Team, user: Any, arguments: dict[str, Any], *, tool: TeamTool | None = None, builtin: str = "",
-              team_reward: TeamReward | None = None) -> ToolTrial:  # fmt: skip
+    def start(
+        cls,
+        team: Team,
+        user: Any,
+        arguments: dict[str, Any],
+        *,
+        tool: TeamTool | None = None,
+        builtin: str = "",
+        team_reward: TeamReward | None = None,
+    ) -> ToolTrial:
         trial = cls.objects.create(
             team=team,
             tool=tool,
@@ -446,6 +479,12 @@ class ToolTrial(models.Model):
     def finish(self, record: ToolCallRecord) -> bool:
         # Race: a redelivered trial task; the first result stays.
         return guarded_update(
-            self, Q(status=TrialStatus.PENDING), status=TrialStatus.DONE, result=record.result,
-            error=record.error or "", reward=record.reward, latency_s=record.latency_s, finished_at=timezone.now(),
-        )  # fmt: skip
+            self,
+            Q(status=TrialStatus.PENDING),
+            status=TrialStatus.DONE,
+            result=record.result,
+            error=record.error or "",
+            reward=record.reward,
+            latency_s=record.latency_s,
+            finished_at=timezone.now(),
+        )

@@ -35,8 +35,13 @@ from webapp.tools.models import (
 @login_required
 def index(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug)
-    context = {"team": team, "builtins": builtin_tools(), "tools": TeamTool.objects.filter(team=team),
-               "rewards": TeamReward.objects.filter(team=team), "builtin_rewards": builtin_rewards()}  # fmt: skip
+    context = {
+        "team": team,
+        "builtins": builtin_tools(),
+        "tools": TeamTool.objects.filter(team=team),
+        "rewards": TeamReward.objects.filter(team=team),
+        "builtin_rewards": builtin_rewards(),
+    }
     return render(request, "tools/index.html", context)
 
 
@@ -53,18 +58,29 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     return render(request, "tools/new.html", context, status=status)
 
 
-def _detail_context(team: Team, described: TeamTool | type[BaseTool], trial: ToolTrial | None, form: TryForm | None) -> dict[str, Any]:  # fmt: skip
+def _detail_context(
+    team: Team, described: TeamTool | type[BaseTool], trial: ToolTrial | None, form: TryForm | None
+) -> dict[str, Any]:
     tool = described if isinstance(described, TeamTool) else None
     trials = ToolTrial.objects.filter(team=team)
     trials = trials.filter(tool=tool) if tool else trials.filter(builtin=described.name, tool=None)
+    try_url = (
+        reverse("tool_try", args=[team.slug, tool.pk])
+        if tool
+        else reverse("builtin_tool_try", args=[team.slug, described.name])
+    )
     return {
-        "team": team, "tool": tool, "builtin": None if tool else described,
-        "name": described.name, "description": described.description,
+        "team": team,
+        "tool": tool,
+        "builtin": None if tool else described,
+        "name": described.name,
+        "description": described.description,
         "schema": json.dumps(described.parameters, indent=2),
-        "form": form or TryForm(parameters=described.parameters), "trial": trial, "trials": trials[:5],
-        "try_url": reverse("tool_try", args=[team.slug, tool.pk]) if tool
-        else reverse("builtin_tool_try", args=[team.slug, described.name]),
-    }  # fmt: skip
+        "form": form or TryForm(parameters=described.parameters),
+        "trial": trial,
+        "trials": trials[:5],
+        "try_url": try_url,
+    }
 
 
 def _shown_trial(request: HtmxHttpRequest, team: Team) -> ToolTrial | None:
@@ -115,13 +131,21 @@ def try_builtin(request: HtmxHttpRequest, team_slug: str, name: str) -> HttpResp
     return _try_rejected(request, team, tool, form)
 
 
-def _trial_started(request: HtmxHttpRequest, team: Team, described: TeamTool | type[BaseTool], trial: ToolTrial, form: TryForm) -> HttpResponse:  # fmt: skip
+def _trial_started(
+    request: HtmxHttpRequest,
+    team: Team,
+    described: TeamTool | type[BaseTool],
+    trial: ToolTrial,
+    form: TryForm,
+) -> HttpResponse:
     if swaps(request, "try"):
         return render(request, "tools/detail.html#try", _detail_context(team, described, trial, form))
     return redirect(_trial_page(trial))
 
 
-def _try_rejected(request: HtmxHttpRequest, team: Team, described: TeamTool | type[BaseTool], form: TryForm) -> HttpResponse:  # fmt: skip
+def _try_rejected(
+    request: HtmxHttpRequest, team: Team, described: TeamTool | type[BaseTool], form: TryForm
+) -> HttpResponse:
     template = template_for(request, "tools/detail.html", {"try": "try"})
     return render(request, template, _detail_context(team, described, None, form), status=400)
 
@@ -178,8 +202,14 @@ def _reward_context(
     reward: TeamReward, trial: ToolTrial | None, form: RewardTryForm | None
 ) -> dict[str, Any]:
     trials = ToolTrial.objects.filter(team=reward.team, team_reward=reward)[:5]
-    return {"team": reward.team, "reward": reward, "trial": trial, "trials": trials,
-            "form": form or RewardTryForm(), "try_url": reverse("reward_try", args=[reward.team.slug, reward.pk])}  # fmt: skip
+    return {
+        "team": reward.team,
+        "reward": reward,
+        "trial": trial,
+        "trials": trials,
+        "form": form or RewardTryForm(),
+        "try_url": reverse("reward_try", args=[reward.team.slug, reward.pk]),
+    }
 
 
 @login_required

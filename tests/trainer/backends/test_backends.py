@@ -1,7 +1,5 @@
-"""Every backend honours or refuses every RunConfig field, and declares what its launch needs.
-
-A new RunConfig field fails these tests until each backend lists it in ``honoured`` or refuses it
-with a message that says what to set: no field can be silently dropped by a backend.
+"""Every backend refuses what it cannot honour with a message that says what to set, and declares
+what its launch needs. What the torch backend honours it acts on: test_torch_honoured_fields.py.
 """
 
 from __future__ import annotations
@@ -10,18 +8,16 @@ import subprocess
 import sys
 import typing
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
-from pydantic import TypeAdapter, ValidationError
-from pydantic.fields import FieldInfo
 
+from tests.trainer.backends.field_values import other_value, with_value
 from trainer.algos.presets import PRESETS
 from trainer.backends import BACKENDS, LaunchEnv
-from trainer.backends.base import COMMON_FIELDS, field_value
 from trainer.backends.verl.command import VerlPaths, overrides
 from trainer.backends.verl.setup_hook import HOOK
-from trainer.config import RunConfig, field_paths, section_model
+from trainer.config import RunConfig, backend_problems, field_paths, field_value, honoured_fields
 from trainer.contract import MLFLOW_RUN_ID_ENV, MLFLOW_TRACKING_URI_ENV, RUN_ID_ENV, TOKEN_ENV
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -40,85 +36,33 @@ PATHS = VerlPaths(
     validation_dir="/shared/validation",
     agent_loop_config="/shared/agent_loops.yaml",
 )
-# verl fields our code reads from the RunConfig rather than verl's overrides: the flows inside verl's
-# agent loop (agent_loop.py), the driver (stage, loggers) and the launcher (Job).
-VERL_READ_BY_US = COMMON_FIELDS | {
-    "rollout.max_new_tokens", "rollout.window", "rollout.env_type", "rollout.tools", "rollout.tool_format",
-    "rollout.env_kwargs", "data.train_path", "data.val_path", "data.rewards", "trainer.checkpoint_dir",
+# verl fields our code reads from the RunConfig rather than verl's overrides: the run's name, task,
+# preset, backend and executor (the CLI and the launcher), the flows inside verl's agent loop
+# (agent_loop.py), the driver (stage, loggers) and the launcher (Job). trainer.device: auto and cuda
+# both mean verl's GPUs (cpu is refused).
+VERL_READ_BY_US = {
+    *("name", "task", "preset", "backend", "executor", "resources.cpus", "trainer.device"),
+    *("rollout.max_new_tokens", "rollout.window", "rollout.env_type", "rollout.tools", "rollout.tool_format"),
+    *("rollout.env_kwargs", "data.train_path", "data.val_path", "data.rewards", "trainer.checkpoint_dir"),
     "report.console",
-}  # fmt: skip
-
-
-def field_info(path: str) -> FieldInfo:
-    model: Any = RunConfig
-    *sections, leaf = path.split(".")
-    for name in sections:
-        model = section_model(model, name)
-    return typing.cast(FieldInfo, model.model_fields[leaf])
-
-
-def _candidates(annotation: Any, default: Any) -> list[Any]:
-    if typing.get_origin(annotation) is typing.Literal:
-        return list(typing.get_args(annotation))
-    if annotation is bool:
-        return [not default]
-    options = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
-    values: list[Any] = []
-    for option in options:
-        number = default if isinstance(default, int | float) and not isinstance(default, bool) else 1
-        if typing.get_origin(option) is typing.Literal:  # an optional choice
-            values += list(typing.get_args(option))
-        elif option in (int, float):
-            values += [option(number * 2), option(number + 1), option(number / 2), option(1)]
-        elif option is str:
-            values.append("x")
-        elif typing.get_origin(option) is list:
-            values.append(["x"])
-        elif typing.get_origin(option) is dict:
-            values.append({"x": 1})
-    return values
-
-
-def other_value(config: RunConfig, path: str) -> Any:
-    """A valid value of the field other than its value in ``config`` (any bounds respected)."""
-    info = field_info(path)
-    current = field_value(config, path)
-    adapter: TypeAdapter[Any] = TypeAdapter(Annotated[info.annotation, info])
-    for candidate in _candidates(info.annotation, current):
-        if candidate == current:
-            continue
-        try:
-            return adapter.validate_python(candidate)
-        except ValidationError:
-            continue
-    raise AssertionError(f"no other value for {path}: teach _candidates its type {info.annotation}")
-
-
-def with_value(config: RunConfig, path: str, value: Any) -> RunConfig:
-    """``config`` with one field changed, without validation (the backend's problems() is the test)."""
-    section, _, leaf = path.rpartition(".")
-    if not section:
-        return config.model_copy(update={leaf: value})
-    inner = getattr(config, section).model_copy(update={leaf: value})
-    return config.model_copy(update={section: inner})
+}
 
 
 @pytest.mark.parametrize("name", BACKENDS.names())
-def test_every_field_is_honoured_or_refused_with_what_to_set(name: str) -> None:
-    backend = BACKENDS.get(name)
-    assert backend.honoured <= set(field_paths()), "honoured names a field RunConfig does not have"
+def test_a_field_a_backend_refuses_is_refused_on_that_field_with_what_to_set(name: str) -> None:
+    refused = BACKENDS.get(name).refused
+    assert set(refused) <= set(field_paths()), "refused names a field RunConfig does not have"
+    assert honoured_fields(name) == set(field_paths()) - set(refused)
     base = VALID[name]
-    assert backend.problems(base) == []
+    assert backend_problems(base) == []
     silent = []
-    for path in field_paths():
-        if path in backend.honoured:
-            continue
+    for path in refused:
         assert field_value(base, path) == field_value(RunConfig(), path), f"{path}: start from its default"
-        problems = backend.problems(with_value(base, path, other_value(base, path)))
+        problems = backend_problems(with_value(base, path, other_value(base, path)))
         messages = [message for field, message in problems if field == path]
         if not messages or not all(f"backend {name}" in m and "set " in m for m in messages):
             silent.append(path)
-    assert silent == [], f"backend {name} neither honours nor refuses: {silent}"
+    assert silent == [], f"backend {name} refuses without saying what to set: {silent}"
 
 
 @pytest.mark.parametrize("preset", ["grpo", "ppo"])  # ppo: the critic's settings
@@ -128,7 +72,7 @@ def test_every_field_verl_honours_reaches_verls_command_or_our_code_in_its_worke
     )
     unused = [
         path
-        for path in sorted(BACKENDS.get("verl").honoured - VERL_READ_BY_US)
+        for path in sorted(honoured_fields("verl") - VERL_READ_BY_US)
         if overrides(with_value(base, path, other_value(base, path)), PATHS, project="p", run_name="r")
         == overrides(base, PATHS, project="p", run_name="r")
     ]
@@ -160,7 +104,7 @@ def test_values_a_backend_cannot_honour_are_refused_on_their_field(
     config = VALID[backend]
     for field, value in changes.items():
         config = with_value(config, field, value)
-    assert [field for field, _ in BACKENDS.get(backend).problems(config)] == [path]
+    assert [field for field, _ in backend_problems(config)] == [path]
     assert field_value(config, path) == changes[path]
 
 

@@ -10,8 +10,8 @@ import torch
 
 from trainer.backends.torch.batch import flatten, model_inputs
 from trainer.backends.torch.checkpoint import save_checkpoint
+from trainer.backends.torch.forward import response_logits
 from trainer.backends.torch.loop import setup_run, train_step
-from trainer.backends.torch.update import response_logits
 from trainer.config import RunConfig
 from trainer.models import is_adapter, load_policy
 from trainer.registry import Registry

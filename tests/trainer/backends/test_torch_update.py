@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from trainer.algos import entropy_from_logits
+from trainer.algos.losses import entropy_from_logits
 from trainer.backends.torch.batch import (
     ModelInputs,
     PackedInputs,
@@ -18,18 +18,14 @@ from trainer.backends.torch.batch import (
     micro_batches,
     model_inputs,
 )
-from trainer.backends.torch.update import (
-    Models,
+from trainer.backends.torch.forward import (
     TargetLogProb,
-    actor_micro_loss,
     log_probs_and_entropy,
-    mini_batches,
     packed_logits,
-    prepare_update,
     response_logits,
     token_log_probs,
-    update_actor,
 )
+from trainer.backends.torch.update import Models, actor_micro_loss, mini_batches, prepare_update, update_actor
 from trainer.config import RunConfig
 from trainer.mdp import Step, Trajectory
 from trainer.models import load_policy

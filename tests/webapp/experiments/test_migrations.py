@@ -4,8 +4,10 @@ import importlib
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from django.apps import apps
 from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 
 from trainer.config import RunConfig
@@ -33,3 +35,42 @@ def test_the_migration_renames_stored_stepppo_experiments_and_their_runs_pages_s
     for page in (f"/t/acme/experiments/{experiment.pk}/", f"/t/acme/runs/{run.pk}/"):
         response = client.get(page)
         assert response.status_code == 200 and "preset: steppo" in response.content.decode()
+
+
+ONE_TABLE = ("experiments", "0012_one_table_for_params_and_tags")
+BEFORE_ONE_TABLE = ("experiments", "0011_run_cancel_reason")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_to_one_table_keeps_every_param_and_tag_and_going_back_splits_them_again(
+    personas: Any,
+) -> None:
+    executor = MigrationExecutor(connection)
+    leaves = executor.loader.graph.leaf_nodes()
+    try:
+        executor.migrate([BEFORE_ONE_TABLE])
+        old = executor.loader.project_state([BEFORE_ONE_TABLE]).apps
+        experiment = Experiment.objects.create(team=personas["acme"], name="logged", external=True)
+        run = Run.objects.create(experiment=experiment, team=experiment.team, executor="external")
+        # The same key as a param and as a tag: two rows, which the new table must keep apart.
+        old.get_model("experiments", "RunParam").objects.create(run_id=run.pk, key="lr", value="0.1")
+        old.get_model("experiments", "RunTag").objects.create(run_id=run.pk, key="lr", value="tagged")
+        old.get_model("experiments", "RunTag").objects.create(run_id=run.pk, key="mlflow.user", value="bob")
+
+        _migrate(executor, ONE_TABLE)
+        assert dict(run.logged.params().values_list("key", "value")) == {"lr": "0.1"}
+        assert dict(run.logged.tags().values_list("key", "value")) == {"lr": "tagged", "mlflow.user": "bob"}
+
+        _migrate(executor, BEFORE_ONE_TABLE)
+        old = executor.loader.project_state([BEFORE_ONE_TABLE]).apps
+        params = old.get_model("experiments", "RunParam").objects.filter(run_id=run.pk)
+        tags = old.get_model("experiments", "RunTag").objects.filter(run_id=run.pk)
+        assert dict(params.values_list("key", "value")) == {"lr": "0.1"}
+        assert dict(tags.values_list("key", "value")) == {"lr": "tagged", "mlflow.user": "bob"}
+    finally:
+        _migrate(MigrationExecutor(connection), *leaves)
+
+
+def _migrate(executor: MigrationExecutor, *targets: tuple[str, str]) -> None:
+    executor.loader.build_graph()  # reread what is applied: the loader read it when the executor was made
+    executor.migrate(list(targets))

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import requests
 
-from webapp.experiments.models import Experiment, Run, RunParam
+from webapp.experiments.models import Experiment, LoggedValue, Run
 from webapp.ingestion.models import MetricPoint
 
 API = "/api/2.0/mlflow"
@@ -65,7 +65,7 @@ def test_another_teams_token_finds_nothing_and_writes_nothing(
     assert raised.value.error_code == "RESOURCE_DOES_NOT_EXIST"
     run = Run.objects.get(mlflow_run_id=run_id)
     assert run.status == "running" and MetricPoint.objects.filter(run=run).count() == 1
-    assert not run.tags.filter(key="t").exists()
+    assert not run.logged.tags().filter(key="t").exists()
 
 
 def test_without_a_valid_token_the_answer_is_401_in_mlflows_shape(
@@ -144,7 +144,7 @@ def test_a_batch_over_mlflows_limits_is_refused_whole(
         )
     assert raised.value.error_code == "INVALID_PARAMETER_VALUE" and message in raised.value.message
     run = Run.objects.get(mlflow_run_id=acme_run.info.run_id)
-    assert MetricPoint.objects.filter(run=run).count() == 1 and run.params.count() == 1
+    assert MetricPoint.objects.filter(run=run).count() == 1 and run.logged.params().count() == 1
 
 
 @pytest.mark.parametrize(
@@ -206,9 +206,9 @@ def test_a_param_keeps_its_first_value_and_long_values_are_cut_as_mlflow_does(
     )
     with pytest.raises(MlflowException, match="Params were already logged="):
         client.log_batch(acme_run.info.run_id, params=[Param("lr", "0.3"), Param("other", "x")])
-    assert not RunParam.objects.filter(key="other").exists()  # the batch was refused whole
+    assert not LoggedValue.objects.params().filter(key="other").exists()  # the batch was refused whole
     client.log_param(acme_run.info.run_id, "prompt", "x" * 7000)
-    assert len(RunParam.objects.get(key="prompt").value) == 6000
+    assert len(LoggedValue.objects.params().get(key="prompt").value) == 6000
 
 
 def test_unknown_calls_answer_endpoint_not_found(

@@ -60,7 +60,7 @@ def test_a_client_run_becomes_an_external_run_with_its_params_and_curves(
     )
     assert run.experiment.name == "agent-r1 gsm8k" and run.experiment.external
     assert run.experiment.team == personas["acme"] and run.finished_at is not None
-    assert dict(run.params.values_list("key", "value")) == {
+    assert dict(run.logged.params().values_list("key", "value")) == {
         "algorithm": "grpo",
         "actor/lr": "1e-6",
         "note": "<b>bold</b>",
@@ -71,7 +71,7 @@ def test_a_client_run_becomes_an_external_run_with_its_params_and_curves(
     }  # fmt: skip
     assert run.step == BATCH - 1
     # The client's own tags are kept (mlflow.user is the OS user); the name lives on the run.
-    tags = dict(run.tags.values_list("key", "value"))
+    tags = dict(run.logged.tags().values_list("key", "value"))
     assert "mlflow.user" in tags and "mlflow.source.name" in tags and "mlflow.runName" not in tags
 
 

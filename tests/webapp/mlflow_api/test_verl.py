@@ -61,7 +61,7 @@ def test_verl_tracking_logs_a_new_run_into_the_product(
         "timing/rollout_s": [1, 2, 3],
         "val/gsm8k/acc": [1, 2, 3],
     }
-    params = dict(run.params.values_list("key", "value"))
+    params = dict(run.logged.params().values_list("key", "value"))
     assert params["actor_rollout_ref/actor/optim/lr"] == "1e-06" and params["trainer/total_epochs"] == "1"
 
 
@@ -83,5 +83,5 @@ def test_a_launched_verl_run_reports_through_mlflow_run_id_and_its_run_token(
     run = Run.objects.get(pk=launched_run.pk)
     assert run.status == RunStatus.RUNNING and not run.is_external and run.step == 5
     assert _series(run)["critic/score/mean"] == _series(run)["reward/mean"] == [1, 2, 3, 4, 5]
-    assert run.params.filter(key="actor_rollout_ref/rollout/name", value="vllm").exists()
+    assert run.logged.params().filter(key="actor_rollout_ref/rollout/name", value="vllm").exists()
     assert Run.objects.count() == 1 and "MLFLOW_RUN_ID" not in os.environ  # attached, nothing new created

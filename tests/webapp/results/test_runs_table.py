@@ -12,7 +12,7 @@ from django.test import Client
 from django.utils import timezone
 
 from trainer.contract import REWARD_MEAN
-from webapp.experiments.models import Experiment, Run, RunKind, RunParam, RunStatus
+from webapp.experiments.models import Experiment, LoggedValue, Run, RunKind, RunStatus
 from webapp.ingestion import metrics_store
 from webapp.results import runs_table as rt
 from webapp.results.runs_columns import columns, default_column_ids
@@ -55,7 +55,7 @@ def runs(personas: Any) -> dict[str, Run]:
                    status=RunStatus.SUCCEEDED, labels=["baseline"]),
         "p2": _run(ppo, 2, {"algorithm": {"kl_coef": "auto", "estimator": "gae"}}),  # a string, no metrics
     }  # fmt: skip
-    RunParam.objects.create(run=made["p1"], key="lr", value="3e-6")
+    LoggedValue.log_params(made["p1"], {"lr": "3e-6"})
     # Someone else's run: never in Acme's table, never changed by Acme's actions.
     other = Experiment.objects.create(team=personas["other"], name="theirs", task="gsm8k", preset="grpo")
     made["theirs"] = _run(other, 1, {}, [5.0])

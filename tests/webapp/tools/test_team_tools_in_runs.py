@@ -239,7 +239,7 @@ def test_the_verl_agent_loop_fetches_the_runs_team_tool_and_remote_reward_over_i
 
     from tests.conftest import SMOL_GGUF, smollm2_dir
     from tests.trainer.backends.verl.scripted_loop import SAMPLING, ScriptedServer, make_loop, verl_sample
-    from trainer.backends.verl import agent_loop
+    from trainer.backends.verl import worker
 
     register_team_parts(personas, endpoints, settings)
     team = personas["acme"]
@@ -263,8 +263,8 @@ def test_the_verl_agent_loop_fetches_the_runs_team_tool_and_remote_reward_over_i
     }
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
-    agent_loop.set_reporter(None)
-    agent_loop.set_run_specs(None)
+    worker.set_reporter(None)
+    worker.set_run_specs(None)
     tokenizer = AutoTokenizer.from_pretrained(str(smollm2_dir()), gguf_file=SMOL_GGUF)
     server = ScriptedServer(tokenizer, [CALL, "The capital is Paris."])
     frozen = RunConfig.model_validate(run.config)
@@ -274,12 +274,12 @@ def test_the_verl_agent_loop_fetches_the_runs_team_tool_and_remote_reward_over_i
               "reward_model": {"style": "rule", "ground_truth": "Paris"}, "agent_name": "tool_agent"}  # fmt: skip
     try:
         output = asyncio.run(loop.run(dict(SAMPLING), **sample))
-        reporter = agent_loop.trajectory_reporter()
+        reporter = worker.trajectory_reporter()
         assert reporter is not None
         reporter.close()  # the worker's reporter flushes at exit
     finally:
-        agent_loop.set_reporter(None)
-        agent_loop.set_run_specs(None)
+        worker.set_reporter(None)
+        worker.set_run_specs(None)
     assert output.extra_fields["turn_scores"] == [0.0, 1.0] and output.reward_score == 1.0
     assert endpoints.count("/lookup") == 1 and endpoints.count("/score") == 1
     assert endpoints.calls[0]["headers"]["X-Tool-Secret"] == SECRET

@@ -194,9 +194,12 @@ def _plain_inputs(steps: Sequence[Step], rows: Sequence[int], pad_token_id: int)
 
 
 def _shared_prefix_inputs(
-    steps: Sequence[Step], rows: Sequence[int], prompts: list[tuple[int, ...]], row_prompt: list[int],
+    steps: Sequence[Step],
+    rows: Sequence[int],
+    prompts: list[tuple[int, ...]],
+    row_prompt: list[int],
     pad_token_id: int,
-) -> SharedPrefixInputs:  # fmt: skip
+) -> SharedPrefixInputs:
     # Prompts are right-padded too: a padded query position still sees real tokens before it, so no
     # attention row is fully masked (which would put NaNs into the backward pass).
     length = max(len(prompt) for prompt in prompts)

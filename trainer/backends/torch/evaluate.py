@@ -86,9 +86,14 @@ def evaluate(
             logger.info("stop requested: stopped after batch %d of %d", step - 1, total)
             return TrainResult("cancelled", step - 1, step - 1, metrics_of(scored, k) if scored else {})
         trajectories = rollout(
-            prompts, n=k, sampling=sampling_params(config), engine=engine, tokenizer=tokenizer,
-            config=config, tag=f"eval{step}",
-        )  # fmt: skip
+            prompts,
+            n=k,
+            sampling=sampling_params(config),
+            engine=engine,
+            tokenizer=tokenizer,
+            config=config,
+            tag=f"eval{step}",
+        )
         score_rewards(trajectories, prompts, k)
         record_accuracy(trajectories)
         reporter.log_metrics(step, rollout_metrics(trajectories))

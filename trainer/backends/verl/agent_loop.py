@@ -14,19 +14,15 @@ Step rewards travel as follows: each step's reward sits on its last model token 
 lists them. Each step's anchor id (``Step.anchor_id``: GiGPO's observation groups, the id the torch
 backend groups by too) sits on the step's model tokens of ``agent_r1_anchor_ids``. Each finished
 trajectory (steps, tool calls, rewards) goes to the webapp through our reporter, built from the
-job's environment (:data:`RUN_ID_ENV`, ``STUDIO_API_URL``, ``STUDIO_RUN_TOKEN``). The run's team
+job's environment (:mod:`.worker`). The run's team
 tools and rewards reach this Ray worker the same way: fetched once per process over the run's token
-and registered around each sample only (:func:`run_specs`, docs/tools.md#team-tools-in-runs).
+and registered around each sample only (:func:`.worker.run_specs`, docs/tools.md#team-tools-in-runs).
 """
 
 from __future__ import annotations
 
-import atexit
 import functools
 import logging
-import os
-import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -40,17 +36,14 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 from trainer.backends.verl.estimators import ANCHOR_FIELD
 from trainer.backends.verl.signals import trajectory_id
+from trainer.backends.verl.worker import run_specs, trajectory_reporter
 from trainer.config import RunConfig
-from trainer.contract import API_ENV, CLAIMANT_ENV, RUN_ID_ENV, TOKEN_ENV, RunSpecs
 from trainer.flows import FLOWS
 from trainer.llm import Generation, SamplingParams
 from trainer.mdp import Trajectory
 from trainer.models import load_generation_config
-from trainer.report.client import RunApiClient
-from trainer.report.http import HttpReporter
-from trainer.report.reporters import Reporter
 from trainer.rollout import make_flow, score_trajectory, stop_token_ids
-from trainer.team import needs_specs, run_scope
+from trainer.team import run_scope
 
 logger = logging.getLogger(__name__)
 
@@ -326,86 +319,21 @@ def write_agent_loop_config(path: str | Path, run_config_path: str | Path) -> Pa
     name for one (FLOW_ALIASES: verl's tool_agent, Agent-R1's hotpotqa_agent, ...), → :class:`StudioAgentLoop`."""
     names = [*FLOWS.names(), *FLOWS.aliases()]
     entries = [
-        {"name": name, "_target_": AGENT_LOOP_CLASS, "flow": FLOWS.canonical(name),
-         "run_config_path": str(run_config_path)}
+        {
+            "name": name,
+            "_target_": AGENT_LOOP_CLASS,
+            "flow": FLOWS.canonical(name),
+            "run_config_path": str(run_config_path),
+        }
         for name in names
-    ]  # fmt: skip
+    ]
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(yaml.safe_dump(entries, sort_keys=False), encoding="utf-8")
     return target
 
 
-# -- the run's team tools and rewards --------------------------------------------------------------
-
-_specs_lock = threading.Lock()
-_specs: RunSpecs | None = None
-
-
-def set_run_specs(specs: RunSpecs | None) -> None:
-    """Use ``specs`` in this process (tests); None fetches them from the job's environment again."""
-    global _specs
-    with _specs_lock:
-        _specs = specs
-
-
-def run_specs(config: RunConfig) -> RunSpecs:
-    """This worker's copy of the run's team tools and rewards, fetched once over the run's token when
-    the config names any. A worker outside a webapp run (no run in the environment) has none."""
-    global _specs
-    with _specs_lock:
-        if _specs is None:
-            needed = needs_specs(config.rollout.tools, config.data.rewards)
-            _specs = _specs_from_env() if needed else RunSpecs()
-        return _specs
-
-
-def _specs_from_env() -> RunSpecs:
-    api, run_id, token = os.environ.get(API_ENV), os.environ.get(RUN_ID_ENV), os.environ.get(TOKEN_ENV)
-    if not (api and run_id and token):
-        return RunSpecs()
-    with RunApiClient(api, run_id, token) as client:
-        return client.fetch_specs()
-
-
 # -- where trajectories go -------------------------------------------------------------------------
-
-_reporter_lock = threading.Lock()
-_reporter: Reporter | None = None
-_reporter_built = False
-
-
-def set_reporter(reporter: Reporter | None) -> None:
-    """Use ``reporter`` for trajectories in this process (tests); None goes back to the environment's."""
-    global _reporter, _reporter_built
-    with _reporter_lock:
-        _reporter, _reporter_built = reporter, reporter is not None
-
-
-def trajectory_reporter() -> Reporter | None:
-    """This worker process's reporter: HTTP to the webapp when the job's environment names a run."""
-    global _reporter, _reporter_built
-    with _reporter_lock:
-        if not _reporter_built:
-            _reporter_built = True
-            _reporter = _reporter_from_env()
-        return _reporter
-
-
-def _reporter_from_env() -> Reporter | None:
-    api, run_id, token = os.environ.get(API_ENV), os.environ.get(RUN_ID_ENV), os.environ.get(TOKEN_ENV)
-    if not (api and run_id and token):
-        logger.info(
-            "no %s/%s/%s in the environment: trajectories are not reported", API_ENV, RUN_ID_ENV, TOKEN_ENV
-        )
-        return None
-    # One spool folder per process: several agent-loop workers share a node and its temp folder.
-    spool = Path(tempfile.gettempdir()) / "agent-r1-studio-spool" / f"run-{run_id}-verl-{os.getpid()}"
-    # The launch's claimant id, the same as the driver's claim: these workers belong to that start.
-    claimant = os.environ.get(CLAIMANT_ENV, "")
-    reporter = HttpReporter(api, run_id, token, claimant=claimant, spool_dir=spool, close_timeout_s=10.0)
-    atexit.register(reporter.close)
-    return reporter
 
 
 def report_trajectory(step: int, trajectory: Trajectory) -> None:

@@ -1,11 +1,13 @@
-"""The verl backend's declaration: what it honours, what it refuses, what its launch needs."""
+"""The verl backend's declaration: what it refuses, what its launch needs, how verl spells our keys."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainer.backends.base import COMMON_FIELDS, Job, LaunchEnv, Problem, refuse_when_set, trainer_argv
+from trainer.backend_protocol import Job, LaunchEnv, Problem, trainer_argv
 from trainer.backends.verl.command import prompts_per_mini_batch
+from trainer.backends.verl.metric_keys import canonical_key
 from trainer.backends.verl.needs import cluster_needs
 from trainer.backends.verl.setup_hook import HOOK
 from trainer.contract import (
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from trainer.report.reporters import Reporter
 
 # Fields verl has no setting for, refused when they differ from RunConfig's default.
-_REFUSED_WHEN_SET = {
+REFUSED: Mapping[str, str] = {
     # verl trains every group; its DAPO filter_groups refills dropped groups with new prompts instead.
     "algorithm.skip_zero_advantage_groups": "backend verl trains on every group, also those whose "
     "advantages are all zero: set algorithm.skip_zero_advantage_groups to false, or use backend torch",
@@ -39,6 +41,9 @@ _REFUSED_WHEN_SET = {
     "or use backend torch for an evaluation",
     "report.jsonl_path": "backend verl reports to the web app only (metrics through MLflow, trajectories "
     "from the Ray workers): set report.jsonl_path to none, or use backend torch",
+    # One verl row per trajectory: every turn must extend the previous prompt (agent_loop.py).
+    "rollout.context_policy": "backend verl trains each trajectory as one growing sequence: set "
+    "rollout.context_policy to append, or use backend torch for a sliding window",
 }
 STALL_HINT = "verl may be waiting for GPUs or CPUs the cluster cannot give it (see the job's log)"
 
@@ -46,27 +51,7 @@ STALL_HINT = "verl may be waiting for GPUs or CPUs the cluster cannot give it (s
 class VerlBackend:
     name = "verl"
     description = "verl 0.9.1 on a Ray GPU cluster: vLLM rollouts, FSDP updates."
-    honoured = COMMON_FIELDS | {
-        "model.path", "model.dtype", "model.trust_remote_code", "model.gradient_checkpointing",
-        "model.lora_rank", "model.lora_alpha",
-        "data.train_path", "data.val_path", "data.max_prompt_length", "data.max_response_length",
-        "data.shuffle", "data.val_max_samples", "data.rewards",
-        # Our flows run inside verl's agent loop and read the rollout settings from the RunConfig;
-        # rollout.window only matters to the sliding_window policy, which problems() refuses.
-        "rollout.n", "rollout.temperature", "rollout.top_p", "rollout.max_new_tokens", "rollout.max_steps",
-        "rollout.agent_name", "rollout.window", "rollout.env_type", "rollout.tools", "rollout.tool_format",
-        "rollout.env_kwargs",
-        "algorithm.estimator", "algorithm.policy_loss", "algorithm.gamma", "algorithm.lam",
-        "algorithm.norm_adv_by_std", "algorithm.kl_mode", "algorithm.kl_coef", "algorithm.kl_kind",
-        "algorithm.clip_low", "algorithm.clip_high", "algorithm.dual_clip_c", "algorithm.loss_agg_mode",
-        "algorithm.entropy_coef", "algorithm.gigpo_step_weight",
-        "optim.lr", "optim.critic_lr", "optim.weight_decay", "optim.grad_clip", "optim.ppo_epochs",
-        "optim.mini_batch_size", "optim.micro_batch_size", "optim.warmup_steps",
-        "trainer.total_steps", "trainer.batch_size", "trainer.seed", "trainer.val_every",
-        "trainer.save_every", "trainer.checkpoint_dir", "trainer.resume", "trainer.keep_checkpoints",
-        "resources.gpus_per_node", "resources.nodes",
-        "report.console", "report.token_signals", "report.token_signals_per_step",
-    }  # fmt: skip
+    refused: Mapping[str, str] = REFUSED
 
     def train(
         self, config: RunConfig, reporter: Reporter, *, stop_event: threading.Event | None = None
@@ -77,21 +62,12 @@ class VerlBackend:
         return train(config, reporter, stop_event=stop_event)
 
     def problems(self, config: RunConfig) -> list[Problem]:
-        problems = refuse_when_set(config, _REFUSED_WHEN_SET)
-        if config.trainer.device == "cpu":
+        problems = []
+        if config.trainer.device == "cpu":  # auto and cuda both mean verl's GPUs
             problems.append(
                 (
                     "trainer.device",
                     "backend verl trains on GPUs: set trainer.device to auto, or use backend torch",
-                )
-            )
-        if config.rollout.context_policy != "append":
-            # One verl row per trajectory: every turn must extend the previous prompt (agent_loop.py).
-            problems.append(
-                (
-                    "rollout.context_policy",
-                    "backend verl trains each trajectory as one growing sequence: set rollout.context_policy "
-                    "to append, or use backend torch for a sliding window",
                 )
             )
         return problems + _loss_problems(config) + _batch_problems(config)
@@ -127,6 +103,9 @@ class VerlBackend:
             needs=cluster_needs(config),
             stall_hint=STALL_HINT,
         )
+
+    def canonical_key(self, key: str) -> str | None:
+        return canonical_key(key)
 
 
 def _loss_problems(config: RunConfig) -> list[Problem]:

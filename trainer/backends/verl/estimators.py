@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from trainer.algos.advantages import ESTIMATORS, StepBatch
+from trainer.algos.advantages import DEFAULT_PARAMS, ESTIMATORS, EstimatorParams, StepBatch
 from trainer.backends.verl.command import ALGORITHM_KEY, STEP_WEIGHT_KEY, verl_estimator_name
 from trainer.backends.verl.signals import (
     KEPT_FIELD,
@@ -34,7 +34,7 @@ from trainer.backends.verl.signals import (
     report_token_signals,
     run_reporter,
 )
-from trainer.config import ANCHOR_ESTIMATORS, CRITIC_ESTIMATORS
+from trainer.config_sections import ANCHOR_ESTIMATORS, CRITIC_ESTIMATORS
 from trainer.report.reporters import Reporter
 
 # The per-token field our agent loop adds to each verl row: the anchor id (Step.anchor_id) of the
@@ -168,38 +168,32 @@ def verl_advantages(
     *,
     values: Tensor | None = None,
     anchors: Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std: bool = True,
-    step_weight: float = 1.0,
+    params: EstimatorParams = DEFAULT_PARAMS,
 ) -> tuple[Tensor, Tensor]:
     """``ESTIMATORS[name]`` on verl's rows: (advantages, returns), both [B, R], 0 off the steps.
 
     token_level_rewards, response_mask, values, anchors: [B, R]; index: [B] prompt uids.
     """
-    estimator = ESTIMATORS.get(name)
     layout = step_layout(response_mask)
     batch = step_batch(layout, token_level_rewards, index, values=values, anchors=anchors)
-    advantages, returns = estimator(
-        batch, gamma=gamma, lam=lam, norm_adv_by_std=norm_adv_by_std, step_weight=step_weight
-    )
+    advantages, returns = ESTIMATORS.get(name)(batch, params)
     return layout.scatter(advantages), layout.scatter(returns)
 
 
 # -- verl's estimator interface -------------------------------------------------------------------
 
 
-def estimator_parameters(config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Our estimator arguments from verl's algorithm config (a DictConfig or AlgoConfig; None: defaults)."""
+def estimator_parameters(config: Mapping[str, Any] | None) -> EstimatorParams:
+    """Our estimator parameters from verl's algorithm config (a DictConfig or AlgoConfig; None: defaults)."""
     if config is None:
-        return {}
+        return DEFAULT_PARAMS
     ours = config.get(ALGORITHM_KEY) or {}
-    return {
-        "gamma": float(config.get("gamma", 1.0)),
-        "lam": float(config.get("lam", 1.0)),
-        "norm_adv_by_std": bool(config.get("norm_adv_by_std_in_grpo", True)),
-        "step_weight": float(ours.get(STEP_WEIGHT_KEY, 1.0)),
-    }
+    return EstimatorParams(
+        gamma=float(config.get("gamma", 1.0)),
+        lam=float(config.get("lam", 1.0)),
+        norm_adv_by_std=bool(config.get("norm_adv_by_std_in_grpo", True)),
+        step_weight=float(ours.get(STEP_WEIGHT_KEY, 1.0)),
+    )
 
 
 @dataclass(frozen=True)
@@ -240,7 +234,7 @@ class VerlEstimator:
             index,
             values=values,
             anchors=anchors,
-            **estimator_parameters(config),
+            params=estimator_parameters(config),
         )
 
 

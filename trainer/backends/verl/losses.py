@@ -27,7 +27,7 @@ from trainer.algos.losses import POLICY_LOSSES, masked_mean, value_loss
 from trainer.backends.verl import signals
 from trainer.backends.verl.command import verl_loss_name
 from trainer.backends.verl.estimators import StepLayout, step_layout
-from trainer.contract import VERL_KEY_ALIASES
+from trainer.backends.verl.metric_keys import VERL_KEY_ALIASES
 
 # Where a policy loss leaves its per-token signals ([b, R], signals.UPDATE_SIGNALS) while
 # verl_ppo_loss asks for them; None otherwise.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainer.backends.base import ClusterNeeds
+from trainer.backend_protocol import ClusterNeeds
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from trainer.algos.losses import kl_penalty
 from trainer.backends.verl.command import ALGORITHM_KEY, SIGNALS_KEY, SIGNALS_PER_STEP_KEY, TOKENIZER_KEY
+from trainer.backends.verl.worker import trajectory_reporter
 from trainer.contract import TOKEN_SIGNALS_MAX_TOKENS, StepSignalsWire, TokenSignalsWire
 from trainer.report.reporters import Reporter
 from trainer.report.token_signals import kept_trajectories
@@ -236,8 +237,6 @@ def report_update_signals(reporter: Reporter | None, data: Any, captured: Mappin
 
 def run_reporter() -> Reporter | None:
     """This Ray worker process's reporter to the run (the agent loop's, built from the job's environment)."""
-    from trainer.backends.verl.agent_loop import trajectory_reporter  # the agent loop imports this module
-
     return trajectory_reporter()
 
 

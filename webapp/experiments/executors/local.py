@@ -71,8 +71,8 @@ class LocalExecutor:
         scratch.mkdir(exist_ok=True)
         job = job_for(run, token)
         command = " ".join([shlex.quote(sys.executable), *map(shlex.quote, job.argv)])
-        q = {name: shlex.quote(str(path)) for name, path in
-             {"exit": exit_file, "pgid": pgid_file, "tmp": scratch, "log": directory / LOG_FILE}.items()}  # fmt: skip
+        paths = {"exit": exit_file, "pgid": pgid_file, "tmp": scratch, "log": directory / LOG_FILE}
+        q = {name: shlex.quote(str(path)) for name, path in paths.items()}
         script = (
             f"echo $$ > {q['pgid']}.part && mv {q['pgid']}.part {q['pgid']}; {command} >> {q['log']} 2>&1; "
             f"code=$?; rm -rf {q['tmp']}; echo $code > {q['exit']}"
@@ -84,8 +84,13 @@ class LocalExecutor:
         # Double fork through a helper that exits at once: the trainer outlives this worker.
         helper = subprocess.run(
             [sys.executable, "-m", "webapp.experiments.detach", "sh", "-c", script],
-            env=env, cwd=ROOT, capture_output=True, text=True, check=True, timeout=30,
-        )  # fmt: skip
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
         pgid = int(helper.stdout.strip())
         logger.info("run %s started locally as process group %s", run.pk, pgid)
         return f"pgid:{pgid}"

@@ -1,5 +1,5 @@
 """Points stored under one of verl's keys before ingestion mapped them get their twin under our key
-(trainer.contract.canonical_key), as a point arriving now does; the affected runs' summaries and
+(trainer.backends.canonical_key), as a point arriving now does; the affected runs' summaries and
 latest values are rebuilt. Running it again adds nothing."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db import migrations
 
-from trainer.contract import canonical_key
+from trainer.backends import canonical_key
 
 
 def copy_under_our_keys(apps: Any, schema_editor: Any) -> None:

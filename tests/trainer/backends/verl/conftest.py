@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from scripted_loop import BonusTool
 
-from trainer.backends.verl import agent_loop
+from trainer.backends.verl import worker
 from trainer.report.reporters import MemoryReporter
 from trainer.tools import TOOLS
 
@@ -16,9 +16,9 @@ from trainer.tools import TOOLS
 @pytest.fixture
 def reporter() -> Iterator[MemoryReporter]:
     memory = MemoryReporter()
-    agent_loop.set_reporter(memory)
+    worker.set_reporter(memory)
     yield memory
-    agent_loop.set_reporter(None)
+    worker.set_reporter(None)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from transformers import GenerationConfig
 from verl.workers.rollout.replica import TokenOutput
 
 from trainer.backends.torch.loop import setup_run
-from trainer.backends.verl import agent_loop
+from trainer.backends.verl import agent_loop, worker
 from trainer.backends.verl.agent_loop import write_agent_loop_config
 from trainer.config import RunConfig
 from trainer.flows import FLOWS
@@ -88,12 +88,12 @@ def test_the_trajectory_reaches_a_jsonl_reporter(
     tmp_path: Path, smol_tokenizer: Any, bonus_tool: None
 ) -> None:
     jsonl = JsonlReporter(tmp_path / "events.jsonl")
-    agent_loop.set_reporter(jsonl)
+    worker.set_reporter(jsonl)
     try:
         server = ScriptedServer(smol_tokenizer, [CALL, "4"])
         asyncio.run(make_loop(tmp_path, smol_tokenizer, server).run(dict(SAMPLING), **verl_sample()))
     finally:
-        agent_loop.set_reporter(None)
+        worker.set_reporter(None)
         jsonl.close()
     [event] = read_jsonl(tmp_path / "events.jsonl")
     steps = event["trajectories"][0]["steps"]

@@ -24,9 +24,9 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
-from trainer.algos.advantages import ESTIMATORS
+from trainer.algos.advantages import ESTIMATORS, EstimatorParams
 from trainer.backends.torch.batch import flatten
-from trainer.backends.verl import agent_loop, signals
+from trainer.backends.verl import signals, worker
 from trainer.backends.verl.command import compose
 from trainer.backends.verl.estimators import (
     ANCHOR_FIELD,
@@ -306,7 +306,7 @@ def rollouts(
 ) -> Iterator[tuple[list[dict[str, Any]], list[Trajectory]]]:
     """The rows our verl agent loop outputs for SCRIPTS, and the trajectories it reported."""
     memory = MemoryReporter()
-    agent_loop.set_reporter(memory)
+    worker.set_reporter(memory)
     TOOLS.add("bonus", BonusTool)
     try:
         outputs = []
@@ -318,7 +318,7 @@ def rollouts(
             outputs.append(asyncio.run(loop.run(dict(SAMPLING), **sample)).as_dict())
     finally:
         TOOLS.unregister("bonus")
-        agent_loop.set_reporter(None)
+        worker.set_reporter(None)
     yield outputs, [trajectory for _, batch in memory.trajectories for trajectory in batch]
 
 
@@ -353,7 +353,7 @@ def test_both_backends_give_every_step_of_one_batch_the_same_advantage(
     name: str, rollouts: tuple[list[dict[str, Any]], list[Trajectory]]
 ) -> None:
     outputs, trajectories = rollouts
-    parameters = {"gamma": 0.9, "lam": 0.8, "norm_adv_by_std": True, "step_weight": 0.5}
+    params = EstimatorParams(gamma=0.9, lam=0.8, norm_adv_by_std=True, step_weight=0.5)
 
     # torch: the StepBatch the torch backend builds from the trajectories.
     steps = flatten(trajectories)
@@ -365,7 +365,7 @@ def test_both_backends_give_every_step_of_one_batch_the_same_advantage(
                 token_rewards[row, j] += shaping(i, k, j)
                 values[row, j] = value(i, k, j)
             row += 1
-    torch_adv, torch_ret = ESTIMATORS.get(name)(steps.step_batch(token_rewards, values), **parameters)
+    torch_adv, torch_ret = ESTIMATORS.get(name)(steps.step_batch(token_rewards, values), params)
 
     # verl: the agent loop's rows through verl's advantage step with our hook installed.
     mask, rewards = pad(outputs, "response_mask"), pad(outputs, "rm_scores")

@@ -28,7 +28,8 @@ from trainer.backends.torch.update import VALUE_CLIP
 from trainer.backends.verl import signals
 from trainer.backends.verl.command import VerlPaths, overrides, verl_loss_name
 from trainer.backends.verl.losses import install, verl_ppo_loss, verl_value_loss
-from trainer.config import AlgorithmConfig, RunConfig
+from trainer.config import RunConfig
+from trainer.config_sections import AlgorithmConfig
 from trainer.report.reporters import MemoryReporter
 
 PATHS = VerlPaths(

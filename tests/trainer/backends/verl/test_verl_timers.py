@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from trainer.contract import TIME_BREAKDOWN_KEYS, VERL_KEY_ALIASES
+from trainer.backends.verl.metric_keys import VERL_KEY_ALIASES
+from trainer.contract import TIME_BREAKDOWN_KEYS
 
 TIMING = "timing_s/"
 AGENT_LOOP = "agent_loop/"

@@ -1,16 +1,20 @@
 """What a training backend declares: the :class:`Backend` protocol and what a launch needs (:class:`Job`).
 
-Shared code never asks "is this verl?". It asks the run's backend (``BACKENDS.get(config.backend)``,
-see :mod:`trainer.backends`) which RunConfig fields it honours, what it refuses in a config, and what
-launching it takes, the way Django's ORM asks ``connection.features`` and ``connection.ops``.
+Shared code never asks "is this verl?". It asks the run's backend (``BACKENDS.get(config.backend)``)
+what it refuses in a config, what launching it takes and how its library spells our metric keys, the
+way Django's ORM asks ``connection.features`` and ``connection.ops``. A backend lists only its
+refusals, each with the message that says what to set instead; it honours every other RunConfig field
+(:func:`trainer.config.honoured_fields`).
 
-Importing this module imports neither torch nor verl: the web app and the CLI read the declarations,
-and only :meth:`Backend.train` and :meth:`Backend.check` import the backend's libraries.
+This module sits beside the config at the trainer's floor (docs/architecture.md#inside-the-trainer):
+it imports neither torch nor verl nor the config, and RunConfig's validation asks :data:`BACKENDS`.
+The backends themselves live in :mod:`trainer.backends`, which registers them here; the ``trainer``
+package's ``__init__`` imports it first, so no code of the trainer sees the registry empty. Only
+:meth:`Backend.train` and :meth:`Backend.check` import the backend's libraries.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -24,9 +28,6 @@ if TYPE_CHECKING:
     from trainer.report.reporters import Reporter
 
 Problem = tuple[str, str]  # (RunConfig field path, message saying what to set)
-
-# Fields every backend honours alike: they name the run, pick its backend, or are the launcher's.
-COMMON_FIELDS = frozenset({"name", "task", "preset", "backend", "executor", "resources.cpus"})
 
 
 @dataclass(frozen=True)
@@ -80,11 +81,14 @@ def trainer_argv(env: LaunchEnv) -> tuple[str, ...]:
 
 
 class Backend(Protocol):
-    """A training backend. Every RunConfig field path is in ``honoured`` or refused by :meth:`problems`."""
+    """A training backend. It refuses what it cannot honour and honours every other RunConfig field."""
 
     name: str
     description: str
-    honoured: frozenset[str]  # field paths this backend acts on, whatever their (valid) value
+    # Fields this backend has no setting for, with the message that says what to set instead: a value
+    # other than RunConfig's default is refused. A field it acts on only for some values is not here
+    # but in :meth:`problems`.
+    refused: Mapping[str, str]
 
     def train(
         self, config: RunConfig, reporter: Reporter, *, stop_event: threading.Event | None = None
@@ -92,7 +96,8 @@ class Backend(Protocol):
         """Train ``config`` to the end or until ``stop_event``; the result may carry a ``status``."""
 
     def problems(self, config: RunConfig) -> list[Problem]:
-        """What this backend refuses in ``config``. Pure and cheap: RunConfig's validation calls it."""
+        """The values of fields it honours that it cannot take here (a bound, a combination). Pure and
+        cheap: RunConfig's validation calls it, after checking :attr:`refused`."""
 
     def check(self, config: RunConfig) -> list[Problem]:
         """The backend's own deeper check of a valid config (it may import the backend's libraries and
@@ -101,23 +106,19 @@ class Backend(Protocol):
     def job(self, config: RunConfig, env: LaunchEnv) -> Job:
         """What launching ``config`` as the run ``env`` describes takes."""
 
+    def canonical_key(self, key: str) -> str | None:
+        """Our name (trainer.contract's keys) for a metric key the backend's library logs under its own
+        name; None for every other key."""
+
 
 BACKENDS: Registry[Backend] = Registry("backend")
 
 
-# -- helpers for backends ---------------------------------------------------------------------------
-
-
-def field_value(config: RunConfig, path: str) -> Any:
-    """The value at a dotted field path (``"model.dtype"``)."""
-    return functools.reduce(getattr, path.split("."), config)
-
-
-def refuse_when_set(config: RunConfig, refusals: Mapping[str, str]) -> list[Problem]:
-    """(path, message) for every path in ``refusals`` whose value differs from RunConfig's default."""
-    defaults = type(config).model_construct()  # no validation: this runs inside RunConfig's own
-    return [
-        (path, message)
-        for path, message in refusals.items()
-        if field_value(config, path) != field_value(defaults, path)
-    ]
+def canonical_key(key: str) -> str | None:
+    """Our name for a metric key some registered backend's library spells its own way, else None:
+    ingestion stores such a point under both (docs/contract.md#the-verl-alias-table)."""
+    for name in BACKENDS.names():
+        ours = BACKENDS.get(name).canonical_key(key)
+        if ours is not None:
+            return ours
+    return None

@@ -1,0 +1,255 @@
+"""RunConfig's sections: one frozen pydantic model per concern, with help text per field.
+
+:class:`trainer.config.RunConfig` puts them together and checks them across sections. Every section
+rejects unknown fields (a typo must not silently fall back to a default) and non-finite numbers.
+
+The names of the algos registries a section may hold are spelled out here, with what kind each
+estimator is, so that the config, the presets and the web app need neither torch nor the registries;
+tests/trainer/test_config.py checks that they match the registries exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+Estimator = Literal["gae", "token_gae", "grpo", "rloo", "reinforce", "gigpo"]
+PolicyLoss = Literal["vanilla", "gspo", "reinforce"]
+KlKind = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"]
+LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]
+KlMode = Literal["loss", "reward", "none"]  # where the KL to the reference goes
+
+CRITIC_ESTIMATORS = frozenset({"gae", "token_gae"})
+# Estimators that compare steps sharing an anchor observation (StepBatch.anchor_index).
+ANCHOR_ESTIMATORS = frozenset({"gigpo"})
+# Estimators whose baseline comes from the other samples of the same prompt
+# (docs/algorithms.md#advantage-estimators).
+GROUP_ESTIMATORS = frozenset({"grpo", "rloo", "gigpo"})
+# Of those, the ones for which one sample per prompt makes every advantage zero (a size-1 group).
+GROUP_NEEDS_TWO = frozenset({"grpo", "gigpo"})
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, validate_default=True)
+
+
+class ModelConfig(Section):
+    path: str = Field(
+        default="",
+        description="Local Hugging Face model folder (or a name the backend resolves offline) to train.",
+    )
+    dtype: Literal["float32", "bfloat16"] = Field(
+        default="float32",
+        description="Dtype the policy, reference and critic weights are held and computed in; with "
+        "bfloat16 the optimizer keeps fp32 master copies of the trained weights.",
+    )
+    trust_remote_code: bool = Field(
+        default=False, description="Allow the model folder's own Python code to run when loading it."
+    )
+    gradient_checkpointing: bool = Field(
+        default=False, description="Recompute activations in the backward pass to save memory."
+    )
+    lora_rank: int = Field(
+        default=0,
+        ge=0,
+        description="Train low-rank adapters of this rank on every linear layer instead of all the weights "
+        "(0 trains every weight). Adapters learn with a larger optim.lr, about ten times full fine-tuning's.",
+    )
+    lora_alpha: int = Field(
+        default=16,
+        ge=1,
+        description="LoRA scaling: the adapters' update is multiplied by lora_alpha / lora_rank.",
+    )
+
+
+class DataConfig(Section):
+    train_path: str = Field(
+        default="",
+        description="Parquet file of training rows (the data contract). Webapp runs replace it with "
+        "the dataset downloaded for the run.",
+    )
+    val_path: str | None = Field(
+        default=None, description="Parquet file of validation rows; none disables validation."
+    )
+    max_prompt_length: int = Field(
+        default=1024,
+        ge=1,
+        description="Longest prompt in tokens; a step whose prompt is longer ends the episode.",
+    )
+    max_response_length: int = Field(
+        default=512,
+        ge=1,
+        description="A trajectory's response budget: the most model tokens it generates over all its "
+        "steps (the episode ends when it is spent). verl counts the tool and env tokens between turns too.",
+    )
+    shuffle: bool = Field(default=True, description="Shuffle the training rows every epoch (seeded).")
+    val_max_samples: int | None = Field(
+        default=None, ge=1, description="Validate on at most this many rows; none uses the whole split."
+    )
+    rewards: dict[str, str] = Field(
+        default_factory=dict,
+        description="data_source → reward function for this run (built in or the team's), ahead of the "
+        "routing table: the datasets' mappings, frozen when the experiment is made.",
+    )
+
+
+class RolloutConfig(Section):
+    n: int = Field(default=4, ge=1, description="Trajectories sampled per prompt (the group size).")
+    temperature: float = Field(default=1.0, ge=0.0, description="Sampling temperature; 0 decodes greedily.")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(
+        default=128, ge=1, description="Most tokens generated in one step (one LLM call)."
+    )
+    max_steps: int = Field(default=5, ge=1, description="Most LLM calls (steps) in one trajectory.")
+    agent_name: str = Field(
+        default="agent_env_loop",
+        min_length=1,
+        description="Flow that runs rows without an agent_name column (the FLOWS registry).",
+    )
+    context_policy: Literal["append", "sliding_window"] = Field(
+        default="append", description="How the next prompt is rebuilt from the history each step."
+    )
+    window: int = Field(
+        default=4, ge=1, description="Most recent steps the sliding_window context policy keeps."
+    )
+    env_type: str = Field(
+        default="tool", min_length=1, description="Environment for rows whose env_kwargs name none (ENVS)."
+    )
+    tools: list[str] = Field(default_factory=list, description="Tools offered to the agent (TOOLS registry).")
+    tool_format: str = Field(
+        default="hermes", min_length=1, description="How tool calls are written and parsed (FORMATS)."
+    )
+    env_kwargs: dict[str, JsonValue] = Field(
+        default_factory=dict, description="Default environment settings; a row's env_kwargs override them."
+    )
+
+
+class AlgorithmConfig(Section):
+    estimator: Estimator = Field(
+        default="grpo", description="Advantage estimator (docs/algorithms.md#advantage-estimators)."
+    )
+    policy_loss: PolicyLoss = Field(
+        default="vanilla", description="Policy loss (docs/algorithms.md#policy-losses)."
+    )
+    gamma: float = Field(default=1.0, ge=0.0, le=1.0, description="Discount factor between steps.")
+    lam: float = Field(default=1.0, ge=0.0, le=1.0, description="GAE lambda.")
+    norm_adv_by_std: bool = Field(
+        default=True, description="Divide group advantages by the group's std (false gives Dr.GRPO)."
+    )
+    kl_mode: KlMode = Field(
+        default="loss",
+        description="Where the KL to the reference model goes: a loss term, the reward, or nowhere.",
+    )
+    kl_coef: float = Field(default=0.001, ge=0.0, description="Weight of the KL term.")
+    kl_kind: KlKind = Field(
+        default="low_var_kl", description="KL estimator (k1, k2 = mse, k3 = low_var_kl, abs)."
+    )
+    clip_low: float = Field(default=0.2, ge=0.0, lt=1.0, description="PPO ratio clip below: 1 - clip_low.")
+    clip_high: float = Field(default=0.2, ge=0.0, description="PPO ratio clip above: 1 + clip_high.")
+    dual_clip_c: float = Field(
+        default=3.0, gt=1.0, description="Dual-clip bound on the loss for negative advantages."
+    )
+    loss_agg_mode: LossAggMode = Field(
+        default="token-mean", description="How per-token losses are averaged into one number."
+    )
+    entropy_coef: float = Field(default=0.0, ge=0.0, description="Weight of the entropy bonus.")
+    gigpo_step_weight: float = Field(
+        default=1.0, ge=0.0, description="GiGPO: weight of the step-level (anchor group) advantage."
+    )
+    skip_zero_advantage_groups: bool = Field(
+        default=False,
+        description="Leave out of the actor update the groups whose advantages are all zero: their "
+        "forward and backward passes are saved, and the loss is averaged over the other groups only.",
+    )
+
+
+class OptimConfig(Section):
+    lr: float = Field(default=1e-6, gt=0.0, description="Actor learning rate (AdamW).")
+    critic_lr: float = Field(default=1e-5, gt=0.0, description="Critic learning rate (AdamW).")
+    weight_decay: float = Field(default=0.01, ge=0.0, description="AdamW weight decay.")
+    grad_clip: float = Field(default=1.0, gt=0.0, description="Clip the gradient's global norm to this.")
+    ppo_epochs: int = Field(default=1, ge=1, description="Passes over each rollout batch.")
+    mini_batch_size: int = Field(
+        default=4, ge=1, description="Trajectories per optimizer step; a trajectory's steps are never split."
+    )
+    micro_batch_size: int = Field(
+        default=4, ge=1, description="Step rows per forward/backward pass (gradient accumulation)."
+    )
+    warmup_steps: int = Field(default=0, ge=0, description="Linear learning-rate warmup, in training steps.")
+
+
+class TrainerConfig(Section):
+    total_steps: int = Field(
+        default=10, ge=1, description="Training steps (one rollout batch + update each)."
+    )
+    batch_size: int = Field(default=4, ge=1, description="Prompts per training step.")
+    seed: int = Field(default=42, description="Seed for data order, sampling and initialisation.")
+    val_every: int = Field(
+        default=0, ge=0, description="Validate every N steps and at the end (0 = only at the end)."
+    )
+    save_every: int = Field(
+        default=0, ge=0, description="Checkpoint every N steps and at the end (0 = only at the end)."
+    )
+    checkpoint_dir: str | None = Field(
+        default=None, description="Folder for Hugging Face format checkpoints; none saves nothing."
+    )
+    resume: bool = Field(
+        default=False,
+        description="Make the run resumable: checkpoints also hold the optimizer and RNG state, and the run "
+        "continues from the latest checkpoint in checkpoint_dir when there is one. Off, checkpoints hold "
+        "the weights only (about a third of the size).",
+    )
+    keep_checkpoints: int | None = Field(
+        default=None,
+        ge=1,
+        description="Keep only the newest k checkpoints: an older one is deleted once a newer one is "
+        "complete. None keeps every checkpoint.",
+    )
+    device: Literal["cpu", "cuda", "auto"] = Field(
+        default="auto", description="Where the torch backend runs; auto picks cuda when available."
+    )
+    num_threads: int | None = Field(
+        default=None, ge=1, description="torch CPU threads; none leaves torch's default."
+    )
+
+
+class EvaluationConfig(Section):
+    """An evaluation run: the model scored on a split with k samples per prompt, no update
+    (docs/evaluations.md)."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Evaluate instead of training: rollout.n samples of every row of data.val_path "
+        "(at most data.val_max_samples rows), scored, with no update; reports eval/... metrics.",
+    )
+    checkpoint: str | None = Field(
+        default=None,
+        description="A checkpoint folder (step_*) whose policy/ weights are evaluated; none evaluates "
+        "model.path itself.",
+    )
+
+
+class ResourcesConfig(Section):
+    gpus_per_node: int = Field(default=0, ge=0, description="GPUs the run needs on each node.")
+    nodes: int = Field(default=1, ge=1, description="Nodes the run spans (verl backend only).")
+    cpus: int = Field(default=2, ge=1, description="CPUs the run needs (the Ray job's entrypoint_num_cpus).")
+
+
+class ReportConfig(Section):
+    jsonl_path: str | None = Field(
+        default=None, description="Append every metric, trajectory and status as JSON lines to this file."
+    )
+    console: bool = Field(
+        default=True, description="Log metrics to the console (and a progress bar on a TTY)."
+    )
+    token_signals: Literal["all", "sample", "none"] | None = Field(
+        default=None,
+        description="Which trajectories keep their per-token signals (advantage, log-prob, ratio, entropy, "
+        "clipped, KL) for the trajectory page: all, a sample of report.token_signals_per_step each step, or "
+        "none (None: a sample). Backend verl records advantage, log-prob, entropy and KL, not the ratio "
+        "and clip of its update (docs/verl.md#token-signals).",
+    )
+    token_signals_per_step: int = Field(
+        default=4, ge=1, description="Trajectories per step that keep their per-token signals when sampling."
+    )

@@ -1,0 +1,43 @@
+"""API paths and headers: every path the trainer calls, under the root where the web app mounts its
+JSON API. The web app mounts its routes from these (webapp.api.route) and verl's MLflow client is
+pointed at MLFLOW_ROOT.
+"""
+
+from __future__ import annotations
+
+API_ROOT = "/api"
+MLFLOW_ROOT = "/mlflow"
+_RUN = API_ROOT + "/runs/{run_id}"
+_INGEST = API_ROOT + "/ingest/runs/{run_id}"
+# The run's life: the trainer claims it, reads it, says how it goes.
+CLAIM_PATH = _RUN + "/claim"
+CONFIG_PATH = _RUN + "/config"
+DATASET_PATH = _RUN + "/dataset/{split}"
+STATUS_PATH = _RUN + "/status"
+HEARTBEAT_PATH = _RUN + "/heartbeat"
+# The team tools and team rewards the run's config names, secrets included (RunSpecs): only for a
+# claimed run, over its own token; never stored in the frozen config, a log or a trajectory.
+SPECS_PATH = _RUN + "/specs"
+# What the run produces.
+METRICS_PATH = _INGEST + "/metrics"
+TRAJECTORIES_PATH = _INGEST + "/trajectories"
+LOGS_PATH = _INGEST + "/logs"
+CHECKPOINTS_PATH = _INGEST + "/checkpoints"
+# Per-token signals of steps reported before their update ran (verl: docs/verl.md#token-signals).
+TOKEN_SIGNALS_PATH = _INGEST + "/token-signals"
+TRAINER_PATHS: tuple[str, ...] = (
+    CLAIM_PATH,
+    CONFIG_PATH,
+    DATASET_PATH,
+    STATUS_PATH,
+    HEARTBEAT_PATH,
+    SPECS_PATH,
+    METRICS_PATH,
+    TRAJECTORIES_PATH,
+    LOGS_PATH,
+    CHECKPOINTS_PATH,
+    TOKEN_SIGNALS_PATH,
+)
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+# Sent with every lifecycle and ingestion call after the claim; the server answers 409 to any other.
+CLAIMANT_HEADER = "Studio-Claimant"

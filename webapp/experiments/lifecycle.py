@@ -1,0 +1,328 @@
+"""A run's life: draft → queued → starting → running → succeeded | failed | cancelled, plus stalled
+(no heartbeat or no progress within a limit). Every transition is one guarded UPDATE that must
+change exactly one row; the race each guard prevents is written beside it.
+
+RunLifecycle holds the fields a run's life moves and the transitions that move them; Run inherits
+them, so each state change is still a Run method (``run.claim()``, ``run.finish()``).
+"""
+
+from __future__ import annotations
+
+import hmac
+from datetime import timedelta
+from typing import Any, Self
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Case, F, Q, Value, When
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from webapp.experiments.executors import outside_executors
+from webapp.guarded import guarded_update
+
+
+class RunStatus(models.TextChoices):
+    DRAFT = "draft"
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    STALLED = "stalled"
+
+
+TERMINAL = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+ACTIVE = (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED)
+CLAIMED = (RunStatus.RUNNING, RunStatus.STALLED)  # the statuses of a run its trainer owns
+
+
+class RunLifecycle(models.Model):
+    """Where a run is in its life and who moves it on: the launcher, the trainer, the reaper, a user
+    cancelling. Abstract: its fields are columns of Run's table."""
+
+    status = models.CharField(
+        max_length=12, choices=RunStatus.choices, default=RunStatus.DRAFT, db_index=True
+    )
+    executor = models.CharField(max_length=10, default="local")
+    # Local: the process group id; Ray: the submission id. Set when the executor has started it.
+    executor_ref = models.CharField(max_length=200, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    step = models.IntegerField(default=0)
+    total_steps = models.IntegerField(default=0)
+    message = models.TextField(blank=True, help_text="Last status message or the error that ended the run.")
+    claimed_by = models.CharField(max_length=200, blank=True)
+    # The launch's claimant id (trainer.contract.CLAIMANT_ENV), recorded by the claim: only calls that
+    # carry it may change the run (docs/reliability.md#claimant).
+    claimant = models.CharField(max_length=64, blank=True)
+    launch_attempts = models.PositiveSmallIntegerField(
+        default=0, help_text="Starts tried, relaunches included."
+    )
+    starting_at = models.DateTimeField(null=True, blank=True, help_text="When the latest start began.")
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    progress_at = models.DateTimeField(null=True, blank=True, help_text="When the step counter last moved.")
+    finished_at = models.DateTimeField(null=True, blank=True)
+    cancelled_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Who asked for the cancel; the run's final message names them.",
+    )
+    cancel_reason = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Why the product cancelled it (a health check), when no user did.",
+    )
+    held_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the team's limit on active runs first kept it queued."
+    )
+
+    class Meta:
+        abstract = True
+
+    def _row(self) -> models.QuerySet[Self]:
+        """This run's row, for an UPDATE."""
+        return type(self)._default_manager.filter(pk=self.pk)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    @property
+    def progress(self) -> float:
+        return self.step / self.total_steps if self.total_steps else 0.0
+
+    def _transition(self, allowed_from: tuple[str, ...], **changes: Any) -> bool:
+        """The change from one of the ``allowed_from`` statuses; True when this call made it."""
+        return guarded_update(self, Q(status__in=allowed_from), **changes)
+
+    def freeze_config(self, config: dict[str, Any]) -> bool:
+        """The RunConfig the run trains with, set while it is a draft (its seed and paths need its id)."""
+        # Race: none between writers (one launch creates the run); the draft filter keeps a queued
+        # run's config, which its trainer may already be reading, from changing under it.
+        return self._transition((RunStatus.DRAFT,), config=config)
+
+    def record_executor_ref(self, executor_ref: str) -> None:
+        """Where the executor started the run (process group, Ray submission), for the reaper."""
+        # Unguarded on purpose: a run cancelled while its process started still needs the ref, so
+        # that the reaper can find and stop the process.
+        self._row().update(executor_ref=executor_ref)
+        self.executor_ref = executor_ref
+
+    def enqueue(self) -> bool:
+        # Race: a double-clicked "launch" would enqueue twice; only the first draft → queued wins.
+        return self._transition((RunStatus.DRAFT,), status=RunStatus.QUEUED, queued_at=timezone.now())
+
+    def hold(self) -> bool:
+        """The team's limit keeps the queued run waiting (docs/sweeps.md#limit): the reaper starts it
+        as soon as it is first in line and a place is free."""
+        # Race: none worth a guard beyond the status: a run started or cancelled meanwhile is no
+        # longer held, and holding it twice keeps the first time.
+        return guarded_update(self, Q(status=RunStatus.QUEUED, held_at__isnull=True), held_at=timezone.now())
+
+    def mark_starting(self, executor_ref: str) -> bool:
+        # Race: a retried launch task must not start a second process for a run already started.
+        return self._transition(
+            (RunStatus.QUEUED,),
+            status=RunStatus.STARTING,
+            executor_ref=executor_ref,
+            starting_at=timezone.now(),
+            launch_attempts=F("launch_attempts") + 1,
+        )
+
+    def requeue_lost_start(self) -> bool:
+        """starting → queued again: the start left no trace (its launching worker died before the
+        executor had the run), so a new launch task may start it (docs/reliability.md#lost-launch)."""
+        # Race: a trainer of the "lost" start claiming now: the empty claimant in the same UPDATE
+        # keeps a claimed run its trainer's. Should that start still come to life later, its
+        # trainer and the new start's race to claim, and the claimant lets only one of them train.
+        lost = self._row().filter(status=RunStatus.STARTING, claimant="", cancel_requested=False)
+        changed = lost.update(status=RunStatus.QUEUED, queued_at=timezone.now(), executor_ref="")
+        self.refresh_from_db()
+        return changed == 1
+
+    def claim(self, worker: str, claimant: str) -> bool:
+        """The one way a run becomes a trainer's: True when the launch ``claimant`` owns it now."""
+        # Race: two trainer processes for one run (a retried submit); only one may own it. A run
+        # stalled before any process claimed it (a Ray job pending for resources) may still be.
+        now = timezone.now()
+        never_claimed = Q(status=RunStatus.STALLED, claimant="")
+        claimable = Q(status__in=(RunStatus.QUEUED, RunStatus.STARTING)) | never_claimed
+        changed = guarded_update(
+            self,
+            claimable,
+            status=RunStatus.RUNNING,
+            claimed_by=worker,
+            claimant=claimant,
+            started_at=now,
+            heartbeat_at=now,
+            progress_at=now,
+        )
+        # A claim retried by its own process (the first answer was lost) finds the run already its
+        # own: yes again, and nothing changes; any other claimant is refused.
+        return changed or (self.is_claimant(claimant) and self.status in CLAIMED)
+
+    def is_claimant(self, claimant: str) -> bool:
+        """Whether ``claimant`` is the id the run was claimed with (none before the claim)."""
+        return bool(self.claimant) and hmac.compare_digest(self.claimant, claimant)
+
+    def report(self, status: str, message: str = "") -> bool:
+        """A status the trainer reports; True when it changed the run. A terminal status finishes the
+        run; ``starting`` and ``running`` only keep the message: no report claims a run (see claim)."""
+        if status in TERMINAL:
+            return self.finish(status, message)
+        if not message:
+            return False
+        # Race: a message arriving after the run ended must not replace the one that ended it; a
+        # "running" one is for a claimed run only.
+        return self._transition(CLAIMED if status == RunStatus.RUNNING else ACTIVE, message=message)
+
+    def heartbeat(self, step: int | None = None, total_steps: int | None = None) -> bool:
+        # After a terminal state a heartbeat changes nothing; a stalled run is revived only by
+        # progress (see _revive_if_progressing).
+        now = timezone.now()
+        changes: dict[str, Any] = {"heartbeat_at": now}
+        if total_steps is not None:
+            changes["total_steps"] = total_steps
+        updated = self._row().filter(status__in=CLAIMED)
+        if step is not None:
+            updated.filter(step__lt=step).update(progress_at=now)
+            changes["step"] = step
+        changed = updated.update(**changes)
+        self._revive_if_progressing()
+        self.refresh_from_db()
+        return changed == 1
+
+    def note_progress(self, step: int | None = None) -> None:
+        """Work arrived for the run (trajectories, metrics through MLflow): progress, even for a
+        trainer like verl that has no step counter of ours to move; ``step`` moves it forward only."""
+        now = timezone.now()
+        # Progress revives a stalled run (see _revive_if_progressing), in the same UPDATE: one round
+        # trip per batch on the ingestion hot path.
+        stalled = Q(status=RunStatus.STALLED)
+        changes: dict[str, Any] = {
+            "heartbeat_at": now,
+            "progress_at": now,
+            "status": Case(
+                When(stalled, then=Value(RunStatus.RUNNING)),
+                default=F("status"),
+                output_field=models.CharField(),
+            ),
+            "message": Case(
+                When(stalled, then=Value("")), default=F("message"), output_field=models.TextField()
+            ),
+        }
+        if step is not None:
+            changes["step"] = Greatest("step", Value(step))
+        # An external run's state is its client's: its counter follows what it logs in any status.
+        moving = Q(status__in=CLAIMED) | Q(executor__in=outside_executors())
+        self._row().filter(moving).update(**changes)
+
+    def _revive_if_progressing(self) -> None:
+        # Race: a late heartbeat after the reaper marked the run stalled. It revives the run only if
+        # the run progressed within the limit: a process that beats while waiting (verl's driver
+        # while verl waits for GPUs) must not mask a no-progress stall. The stall's message goes
+        # with the stall: it is no longer true.
+        cutoff = timezone.now() - timedelta(seconds=settings.STALL_AFTER_S)
+        self._row().filter(status=RunStatus.STALLED, progress_at__gte=cutoff).update(
+            status=RunStatus.RUNNING, message=""
+        )
+
+    def finish(self, status: str, message: str = "") -> bool:
+        if status not in TERMINAL:
+            raise ValueError(f"finish() takes a terminal status ({', '.join(TERMINAL)}), not {status!r}")
+        if status == RunStatus.CANCELLED:
+            message = self._cancel_message(message)
+        # Race: the trainer's own "succeeded" and the reaper's "failed" can arrive together; the
+        # first terminal state wins and later ones change nothing.
+        changes: dict[str, Any] = {"status": status, "message": message, "finished_at": timezone.now()}
+        if status == RunStatus.SUCCEEDED:
+            # A run that succeeded did all its steps, whether or not its last heartbeat arrived first.
+            changes["step"] = Greatest("step", "total_steps")
+        return self._transition(ACTIVE, **changes)
+
+    def _cancel_message(self, message: str) -> str:
+        """A run someone cancelled ends with "cancelled by <user>", whatever the trainer or the
+        executor said about how the process went away (SIGTERM, a vanished process group)."""
+        requested = self._row().filter(cancel_requested=True)
+        username, reason = requested.values_list("cancelled_by__username", "cancel_reason").first() or (
+            None,
+            "",
+        )
+        return f"cancelled by {username}" if username else reason or message
+
+    def request_cancel(self, by: Any = None, reason: str = "") -> bool:
+        """Ask for cancellation on behalf of the user ``by`` (or for ``reason``, when the product asks);
+        a run that never started is cancelled at once."""
+        # Race: cancelling a draft/queued run while the launcher picks it up; the launcher's
+        # mark_starting then finds it cancelled and does nothing.
+        now = timezone.now()
+        who = by if by is not None and by.is_authenticated else None
+        message = (
+            f"cancelled by {who.username} before it started"
+            if who
+            else reason or "cancelled before it started"
+        )
+        reason = reason[:200]
+        if self._transition(
+            (RunStatus.DRAFT, RunStatus.QUEUED),
+            status=RunStatus.CANCELLED,
+            cancel_requested=True,
+            cancel_requested_at=now,
+            finished_at=now,
+            message=message,
+            cancelled_by=who,
+            cancel_reason=reason,
+        ):
+            return True
+        # Race: a second cancel (another user, a double click) must not change who cancelled or
+        # restart the grace period; the request already stands.
+        self._row().filter(status__in=ACTIVE, cancel_requested=False).update(
+            cancel_requested=True, cancel_requested_at=now, cancelled_by=who, cancel_reason=reason
+        )
+        self.refresh_from_db()
+        return self.status in ACTIVE and self.cancel_requested
+
+    def mark_stalled(self, message: str, silent_for_s: float) -> bool:
+        # Race: a heartbeat landing between the reaper's read and this write; the same UPDATE
+        # re-checks that the run is still silent.
+        return guarded_update(self, _silent_filter(silent_for_s), status=RunStatus.STALLED, message=message)
+
+    def fail_if_silent(self, message: str, silent_for_s: float) -> bool:
+        """Fail a claimed run silent for ``silent_for_s`` (a hung trainer); True when this call did."""
+        # Race: a heartbeat or progress landing between the reaper's read and this write; the
+        # same UPDATE re-checks the silence, and the first terminal state still wins. A run stalled
+        # before any trainer claimed it (a Ray job pending for resources) has no trainer to be hung.
+        claimed = Q(status__in=CLAIMED) & ~Q(claimant="")
+        return guarded_update(
+            self,
+            claimed & _silence(silent_for_s),
+            status=RunStatus.FAILED,
+            message=message,
+            finished_at=timezone.now(),
+        )
+
+    @classmethod
+    def silent_since(cls, seconds: float) -> models.QuerySet[Self]:
+        """Running runs without a heartbeat, or without progress, for ``seconds``; starting runs
+        that no trainer claimed within ``seconds`` of being queued."""
+        return cls._default_manager.filter(_silent_filter(seconds))
+
+
+def _silence(seconds: float) -> Q:
+    """No heartbeat, or no progress, for ``seconds``."""
+    cutoff = timezone.now() - timedelta(seconds=seconds)
+    return Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True) | Q(progress_at__lt=cutoff)
+
+
+def _silent_filter(seconds: float) -> Q:
+    cutoff = timezone.now() - timedelta(seconds=seconds)
+    # A run whose trainer never claimed it (a Ray job PENDING for want of resources) is stuck too.
+    never_claimed = Q(status=RunStatus.STARTING, starting_at__lt=cutoff)
+    return (Q(status=RunStatus.RUNNING) & _silence(seconds)) | never_claimed
