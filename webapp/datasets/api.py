@@ -19,7 +19,7 @@ from webapp.accounts.models import Role
 from webapp.accounts.token_auth import UserTokenAuth
 from webapp.api import Page, PageParams, StrictSchema, form_error, paginate
 from webapp.datasets.access import get_dataset_for_user
-from webapp.datasets.files import UPLOAD_FIELD, StreamingUploadHandler
+from webapp.datasets.files import UPLOAD_FIELD, StreamingUploadHandler, parquet_download
 from webapp.datasets.forms import RecipeForm, UploadForm
 from webapp.datasets.models import Dataset, DatasetInUse, RecipeImport
 
@@ -108,16 +108,7 @@ def upload(request: HttpRequest, team_slug: str) -> Any:
             raise HttpError(413, handler.rejection)
         if not form.is_valid() or form.upload is None:
             raise form_error(form)
-        upload = form.upload
-        found, created = Dataset.from_file(
-            team,
-            upload.path,
-            sha256=upload.sha256,
-            name=form.cleaned_data["name"],
-            source=f"upload of {upload.name} (API)",
-            user=request.user,
-            validate_later=False,
-        )
+        found, created = form.save_dataset(team, request.user, via_api=True, validate_later=False)
     finally:
         handler.remove_leftover()
     found.validate()
@@ -207,9 +198,4 @@ def download(request: HttpRequest, team_slug: str, pk: int) -> FileResponse:
     found = get_dataset_for_user(request, team_slug, pk)
     if not found.is_usable:
         raise HttpError(409, f"{found.name} is {found.status}: only valid datasets can be downloaded")
-    return FileResponse(
-        found.path.open("rb"),
-        as_attachment=True,
-        filename=f"{slugify(found.name) or 'dataset'}.parquet",
-        content_type="application/vnd.apache.parquet",
-    )
+    return parquet_download(found.path, f"{slugify(found.name) or 'dataset'}.parquet")

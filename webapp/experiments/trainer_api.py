@@ -33,6 +33,7 @@ from trainer.contract import (
     StatusUpdate,
 )
 from webapp.api import api, route
+from webapp.datasets.files import parquet_download
 from webapp.datasets.models import Dataset
 from webapp.experiments.lifecycle import CLAIMED, RunStatus
 from webapp.experiments.run_auth import RunTokenAuth, get_run_for_claimant, get_run_for_token
@@ -128,9 +129,4 @@ def run_dataset(request: HttpRequest, run_id: int, split: str) -> FileResponse:
     dataset = Dataset.resolve(run.team, reference)
     if dataset is None:
         raise HttpError(409, f"{reference!r} is not a valid dataset of this run's team")
-    return FileResponse(
-        dataset.path.open("rb"),
-        as_attachment=True,
-        filename=f"{split}.parquet",
-        content_type="application/vnd.apache.parquet",
-    )
+    return parquet_download(dataset.path, f"{split}.parquet")
