@@ -60,9 +60,11 @@ browser:
 
 MYPY := $(VENV)/bin/mypy trainer webapp tasks_lib
 
+# lint-imports: the architecture's contracts in pyproject.toml (docs/architecture.md#layers).
 lint: install-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 	$(MYPY)
 
 format: install-test
@@ -77,12 +79,13 @@ format: install-test
 # slowest tests, so the suite's time budget can be watched.
 TEST_WORKERS ?= 2
 
-# ruff first (seconds). mypy (a minute or more without its cache, as on a fresh clone) runs beside
-# pytest at low priority, on the CPU the two workers leave idle while they wait on services; its
-# report follows pytest's, and a type error fails `make test` as `make lint` would.
+# ruff and lint-imports first (seconds). mypy (a minute or more without its cache, as on a fresh clone)
+# runs beside pytest at low priority, on the CPU the two workers leave idle while they wait on
+# services; its report follows pytest's, and a type error fails `make test` as `make lint` would.
 test: install-test browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 	@mkdir -p var; nice -n 10 $(MYPY) >var/mypy.log 2>&1 & mypy=$$!; \
 	$(PY) -m webapp.supervisor test -- -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=25 $(PYTEST_ARGS); \
 	tests=$$?; wait $$mypy; typed=$$?; echo "$(MYPY)"; cat var/mypy.log; \

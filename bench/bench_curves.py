@@ -33,7 +33,7 @@ VALUE_SQL = (
 def load_ours(run_id: int) -> None:
     from django.db import connection
 
-    from webapp.results.metrics_store import key_ids, rebuild_summaries
+    from webapp.ingestion.metrics_store import key_ids, rebuild_summaries
 
     key_id = key_ids([KEY])[KEY]
     with connection.cursor() as cursor:
@@ -77,7 +77,7 @@ def time_requests(
 
 
 def bench_ours(database_url: str) -> float:
-    from webapp.results.metrics_store import downsample
+    from webapp.ingestion.metrics_store import downsample
 
     run, _run_token, personal = make_run()
     load_ours(run.pk)

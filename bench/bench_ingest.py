@@ -84,7 +84,7 @@ def bench_ours(database_url: str) -> float:
         url = server.url + METRICS_PATH.format(run_id=run.pk)
         post_all(url, bodies[:2], headers)  # warm up: connections, the key cache of each worker
         seconds = post_all(url, bodies[2:], headers)
-    from webapp.results.models import MetricPoint
+    from webapp.ingestion.models import MetricPoint
 
     stored = MetricPoint.objects.filter(run=run).count()
     if stored != len(bodies) * 10_000:

@@ -47,7 +47,7 @@ def run_client(tracking_uri: str, token: str | None) -> dict[str, Any]:
 
 def bench_ours(database_url: str) -> float:
     from webapp.experiments.models import Run
-    from webapp.results.models import MetricPoint
+    from webapp.ingestion.models import MetricPoint
 
     _run, _run_token, personal = make_run()
     with studio_server(database_url) as server:

@@ -40,8 +40,8 @@ def load(user_name: str) -> str:
     from trainer.config import RunConfig
     from webapp.accounts.models import Team
     from webapp.experiments.models import Experiment
-    from webapp.results.metrics_store import key_ids
-    from webapp.results.models import SUMMARY_WIDTHS
+    from webapp.ingestion.metrics_store import key_ids
+    from webapp.ingestion.models import SUMMARY_WIDTHS
 
     user = get_user_model().objects.create_superuser(user_name, "", PASSWORD)
     team = Team.create_with_owner("bench table", user)

@@ -93,8 +93,8 @@ def steps_per_second(url: str, bodies: list[bytes], headers: dict[str, str]) -> 
 
 
 def check_every_step_has_six_signals(run_id: int) -> None:
-    from webapp.results.models import TrajectoryStep
-    from webapp.results.rollouts import unpack_token_signals
+    from webapp.ingestion.models import TrajectoryStep
+    from webapp.ingestion.token_signals import unpack_token_signals
 
     steps = TrajectoryStep.objects.filter(run_id=run_id)
     if steps.count() != BATCHES * TRAJECTORIES * STEPS or steps.filter(token_signals=None).exists():

@@ -97,8 +97,9 @@ def load(user_name: str) -> Seeded:
     from trainer.contract import TOKEN_SIGNALS, TokenSignalsWire
     from webapp.accounts.models import Team
     from webapp.experiments.models import Experiment, Run
-    from webapp.results.models import TextBlob, Trajectory, TrajectoryStep
-    from webapp.results.rollouts import SEARCH_CONFIG, pack_token_signals
+    from webapp.ingestion.models import TextBlob, Trajectory, TrajectoryStep
+    from webapp.ingestion.token_signals import pack_token_signals
+    from webapp.ingestion.trajectories import SEARCH_CONFIG
 
     user = get_user_model().objects.create_superuser(user_name, "", PASSWORD)
     team = Team.create_with_owner("bench search", user)
@@ -163,7 +164,7 @@ def load(user_name: str) -> Seeded:
 
 def seeded_before() -> Seeded | None:
     """What an earlier run left in BENCH_KEEP_DB (its two long trajectories are seeded last)."""
-    from webapp.results.models import Trajectory
+    from webapp.ingestion.models import Trajectory
 
     found = {
         t.uid: t

@@ -53,7 +53,7 @@ def _fresh_metric_key_cache(request: pytest.FixtureRequest) -> Iterator[None]:
     if "db" not in request.fixturenames and "transactional_db" not in request.fixturenames:
         yield
         return
-    from webapp.results.metrics_store import forget_cached_keys
+    from webapp.ingestion.metrics_store import forget_cached_keys
 
     forget_cached_keys()
     yield

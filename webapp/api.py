@@ -17,28 +17,16 @@ A 4xx is deterministic: sending the same request again gets the same answer.
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
-from django.core.exceptions import PermissionDenied
-from django.db import InterfaceError, OperationalError
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Field, NinjaAPI, Schema
-from ninja.errors import AuthenticationError, HttpError, ValidationError
-from ninja.security import HttpBearer
+from ninja.errors import HttpError
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from trainer.contract import API_ROOT, CLAIMANT_HEADER, INT4_MAX
-from webapp.accounts.access import check_token_scope
-from webapp.accounts.models import ApiToken
-from webapp.accounts.throttle import TokenLockedOut, admit_bearer, retry_after_s
-from webapp.experiments.models import Run
-from webapp.outage import database_down_response
-
-logger = logging.getLogger(__name__)
+from trainer.contract import API_ROOT, INT4_MAX
 
 _PATH_PARAMETER = re.compile(r"\{(\w+)\}")
 # The kind of each error status, the ``code`` of the error body.
@@ -65,52 +53,6 @@ def route(contract_path: str) -> str:
         raise ValueError(f"{contract_path} is not under the API root {API_ROOT}")
     relative = contract_path.removeprefix(API_ROOT)
     return _PATH_PARAMETER.sub(lambda m: f"{{int:{m[1]}}}" if m[1].endswith("_id") else m[0], relative)
-
-
-class RunTokenAuth(HttpBearer):
-    """The per-run token a trainer process gets at launch; ``request.auth`` is its Run (while it lives)."""
-
-    def authenticate(self, request: HttpRequest, token: str) -> Run | None:
-        run = Run.for_token(token)
-        admit_bearer(request, token, run, run_token=True)
-        return run
-
-
-def get_run_for_token(request: HttpRequest, run_id: int) -> Run:
-    """The run a trainer's request names, which must be its token's own: any other run is a 404."""
-    run: Run = request.auth  # type: ignore[attr-defined]
-    if run.pk != run_id:
-        raise Http404("no such run")
-    return run
-
-
-def get_run_for_claimant(request: HttpRequest, run_id: int) -> Run:
-    """:func:`get_run_for_token` for a call that changes the run: only the process that claimed it
-    may (its claimant id in the CLAIMANT_HEADER); any other is a 409 and changes nothing."""
-    run = get_run_for_token(request, run_id)
-    if not run.is_claimant(request.headers.get(CLAIMANT_HEADER, "")):
-        who = "no process has claimed it yet" if not run.claimant else "another process claimed it"
-        raise HttpError(409, f"this process may not change run {run.pk}: {who}")
-    return run
-
-
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-
-
-class UserTokenAuth(HttpBearer):
-    """A personal API token; sets ``request.user`` so the apps' access helpers apply unchanged. A
-    token without the write scope may only read (403 on anything else), and an expired one is dead
-    (docs/api.md#tokens)."""
-
-    def authenticate(self, request: HttpRequest, token: str) -> Any | None:
-        found = ApiToken.find(token)
-        admit_bearer(request, token, found)
-        if found is None:
-            return None
-        request.user = found.user
-        request.api_token = found  # type: ignore[attr-defined]
-        check_token_scope(found, write=request.method not in SAFE_METHODS)
-        return found.user
 
 
 class FieldError(HttpError):
@@ -214,100 +156,3 @@ def paginate(items: QuerySet[Any], params: PageParams) -> dict[str, Any]:
         "page": params.page,
         "page_size": params.page_size,
     }
-
-
-def _error(request: HttpRequest, message: str, status: int, field: str | None = None) -> HttpResponse:
-    run = getattr(request, "auth", None)
-    if isinstance(run, Run) and status in (400, 413, 422):
-        # A trainer's report its own run refused: the trainer drops it, the run page counts it.
-        run.note_refused(f"{request.path}: {message}")
-    return api.create_response(request, error_body(message, status, field), status=status)
-
-
-@api.exception_handler(OperationalError)
-@api.exception_handler(InterfaceError)
-def _database_down(request: HttpRequest, exc: Exception) -> HttpResponse:
-    return database_down_response(request)  # 503: the trainer's reporter keeps the batch and retries
-
-
-@api.exception_handler(Http404)
-def _not_found(request: HttpRequest, exc: Exception) -> HttpResponse:
-    return _error(request, "not found", 404)
-
-
-@api.exception_handler(PermissionDenied)
-def _forbidden(request: HttpRequest, exc: Exception) -> HttpResponse:
-    return _error(request, str(exc) or "forbidden", 403)
-
-
-@api.exception_handler(AuthenticationError)
-def _unauthorized(request: HttpRequest, exc: Exception) -> HttpResponse:
-    response = _error(request, "a valid Bearer token is required", 401)
-    response["WWW-Authenticate"] = "Bearer"
-    return response
-
-
-@api.exception_handler(HttpError)
-def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    return _error(request, exc.message, exc.status_code, field=getattr(exc, "field", None))
-
-
-@api.exception_handler(ValidationError)
-def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    first = exc.errors[0] if exc.errors else {}
-    # ninja's location starts with where the value came from (body, query, path): not a field.
-    parts = [str(part) for part in first.get("loc", ())]
-    source, path = (parts[0], parts[1:]) if parts and parts[0] in ("body", "query", "path") else ("", parts)
-    if source == "body":
-        path = path[1:]  # the name of the view's body parameter, which the client never sees
-    where = ".".join(path) or source or "body"
-    return _error(request, f"{where}: {first.get('msg', 'invalid')}", 400, field=".".join(path) or None)
-
-
-@api.exception_handler(TokenLockedOut)
-def _locked_out(request: HttpRequest, exc: Exception) -> HttpResponse:
-    response = _error(request, str(exc), 429)
-    response["Retry-After"] = str(retry_after_s())
-    return response
-
-
-@api.exception_handler(Exception)
-def _server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
-    logger.exception("%s %s failed", request.method, request.path)
-    return _error(request, f"the server failed on this request ({type(exc).__name__}); it is logged", 500)
-
-
-def _register_routers() -> None:
-    from webapp.accounts.api import router as members_router
-    from webapp.accounts.api import tokens_router
-    from webapp.datasets.api import router as datasets_router
-    from webapp.datasets.api import team_router as datasets_team_router
-    from webapp.experiments.api import router as experiments_router
-    from webapp.experiments.evaluations_api import router as evaluations_router
-    from webapp.experiments.sweep_api import router as sweeps_router
-    from webapp.experiments.trainer_api import router as lifecycle_router
-    from webapp.results.api import router as results_router
-    from webapp.results.checkpoints_api import router as checkpoints_router
-    from webapp.results.ingest import router as ingest_router
-    from webapp.results.storage_api import router as storage_router
-    from webapp.tools.api import rewards_router
-    from webapp.tools.api import router as tools_router
-
-    # The trainer's routers carry whole paths (route(...)): they mount at the root.
-    api.add_router("", lifecycle_router)
-    api.add_router("", datasets_router)
-    api.add_router("", ingest_router)
-    api.add_router("/t", experiments_router)
-    api.add_router("/t", sweeps_router)
-    api.add_router("/t", results_router)
-    api.add_router("/t", datasets_team_router)
-    api.add_router("/t", tools_router)
-    api.add_router("/t", evaluations_router)
-    api.add_router("/t", checkpoints_router)
-    api.add_router("/t", storage_router)
-    api.add_router("/t", rewards_router)
-    api.add_router("/t", members_router)
-    api.add_router("", tokens_router)
-
-
-_register_routers()

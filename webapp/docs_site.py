@@ -25,7 +25,7 @@ def write_schema(path: Path = SCHEMA) -> None:
     import django
 
     django.setup()
-    from webapp.urls import api  # the routers are mounted there
+    from webapp.routers import api  # the routers are mounted there
 
     path.write_text(json.dumps(api.get_openapi_schema(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
 

@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.utils.cache import patch_cache_control
 
 from trainer.contract import API_ROOT
+from webapp.api import error_body
 
 API_PREFIX = API_ROOT + "/"
 
@@ -35,8 +36,6 @@ class ApiErrorShapeMiddleware:
 
 
 def _reshaped(request: HttpRequest, response: HttpResponse) -> HttpResponse:
-    from webapp.api import error_body
-
     status = response.status_code
     reasons = {
         404: f"no API operation at {request.path}: see /api/docs",

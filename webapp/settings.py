@@ -151,7 +151,11 @@ INSTALLED_APPS = [
     "webapp.accounts",
     "webapp.datasets",
     "webapp.tools",
+    "webapp.retention",
     "webapp.experiments",
+    "webapp.ingestion",
+    "webapp.rollouts",
+    "webapp.monitoring",
     "webapp.results",
     "webapp.mlflow_api",
 ]
@@ -171,7 +175,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "webapp.results.middleware.GzipRequestMiddleware",
+    "webapp.ingestion.middleware.GzipRequestMiddleware",
     "webapp.accounts.middleware.CurrentTeamMiddleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]

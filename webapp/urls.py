@@ -7,14 +7,15 @@ from django.urls import include, path, reverse_lazy
 from django.views.generic import RedirectView
 
 from trainer.contract import API_ROOT, MLFLOW_ROOT
-from webapp import health
+from webapp import healthz
 from webapp.accounts import views as accounts
-from webapp.api import api
 from webapp.datasets import views as datasets
 from webapp.experiments import artifacts as run_artifacts
 from webapp.experiments import evaluations
 from webapp.experiments import views as experiments
+from webapp.results import experiment_page, run_page
 from webapp.results import views as results
+from webapp.routers import api
 from webapp.tools import views as tools
 
 team_patterns = [
@@ -46,19 +47,19 @@ team_patterns = [
     path("tools/rewards/<int:pk>/delete/", tools.reward_delete, name="reward_delete"),
     path("experiments/", experiments.index, name="experiments"),
     path("experiments/new/", experiments.new, name="experiment_new"),
-    path("experiments/<int:pk>/", experiments.detail, name="experiment"),
+    path("experiments/<int:pk>/", experiment_page.detail, name="experiment"),
     path("experiments/<int:pk>/launch/", experiments.launch, name="experiment_launch"),
     path("experiments/<int:pk>/evaluate/", evaluations.evaluate, name="experiment_evaluate"),
-    path("runs/<int:pk>/", experiments.run_detail, name="run"),
+    path("runs/<int:pk>/", run_page.run_detail, name="run"),
     path("runs/<int:pk>/cancel/", experiments.cancel, name="run_cancel"),
-    path("runs/<int:pk>/edit/", experiments.run_edit, name="run_edit"),
+    path("runs/<int:pk>/edit/", run_page.run_edit, name="run_edit"),
     path("runs/<int:pk>/artifacts/<path:path>", run_artifacts.download, name="run_artifact"),
     path("compare/", results.index, name="compare"),
 ]
 
 urlpatterns = [
     path("", accounts.home, name="home"),
-    path("healthz", health.healthz, name="healthz"),
+    path("healthz", healthz.healthz, name="healthz"),
     path(API_ROOT.strip("/") + "/", api.urls),
     path(MLFLOW_ROOT.strip("/") + "/", include("webapp.mlflow_api.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
@@ -80,6 +81,8 @@ urlpatterns = [
     path("teams/switch/", accounts.switch_team, name="switch_team"),
     path("t/<slug:team_slug>/", include(team_patterns)),
     path("t/<slug:team_slug>/", include("webapp.results.urls")),
+    path("t/<slug:team_slug>/", include("webapp.rollouts.urls")),
+    path("t/<slug:team_slug>/", include("webapp.monitoring.urls")),
     path("t/<slug:team_slug>/", include("webapp.experiments.urls")),
     path("admin/", admin.site.urls),
 ]

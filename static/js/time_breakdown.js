@@ -1,6 +1,6 @@
 // The run page's time breakdown: one stacked bar per training step (seconds in each part the backend
 // timed, and "waiting", the rest of the step), and generated tokens per second below it. It reads
-// runs/<id>/time.json (webapp.results.time_breakdown) and, while the run is live, again every 5 s.
+// runs/<id>/time.json (webapp.monitoring.time_breakdown) and, while the run is live, again every 5 s.
 (function () {
   "use strict";
   const POLL_MS = 5000;

@@ -1,4 +1,5 @@
-"""Real services for web tests: a Celery worker process and Debian's Chromium through Playwright."""
+"""Real services for web tests: a Celery worker process and Debian's Chromium through Playwright; and
+a run with its token and a trainer posting to it, for the apps that read what a run produces."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.test import Client
 
+from tests.webapp.trainer_posts import Trainer
 from tests.xdist_workers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -303,3 +306,32 @@ def ray_head() -> Iterator[RayHead]:
             os.environ.pop(RAY_AUTH_MODE_ENV, None)
         else:
             os.environ[RAY_AUTH_MODE_ENV] = previous_auth_mode
+
+
+# -- a run with its token, and a trainer posting to it (tests/webapp/trainer_posts.py) ----------------
+
+
+@pytest.fixture
+def experiment(personas: Any) -> Any:
+    from webapp.experiments.models import Experiment
+
+    return Experiment.objects.create(team=personas["acme"], name="gsm8k grpo", task="gsm8k", preset="grpo")
+
+
+@pytest.fixture
+def run(experiment: Any) -> Any:
+    from webapp.experiments.models import Run
+
+    return Run.objects.create(
+        experiment=experiment, team=experiment.team, seed=1, config={"name": "r1", "seed": 1}
+    )
+
+
+@pytest.fixture
+def token(run: Any) -> str:
+    return str(run.issue_token())
+
+
+@pytest.fixture
+def trainer(client: Client, run: Any, token: str) -> Trainer:
+    return Trainer(client, run.pk, token)

@@ -24,11 +24,11 @@ from webapp.datasets.models import Dataset, ImportStatus, RecipeImport
 from webapp.experiments.artifacts import artifact_root
 from webapp.experiments.jobs import Job, JobStatus
 from webapp.experiments.models import Experiment, Run, RunKind, RunStatus, Sweep
-from webapp.experiments.services import checkpoint_dir
+from webapp.experiments.run_files import checkpoint_dir
+from webapp.ingestion.models import Checkpoint, Trajectory
 from webapp.mlflow_api.traces import TRACE_ENDPOINTS
 from webapp.mlflow_api.views import ENDPOINTS
 from webapp.results.import_jobs import IMPORT_JOB, IMPORT_TASK
-from webapp.results.models import Checkpoint, Trajectory
 from webapp.tools.models import TeamReward, TeamTool, ToolTrial
 
 PERSONAS = ("anonymous", "outsider", "viewer", "member", "owner")
@@ -98,7 +98,7 @@ def _build_world(folder: Path) -> World:
     from django.contrib.auth import get_user_model
 
     from webapp.accounts.models import Team
-    from webapp.results.metrics_store import forget_cached_keys
+    from webapp.ingestion.metrics_store import forget_cached_keys
 
     forget_cached_keys()
     # No passwords: the clients log in with force_login, and hashing one costs a second of CPU.

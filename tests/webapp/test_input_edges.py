@@ -55,7 +55,7 @@ def test_a_json_body_past_djangos_form_limit_is_read_and_answered_in_the_api_sha
 
 
 def test_a_body_past_the_apis_own_limit_is_a_413_that_says_the_limit(client: Client, personas: Any) -> None:
-    from webapp.results.middleware import MAX_COMPRESSED_BYTES
+    from webapp.ingestion.middleware import MAX_COMPRESSED_BYTES
 
     token = ApiToken.issue(personas["bob"], "tests")[1]
     answer = client.post(

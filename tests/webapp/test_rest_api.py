@@ -18,7 +18,8 @@ from tests.webapp.tools.conftest import UNUSED_TOOL_ADDRESS, allow_tools_at
 from webapp.accounts.models import ApiToken, Membership, Role, TokenRevoked
 from webapp.datasets.models import Dataset
 from webapp.experiments.models import Experiment, Run, RunStatus
-from webapp.results.models import Checkpoint, ExperimentRetention, LogChunk
+from webapp.ingestion.models import Checkpoint, LogChunk
+from webapp.retention.models import ExperimentRetention
 from webapp.tools.models import TeamReward, TeamTool, ToolTrial
 
 pytestmark = pytest.mark.django_db
@@ -208,7 +209,7 @@ def test_tools_and_rewards_are_created_changed_tried_and_deleted(
 
 
 def test_a_runs_logs_checkpoints_and_curves_by_either_key_name(alice: Api, personas: Any) -> None:
-    from webapp.results import metrics_store
+    from webapp.ingestion import metrics_store
 
     experiment = Experiment.objects.create(team=personas["acme"], name="e")
     run = Run.objects.create(experiment=experiment, team=experiment.team, status=RunStatus.RUNNING)

@@ -203,7 +203,7 @@ def test_slow_uploads_longer_than_the_worker_timeout_leave_pages_and_ingestion_a
         upload.join(60)
     assert [upload.status for upload in uploads] == [302, 302]
     stored = server.shell(
-        "import json; from webapp.datasets.models import Dataset; from webapp.results.models import MetricPoint; "
+        "import json; from webapp.datasets.models import Dataset; from webapp.ingestion.models import MetricPoint; "
         f"print(json.dumps([sorted(Dataset.objects.values_list('name', flat=True)), "
         f"MetricPoint.objects.filter(run_id={server.run_id}).count()]))"
     )
@@ -250,7 +250,7 @@ def test_the_database_stopped_and_started_under_a_live_page_and_a_live_trainer(
     reporter.close(timeout=60)
     assert reporter.undelivered() == 0
     stored = server.shell(
-        "import json; from webapp.experiments.models import Run; from webapp.results.models import MetricPoint; "
+        "import json; from webapp.experiments.models import Run; from webapp.ingestion.models import MetricPoint; "
         f"run = Run.objects.get(pk={server.run_id}); "
         "print(json.dumps([MetricPoint.objects.filter(run=run, key__name__startswith='outage/').count(), "
         "run.status, run.step, run.message]))"

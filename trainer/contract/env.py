@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+__all__ = [
+    "API_ENV",
+    "CLAIMANT_ENV",
+    "MLFLOW_RUN_ID_ENV",
+    "MLFLOW_TRACKING_TOKEN_ENV",
+    "MLFLOW_TRACKING_URI_ENV",
+    "PROJECT_ENV",
+    "RUN_ID_ENV",
+    "TOKEN_ENV",
+]
+
 TOKEN_ENV = "STUDIO_RUN_TOKEN"  # the run's own API token (never in the frozen config)
 API_ENV = "STUDIO_API_URL"  # the web app's base URL, as the trainer reaches it
 RUN_ID_ENV = "STUDIO_RUN_ID"  # the run's primary key

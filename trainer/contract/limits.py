@@ -10,6 +10,31 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, JsonValue
 
+__all__ = [
+    "BATCH_ID_MAX",
+    "BATCH_ID_PATTERN",
+    "DATA_SOURCE_MAX",
+    "ID_MAX",
+    "INT4_MAX",
+    "JSON_MAX_DEPTH",
+    "METRIC_KEY_MAX",
+    "REPLACEMENT",
+    "TOOL_ERROR_MAX",
+    "BatchId",
+    "Count",
+    "Identifier",
+    "JsonField",
+    "JsonFloat",
+    "JsonFloats",
+    "JsonObject",
+    "Text",
+    "clean_text",
+    "cut_to",
+    "finite_or_none",
+    "jsonb_safe",
+    "no_nul",
+]
+
 INT4_MAX = 2**31 - 1  # the largest value of a Postgres integer column (steps, indices, counts)
 BATCH_ID_MAX = 64  # the column of stored batch ids
 ID_MAX = 200  # trajectory ids, group ids, anchors, tool names

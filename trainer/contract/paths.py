@@ -5,6 +5,25 @@ pointed at MLFLOW_ROOT.
 
 from __future__ import annotations
 
+__all__ = [
+    "API_ROOT",
+    "CHECKPOINTS_PATH",
+    "CLAIMANT_HEADER",
+    "CLAIM_PATH",
+    "CONFIG_PATH",
+    "DATASET_PATH",
+    "HEARTBEAT_PATH",
+    "IDEMPOTENCY_HEADER",
+    "LOGS_PATH",
+    "METRICS_PATH",
+    "MLFLOW_ROOT",
+    "SPECS_PATH",
+    "STATUS_PATH",
+    "TOKEN_SIGNALS_PATH",
+    "TRAINER_PATHS",
+    "TRAJECTORIES_PATH",
+]
+
 API_ROOT = "/api"
 MLFLOW_ROOT = "/mlflow"
 _RUN = API_ROOT + "/runs/{run_id}"

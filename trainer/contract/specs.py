@@ -9,6 +9,13 @@ from pydantic import Field, JsonValue
 
 from trainer.contract.wire import Wire
 
+__all__ = [
+    "OutboundRules",
+    "RunSpecs",
+    "TeamRewardSpec",
+    "TeamToolSpec",
+]
+
 
 class TeamToolSpec(Wire):
     """A team tool as the run receives it (docs/tools.md#team-tools-in-runs): an HTTP endpoint, or a

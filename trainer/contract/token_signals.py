@@ -16,6 +16,15 @@ from array import array
 from collections.abc import Sequence
 from typing import Literal
 
+__all__ = [
+    "TOKEN_SIGNALS",
+    "TOKEN_SIGNALS_MAX_TOKENS",
+    "TOKEN_TEXT_MAX",
+    "TokenSignal",
+    "decode_floats",
+    "encode_floats",
+]
+
 TokenSignal = Literal["advantage", "log_prob", "ratio", "entropy", "clipped", "kl"]
 TOKEN_SIGNALS: tuple[TokenSignal, ...] = ("advantage", "log_prob", "ratio", "entropy", "clipped", "kl")
 TOKEN_SIGNALS_MAX_TOKENS = 65_536  # tokens of one step's response that signals are kept for

@@ -43,6 +43,29 @@ from trainer.contract.token_signals import (
 )
 from trainer.mdp import Step, ToolCallRecord, Trajectory
 
+__all__ = [
+    "CheckpointRecord",
+    "ClaimRequest",
+    "Heartbeat",
+    "LogChunk",
+    "MetricBatch",
+    "MetricPoint",
+    "RunStatus",
+    "StatusUpdate",
+    "StepSignalsWire",
+    "StepWire",
+    "TokenSignalsBatch",
+    "TokenSignalsWire",
+    "ToolCallWire",
+    "TrajectoryBatch",
+    "TrajectoryWire",
+    "Wire",
+    "new_batch_id",
+    "new_claimant_id",
+    "to_floats",
+    "to_jsonable",
+]
+
 RunStatus = Literal["starting", "running", "succeeded", "failed", "cancelled"]
 
 

@@ -15,7 +15,8 @@ from ninja.errors import AuthenticationError, HttpError
 
 from webapp.accounts.access import get_member_for_owner, get_team_for_user
 from webapp.accounts.models import ApiToken, LastOwner, Membership, Role, TokenRevoked
-from webapp.api import FieldError, StrictSchema, UserTokenAuth
+from webapp.accounts.token_auth import UserTokenAuth
+from webapp.api import FieldError, StrictSchema
 
 router = Router(auth=UserTokenAuth(), tags=["members"])
 tokens_router = Router(auth=UserTokenAuth(), tags=["tokens"])

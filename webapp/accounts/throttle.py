@@ -13,6 +13,7 @@ same host; and a live run's token is never locked out: nothing but its own run's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from axes.backends import AxesStandaloneBackend
@@ -87,12 +88,21 @@ def _claimed_identity(token: str, found: Any | None) -> str:
     return f"{BEARER} naming no token"
 
 
+# How the apps above this one tell a token they issued (a run's): each registers its check from its
+# AppConfig.ready(), since accounts imports none of them (docs/architecture.md#layers).
+ISSUED_TOKEN_CHECKS: list[Callable[[str], bool]] = []
+
+
+def register_issued_tokens(check: Callable[[str], bool]) -> None:
+    if check not in ISSUED_TOKEN_CHECKS:
+        ISSUED_TOKEN_CHECKS.append(check)
+
+
 def token_is_known(token: str) -> bool:
     """A token once issued (a revoked personal one, a finished run's): dead, but not a guess."""
     from webapp.accounts.models import ApiToken
-    from webapp.experiments.models import Run, hash_token
 
-    return ApiToken.is_known(token) or Run.objects.filter(token_hash=hash_token(token)).exists()
+    return ApiToken.is_known(token) or any(check(token) for check in ISSUED_TOKEN_CHECKS)
 
 
 def locked_out(request: HttpRequest, response: HttpResponse | None, credentials: Any) -> HttpResponse:

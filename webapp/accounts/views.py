@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
@@ -101,6 +103,18 @@ def member_create(request: HttpRequest, team_slug: str) -> HttpResponse:
     return redirect("members", team_slug=team.slug)
 
 
+def _owner_change(request: HttpRequest, change: Callable[[], None], done: str) -> bool:
+    """Make a membership change an owner asked for; say ``done``, or why the team refused it (its last
+    owner must stay). True when it was made."""
+    try:
+        change()
+    except LastOwner as error:
+        messages.error(request, str(error))
+        return False
+    messages.success(request, done)
+    return True
+
+
 @login_required
 @require_POST
 def member_role(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
@@ -109,13 +123,13 @@ def member_role(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
     form = RoleForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Choose owner, member or viewer.")
-        return redirect("members", team_slug=team.slug)
-    try:
-        team.change_role(membership, form.cleaned_data["role"])
-    except LastOwner as error:
-        messages.error(request, str(error))
     else:
-        messages.success(request, f"{membership.user} is now a {form.cleaned_data['role']} of {team.name}.")
+        role = form.cleaned_data["role"]
+        _owner_change(
+            request,
+            lambda: team.change_role(membership, role),
+            f"{membership.user} is now a {role} of {team.name}.",
+        )
     return redirect("members", team_slug=team.slug)
 
 
@@ -124,13 +138,10 @@ def member_role(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
 def member_remove(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
     membership = get_member_for_owner(request, team_slug, pk)
     team = membership.team
-    try:
-        team.remove_member(membership)
-    except LastOwner as error:
-        messages.error(request, str(error))
-        return redirect("members", team_slug=team.slug)
-    messages.success(request, f"Removed {membership.user} from {team.name}.")
-    if membership.user == request.user:  # an owner who left their own team can no longer see it
+    removed = _owner_change(
+        request, lambda: team.remove_member(membership), f"Removed {membership.user} from {team.name}."
+    )
+    if removed and membership.user == request.user:  # an owner who left their own team can no longer see it
         return redirect("teams")
     return redirect("members", team_slug=team.slug)
 

@@ -1,8 +1,5 @@
-"""The trainer's dataset download (trainer.contract.DATASET_PATH) with the run's bearer token.
-
-The run's frozen config names its data as ``dataset:<id>`` in ``data.train_path`` / ``data.val_path``;
-the file served is that dataset of the run's own team, and only while it is valid.
-"""
+"""REST access to the team's datasets (personal API token): list, upload, recipe imports, archive,
+delete. The trainer's download of its run's dataset is webapp.experiments.trainer_api."""
 
 from __future__ import annotations
 
@@ -10,58 +7,21 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.http import FileResponse, Http404, HttpRequest
+from django.http import FileResponse, HttpRequest
 from django.shortcuts import get_object_or_404
 from django.utils.text import slugify
 from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
 
-from trainer.contract import DATASET_PATH, INT4_MAX
+from trainer.contract import INT4_MAX
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role
-from webapp.api import (
-    Page,
-    PageParams,
-    RunTokenAuth,
-    StrictSchema,
-    UserTokenAuth,
-    form_error,
-    get_run_for_token,
-    paginate,
-    route,
-)
+from webapp.accounts.token_auth import UserTokenAuth
+from webapp.api import Page, PageParams, StrictSchema, form_error, paginate
 from webapp.datasets.access import get_dataset_for_user
-from webapp.datasets.files import UPLOAD_FIELD, StreamingUploadHandler
+from webapp.datasets.files import UPLOAD_FIELD, StreamingUploadHandler, parquet_download
 from webapp.datasets.forms import RecipeForm, UploadForm
 from webapp.datasets.models import Dataset, DatasetInUse, RecipeImport
-
-router = Router(auth=RunTokenAuth(), tags=["datasets (trainer)"])
-
-SPLITS = ("train", "val")
-
-
-@router.get(
-    route(DATASET_PATH),
-    summary="The run's train or val parquet file",
-    response={200: None, 404: dict, 409: dict},
-)
-def run_dataset(request: HttpRequest, run_id: int, split: str) -> FileResponse:
-    run = get_run_for_token(request, run_id)
-    reference = (run.config.get("data") or {}).get(f"{split}_path") if split in SPLITS else None
-    if not reference:
-        raise Http404(f"run {run_id} has no {split!r} split")  # the trainer reads 404 as "no such split"
-    dataset = Dataset.resolve(run.team, reference)
-    if dataset is None:
-        raise HttpError(409, f"{reference!r} is not a valid dataset of this run's team")
-    return FileResponse(
-        dataset.path.open("rb"),
-        as_attachment=True,
-        filename=f"{split}.parquet",
-        content_type="application/vnd.apache.parquet",
-    )
-
-
-# -- REST (personal API token): the team's datasets -----------------------------------------------
 
 team_router = Router(auth=UserTokenAuth(), tags=["datasets"])
 
@@ -148,16 +108,7 @@ def upload(request: HttpRequest, team_slug: str) -> Any:
             raise HttpError(413, handler.rejection)
         if not form.is_valid() or form.upload is None:
             raise form_error(form)
-        upload = form.upload
-        found, created = Dataset.from_file(
-            team,
-            upload.path,
-            sha256=upload.sha256,
-            name=form.cleaned_data["name"],
-            source=f"upload of {upload.name} (API)",
-            user=request.user,
-            validate_later=False,
-        )
+        found, created = form.save_dataset(team, request.user, via_api=True, validate_later=False)
     finally:
         handler.remove_leftover()
     found.validate()
@@ -247,9 +198,4 @@ def download(request: HttpRequest, team_slug: str, pk: int) -> FileResponse:
     found = get_dataset_for_user(request, team_slug, pk)
     if not found.is_usable:
         raise HttpError(409, f"{found.name} is {found.status}: only valid datasets can be downloaded")
-    return FileResponse(
-        found.path.open("rb"),
-        as_attachment=True,
-        filename=f"{slugify(found.name) or 'dataset'}.parquet",
-        content_type="application/vnd.apache.parquet",
-    )
+    return parquet_download(found.path, f"{slugify(found.name) or 'dataset'}.parquet")

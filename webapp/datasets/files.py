@@ -16,12 +16,19 @@ from typing import IO, Any
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler, SkipFile, StopUpload
-from django.http import HttpRequest
+from django.http import FileResponse, HttpRequest
 
 UPLOAD_FIELD = "file"
 # Room for the multipart boundaries and the small text fields around the file.
 _MULTIPART_SLACK = 64 * 2**10
 _HASH_BLOCK = 2**20
+
+
+def parquet_download(path: Path, filename: str) -> FileResponse:
+    """The parquet file at ``path`` as a download named ``filename`` (the API's and the trainer's)."""
+    return FileResponse(
+        path.open("rb"), as_attachment=True, filename=filename, content_type="application/vnd.apache.parquet"
+    )
 
 
 def incoming_dir() -> Path:

@@ -5,7 +5,9 @@ from typing import Any
 
 from django import forms
 
+from webapp.accounts.models import Team
 from webapp.datasets.files import UPLOAD_FIELD, StreamedUpload
+from webapp.datasets.models import Dataset
 
 
 class UploadForm(forms.Form):
@@ -33,6 +35,24 @@ class UploadForm(forms.Form):
     def upload(self) -> StreamedUpload | None:
         upload = self.files.get(UPLOAD_FIELD)
         return upload if isinstance(upload, StreamedUpload) else None
+
+    def save_dataset(
+        self, team: Team, user: Any, *, via_api: bool = False, validate_later: bool = True
+    ) -> tuple[Dataset, bool]:
+        """The valid form's upload adopted as a dataset of ``team``: (dataset, created); the same
+        content again gives the existing dataset (Dataset.from_file)."""
+        upload = self.upload
+        if upload is None:
+            raise ValueError("save_dataset needs a valid form with a streamed upload")
+        return Dataset.from_file(
+            team,
+            upload.path,
+            sha256=upload.sha256,
+            name=self.cleaned_data["name"],
+            source=f"upload of {upload.name}" + (" (API)" if via_api else ""),
+            user=user,
+            validate_later=validate_later,
+        )
 
 
 class RecipeForm(forms.Form):

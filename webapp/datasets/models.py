@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Container
+from collections.abc import Callable, Container
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,16 @@ from django.db.models import Q
 from django.utils import timezone
 
 from webapp.accounts.models import Team
+from webapp.celery import enqueue_on_commit
 from webapp.datasets import files, parquet
 from webapp.guarded import guarded_update
 
 logger = logging.getLogger(__name__)
 
+# The tasks this module queues, by name (webapp.celery.enqueue_on_commit): webapp/datasets/tasks.py
+# imports this module.
+VALIDATE_DATASET_TASK = "webapp.datasets.tasks.validate_dataset"
+PREPARE_RECIPE_TASK = "webapp.datasets.tasks.prepare_recipe"
 DATASET_REF_PREFIX = "dataset:"
 MAX_PROBLEMS_KEPT = 50
 
@@ -41,6 +46,17 @@ class DatasetStatus(models.TextChoices):
 
 class DatasetInUse(ValueError):
     """A dataset that runs or experiments use cannot be deleted."""
+
+
+# What tells whether a dataset is used: the experiments app registers its check (an experiment's or a
+# run's config names it) from its AppConfig.ready(), since datasets imports no app above it
+# (docs/architecture.md#layers).
+DATASET_USES: list[Callable[[Dataset], bool]] = []
+
+
+def register_dataset_use(check: Callable[[Dataset], bool]) -> None:
+    if check not in DATASET_USES:
+        DATASET_USES.append(check)
 
 
 def _agent_rule(agent_name: str, aliases: Container[str]) -> str:
@@ -154,9 +170,7 @@ class Dataset(models.Model):
             # and both moved identical bytes to the same place.
             return cls.objects.get(team=team, sha256=sha256), False
         if validate_later:
-            from webapp.datasets.tasks import validate_dataset
-
-            validate_dataset.delay_on_commit(dataset.pk)
+            enqueue_on_commit(VALIDATE_DATASET_TASK, dataset.pk)
         return dataset, True
 
     def validation_context(self) -> Any:
@@ -201,8 +215,6 @@ class Dataset(models.Model):
 
     def map_rewards(self, mapping: dict[str, str]) -> bool:
         """Store data_source → reward choices and validate the file again with them."""
-        from webapp.datasets.tasks import validate_dataset
-
         # Race: two mapping forms sent at once, or one sent while the validator settles; only a
         # dataset that waits for (or already has) a mapping goes back to pending, once.
         changed = Dataset.objects.filter(
@@ -210,7 +222,7 @@ class Dataset(models.Model):
         ).update(reward_map={**self.reward_map, **mapping}, status=DatasetStatus.PENDING, problems=[])
         self.refresh_from_db()
         if changed:
-            validate_dataset.delay_on_commit(self.pk)
+            enqueue_on_commit(VALIDATE_DATASET_TASK, self.pk)
         return changed == 1
 
     def effective_reward_map(self) -> dict[str, str]:
@@ -270,15 +282,7 @@ class Dataset(models.Model):
 
     def is_used(self) -> bool:
         """Whether an experiment or run names this dataset (their configs hold ``dataset:<id>``)."""
-        from django.db.models import Q
-
-        from webapp.experiments.models import Experiment, Run
-
-        names = Q(config__data__train_path=self.reference) | Q(config__data__val_path=self.reference)
-        return (
-            Run.objects.filter(names, team=self.team).exists()
-            or Experiment.objects.filter(names, team=self.team).exists()
-        )
+        return any(check(self) for check in DATASET_USES)
 
     def set_archived(self, archived: bool) -> None:
         Dataset.objects.filter(pk=self.pk).update(archived=archived)
@@ -306,9 +310,7 @@ class Dataset(models.Model):
             validated_at=None,
         )
         if changed and later:
-            from webapp.datasets.tasks import validate_dataset
-
-            validate_dataset.delay_on_commit(self.pk)
+            enqueue_on_commit(VALIDATE_DATASET_TASK, self.pk)
         return changed
 
     def _settle(self, status: str, **changes: Any) -> bool:
@@ -397,12 +399,10 @@ class RecipeImport(models.Model):
     def start(
         cls, team: Team, task: str, input_path: str, user: Any, options: dict[str, Any] | None = None
     ) -> RecipeImport:
-        from webapp.datasets.tasks import prepare_recipe
-
         recipe_import = cls.objects.create(
             team=team, task=task, input_path=input_path, created_by=user, options=options or {}
         )
-        prepare_recipe.delay_on_commit(recipe_import.pk)
+        enqueue_on_commit(PREPARE_RECIPE_TASK, recipe_import.pk)
         return recipe_import
 
     def run(self) -> bool:

@@ -6,14 +6,21 @@ import pyarrow as pa
 from celery import shared_task
 from django.utils import timezone
 
-from webapp.datasets.models import Dataset, DatasetStatus, ImportStatus, RecipeImport
+from webapp.datasets.models import (
+    PREPARE_RECIPE_TASK,
+    VALIDATE_DATASET_TASK,
+    Dataset,
+    DatasetStatus,
+    ImportStatus,
+    RecipeImport,
+)
 
 # Validation of the largest allowed upload takes well under a minute; anything still pending after
 # this long lost its task (a worker died, the broker was flushed) and is sent again.
 RESEND_PENDING_AFTER = timedelta(minutes=10)
 
 
-@shared_task
+@shared_task(name=VALIDATE_DATASET_TASK)
 def validate_dataset(dataset_id: int) -> None:
     """Run the shared validator on an uploaded file; big files are why this is not in the request."""
     dataset = Dataset.objects.filter(pk=dataset_id).first()
@@ -27,7 +34,7 @@ def validate_dataset(dataset_id: int) -> None:
         pa.default_memory_pool().release_unused()
 
 
-@shared_task
+@shared_task(name=PREPARE_RECIPE_TASK)
 def prepare_recipe(import_id: int) -> None:
     recipe_import = RecipeImport.objects.filter(pk=import_id).select_related("team", "created_by").first()
     if recipe_import is None:

@@ -75,15 +75,7 @@ def upload(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
 def _checked_upload(request: HtmxHttpRequest, team: Team, handler: StreamingUploadHandler) -> HttpResponse:
     form = UploadForm(request.POST, request.FILES, rejection=handler.rejection)
     if form.is_valid() and form.upload is not None:
-        upload = form.upload
-        dataset, created = Dataset.from_file(
-            team,
-            upload.path,
-            sha256=upload.sha256,
-            name=form.cleaned_data["name"],
-            source=f"upload of {upload.name}",
-            user=request.user,
-        )
+        dataset, created = form.save_dataset(team, request.user)
         if not created:
             messages.info(request, "This file was uploaded before; here is the existing dataset.")
         url = dataset_url(dataset)

@@ -16,7 +16,8 @@ from ninja.errors import HttpError
 from trainer.config import RunConfig, flatten_paths
 from trainer.contract import IDEMPOTENCY_HEADER, INT4_MAX
 from webapp.accounts.access import get_team_for_user
-from webapp.api import FieldError, Page, PageParams, StrictSchema, UserTokenAuth, paginate
+from webapp.accounts.token_auth import UserTokenAuth
+from webapp.api import FieldError, Page, PageParams, StrictSchema, paginate
 from webapp.datasets.models import DATASET_REF_PREFIX
 from webapp.experiments import services
 from webapp.experiments.acceptance import (
@@ -31,9 +32,8 @@ from webapp.experiments.access import get_experiment_for_user, get_run_for_user
 from webapp.experiments.logs import TAIL_BYTES, log_tail
 from webapp.experiments.models import LAUNCH_KEY, Experiment, LaunchRefused, NameTaken, Run, Unchangeable
 from webapp.experiments.tasks import cancel_run
-from webapp.results.models import LogChunk
-from webapp.results.storage import storage_of
-from webapp.results.storage_api import RetentionIn, StorageOut
+from webapp.retention.accounting import storage_of
+from webapp.retention.schemas import RetentionIn, StorageOut
 
 # What the experiment form opens with when no model is chosen (the built-in, offline one).
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -342,7 +342,7 @@ def run_logs(
     """What the trainer sent (chunked), else what its executor kept; `after` follows the sent log."""
     after, max_bytes = params.after, params.max_bytes
     found = get_run_for_user(request, team_slug, run_id)
-    chunks = LogChunk.objects.filter(run=found)
+    chunks = found.log_chunks.all()  # the run's relation: ingestion sits above (docs/architecture.md#layers)
     last = chunks.order_by("-seq").values_list("seq", flat=True).first()
     if after >= 0:
         text = "".join(chunks.filter(seq__gt=after).order_by("seq").values_list("text", flat=True)[:1000])

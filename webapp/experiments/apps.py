@@ -10,7 +10,9 @@ class ExperimentsConfig(AppConfig):
 
     def ready(self) -> None:
         # A signal, not Run.delete(): queryset and cascade deletes never call a model's delete().
+        from webapp.experiments import registrations
         from webapp.experiments.models import Run
         from webapp.experiments.services import delete_run_files
 
         post_delete.connect(delete_run_files, sender=Run, dispatch_uid="delete_run_files")
+        registrations.register()

@@ -13,7 +13,7 @@ from django.http import FileResponse, Http404, HttpRequest
 
 from webapp.experiments.access import get_run_for_user
 from webapp.experiments.models import Run
-from webapp.experiments.services import run_files_dir
+from webapp.experiments.run_files import run_files_dir
 
 FOLDER = "artifacts"  # under a run's files; also the segment after the run id in an artifact URI
 UPLOADING = ".upload-"  # prefix of a file still being written (renamed over its target when done)

@@ -165,7 +165,7 @@ def create_evaluation(
 def _checkpoint_folder(experiment: Experiment, source: Run, step: int | None) -> Path:
     """The folder of ``source``'s checkpoint of ``step``; EvaluationRefused when there is none to
     evaluate."""
-    from webapp.results.checkpoints import checkpoint_folder
+    from webapp.experiments.run_files import checkpoint_folder
 
     if source.experiment_id != experiment.pk:
         raise EvaluationRefused([("run", f"run {source.pk} is not a run of experiment {experiment.pk}")])
@@ -205,9 +205,8 @@ def evaluated_model(run: Run) -> str:
 
 
 def eval_metrics(run: Run) -> dict[str, float]:
-    from webapp.results.metrics_store import latest_values
-
-    return {key: value for key, (_, value) in latest_values(run.pk).items() if key in EVAL_KEYS}
+    # Read through the run's relation to the latest values ingestion keeps (docs/architecture.md#layers).
+    return dict(run.latest_metrics.filter(key__name__in=EVAL_KEYS).values_list("key__name", "value"))
 
 
 def dataset_names(references: set[str]) -> dict[str, str]:

@@ -12,7 +12,8 @@ from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from webapp.accounts.access import get_team_for_user
-from webapp.api import FieldError, Page, PageParams, StrictSchema, UserTokenAuth, paginate
+from webapp.accounts.token_auth import UserTokenAuth
+from webapp.api import FieldError, Page, PageParams, StrictSchema, paginate
 from webapp.experiments.access import get_run_for_user
 from webapp.experiments.evaluations import (
     MAX_K,

@@ -21,7 +21,7 @@ from trainer.contract import INT4_MAX
 from webapp.accounts.models import Team
 from webapp.experiments.acceptance import MAX_NAME_LENGTH, MAX_SEEDS, Refused, accept
 from webapp.experiments.models import MAX_LABEL_LENGTH
-from webapp.results.forms import RetentionForm
+from webapp.retention.forms import RetentionForm
 
 # Shown in the main form; everything else of RunConfig keeps the preset's value.
 BASIC_PATHS = [

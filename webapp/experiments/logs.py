@@ -13,7 +13,6 @@ def log_tail(run: Run, max_bytes: int = TAIL_BYTES) -> str:
 
 
 def _ingested_tail(run: Run, max_bytes: int) -> str:
-    from webapp.results.models import LogChunk
-
-    chunks = list(LogChunk.objects.filter(run=run).order_by("-seq").values_list("text", flat=True)[:200])
+    # Read through the run's relation to the chunks ingestion stores (docs/architecture.md#layers).
+    chunks = list(run.log_chunks.order_by("-seq").values_list("text", flat=True)[:200])
     return "".join(reversed(chunks))[-max_bytes:]

@@ -21,6 +21,7 @@ from django.db.models import F, Func, Q, Value
 from django.utils import timezone
 
 from webapp.accounts.models import Team
+from webapp.celery import enqueue_on_commit
 from webapp.experiments.executors import (
     EXTERNAL_EXECUTOR,
     executor_of,
@@ -29,12 +30,16 @@ from webapp.experiments.executors import (
     reaped_executors,
 )
 from webapp.experiments.lifecycle import ACTIVE, TERMINAL, RunLifecycle, RunStatus
+from webapp.experiments.run_files import checkpoint_dir
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
-    from webapp.results.retention import Retention
+    from webapp.retention.policy import Retention
 
 RUN_NAME_MAX = 250
+# The task this module queues, by name (webapp.celery.enqueue_on_commit): webapp/experiments/tasks.py
+# imports this module.
+LAUNCH_RUN_TASK = "webapp.experiments.tasks.launch_run"
 # A launch request's key (the form's hidden field, a REST Idempotency-Key): what fits Run.launch_key.
 LAUNCH_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -108,8 +113,8 @@ class Experiment(models.Model):
         """A new experiment of a config that webapp.experiments.acceptance.accept returned; NameTaken
         when the team has one of its name. ``retention``: the policy its runs start with
         (docs/rollouts.md#retention); None keeps a clone's source's, else everything."""
-        from webapp.results.models import ExperimentRetention
-        from webapp.results.retention import Retention
+        from webapp.retention.models import ExperimentRetention
+        from webapp.retention.policy import Retention
 
         try:
             # Race: two requests creating the same name at once; the unique (team, name) constraint
@@ -198,9 +203,6 @@ class Experiment(models.Model):
         return Launched([self._queue_run(base, seed, launch_key) for seed in seeds], replayed=False)
 
     def _queue_run(self, base: RunConfig, seed: int, launch_key: str) -> Run:
-        from webapp.experiments.services import checkpoint_dir
-        from webapp.experiments.tasks import launch_run
-
         suffix = f" · seed {seed}"
         run = Run.objects.create(
             experiment=self,
@@ -213,7 +215,7 @@ class Experiment(models.Model):
         config = base.with_overrides(**{"trainer.seed": seed, "trainer.checkpoint_dir": checkpoint_dir(run)})
         run.freeze_config(json.loads(config.to_json()))
         run.enqueue()
-        launch_run.delay_on_commit(run.pk)
+        enqueue_on_commit(LAUNCH_RUN_TASK, run.pk)
         return run
 
 

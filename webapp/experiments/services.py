@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import shutil
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -18,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from webapp.accounts.models import Team
+from webapp.celery import enqueue_on_commit
 from webapp.experiments.executors import (
     Executor,
     ExecutorState,
@@ -27,6 +27,7 @@ from webapp.experiments.executors import (
 )
 from webapp.experiments.models import (
     ACTIVE,
+    LAUNCH_RUN_TASK,
     Experiment,
     Run,
     RunStatus,
@@ -34,6 +35,7 @@ from webapp.experiments.models import (
     started_count,
     waiting_line,
 )
+from webapp.experiments.run_files import run_files_dir
 
 logger = logging.getLogger(__name__)
 
@@ -245,9 +247,7 @@ def recover_lost_start(run: Run) -> None:
         logger.warning(
             "run %s: its start was lost (attempt %s); launching it again", run.pk, run.launch_attempts
         )
-        from webapp.experiments.tasks import launch_run
-
-        launch_run.delay_on_commit(run.pk)
+        enqueue_on_commit(LAUNCH_RUN_TASK, run.pk)
 
 
 def requeue_lost_launches() -> list[int]:
@@ -275,16 +275,6 @@ def delete_experiment(experiment: Experiment) -> bool:
         return False
     experiment.delete()
     return True
-
-
-def run_files_dir(run: Run) -> Path:
-    """The folder of a run's files, where its executor says: under STUDIO_VAR_DIR for local runs, on
-    storage every node shares for Ray runs."""
-    return executor_of(run).files_dir(run)
-
-
-def checkpoint_dir(run: Run) -> str:
-    return str(run_files_dir(run) / "checkpoints")
 
 
 def delete_run_files(sender: type[Run], instance: Run, **kwargs: Any) -> None:

@@ -10,7 +10,8 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 
 from webapp.accounts.access import get_team_for_user
-from webapp.api import FieldError, Page, PageParams, StrictSchema, UserTokenAuth, paginate
+from webapp.accounts.token_auth import UserTokenAuth
+from webapp.api import FieldError, Page, PageParams, StrictSchema, paginate
 from webapp.experiments import sweeps
 from webapp.experiments.access import get_sweep_for_user
 from webapp.experiments.api import RunOut

@@ -1,5 +1,6 @@
-"""The sweep pages: the New-sweep form (from an experiment, or the experiments list), the sweep's grid,
-its one-click cancel, and the team's limit on active runs (docs/sweeps.md)."""
+"""The sweep pages: the New-sweep form (from an experiment, or the experiments list), its one-click
+cancel, and the team's limit on active runs (docs/sweeps.md). The sweep's grid is
+webapp.results.sweep_page."""
 
 from __future__ import annotations
 
@@ -19,8 +20,6 @@ from webapp.accounts.models import Role, Team
 from webapp.experiments import sweeps
 from webapp.experiments.access import get_sweep_for_user
 from webapp.experiments.models import MAX_ACTIVE_LIMIT, Experiment, TeamRunLimit
-from webapp.htmx import HtmxHttpRequest, render_poll, swaps
-from webapp.results import analytics
 
 # What a sweep takes from its base experiment: the model, the data, the budget and the batch's shape
 # (group size and mini-batches, which must divide each other). The rest (the estimator, the loss,
@@ -191,25 +190,6 @@ def _initial(team: Team, base_id: str) -> dict[str, Any]:
         "presets": [base.preset],
         "tasks": [f"{base.task}|{train}"],
     }
-
-
-@login_required
-def sweep_detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
-    sweep = get_sweep_for_user(request, team_slug, pk)
-    rows = sweeps.grid(sweep)
-    runs = [cell.run for row in rows for cell in row.runs]
-    context = {
-        "team": sweep.team,
-        "sweep": sweep,
-        "status": sweep.status,
-        "rows": rows,
-        "params": [axis["path"] for axis in sweep.spec.get("params", [])],
-        "matrix": analytics.comparison(sweep.team, runs=runs),
-        "active": any(not run.is_terminal for run in runs),
-    }
-    if swaps(request, "grid"):
-        return render_poll(request, "experiments/sweep.html#grid", context, done=not context["active"])
-    return render(request, "experiments/sweep.html", context)
 
 
 @login_required

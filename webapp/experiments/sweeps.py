@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trainer.config import RunConfig, flatten_paths
 from webapp.accounts.models import Team
 from webapp.experiments.acceptance import MAX_NAME_LENGTH, MAX_SEEDS, Refused, Seed, accept
-from webapp.experiments.models import ACTIVE, Experiment, NameTaken, Run, Sweep, places_in_line
+from webapp.experiments.models import ACTIVE, Experiment, NameTaken, Sweep
 
 MAX_SWEEP_RUNS = 64  # cells x seeds: more would queue a day of CPU training behind one click
 MAX_AXIS_VALUES = 16
@@ -202,45 +202,6 @@ def cancel_sweep(sweep: Sweep, user: Any) -> int:
             if not run.is_terminal:
                 cancel_run.delay_on_commit(run.pk)  # stops its process; the reaper finishes it
     return asked
-
-
-# --- what the sweep page shows --------------------------------------------------------------------
-
-
-@dataclass
-class RunCell:
-    run: Run
-    place: int | None  # in the team's waiting line, when queued
-    reward_latest: float | None
-    reward_best: float | None
-    val_latest: float | None
-
-    @property
-    def place_text(self) -> str:
-        return ordinal(self.place) if self.place else ""
-
-
-@dataclass
-class GridRow:
-    experiment: Experiment
-    runs: list[RunCell]
-
-
-def grid(sweep: Sweep) -> list[GridRow]:
-    from webapp.results.summary import summarize
-
-    places = places_in_line(sweep.team_id)
-    rows = []
-    for experiment in sweep.cells.order_by("pk"):
-        runs = []
-        for run in experiment.runs.order_by("seed", "pk"):
-            summary = summarize(run)
-            validation = summary.validation.latest if summary.validation else None
-            runs.append(
-                RunCell(run, places.get(run.pk), summary.reward.latest, summary.reward.best, validation)
-            )
-        rows.append(GridRow(experiment, runs))
-    return rows
 
 
 def ordinal(n: int) -> str:

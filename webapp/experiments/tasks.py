@@ -4,27 +4,29 @@ from celery import shared_task
 
 from webapp.experiments import services
 from webapp.experiments.executors import reaped_executors
-from webapp.experiments.models import ACTIVE, Run
+from webapp.experiments.models import ACTIVE, LAUNCH_RUN_TASK, Run
+
+
+def _start(run_id: int) -> None:
+    """Start the run, unless it was deleted since the task was sent."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is not None:
+        services.start_run(run)
 
 
 # Idempotent: Run.mark_starting lets only one delivery start the run. A pool process killed mid-task
 # puts the task back on the queue; a whole worker killed leaves it unacknowledged until the broker's
 # visibility timeout, so the reaper finds the lost start itself (services.recover_lost_start).
-@shared_task(acks_late=True, reject_on_worker_lost=True)
+@shared_task(name=LAUNCH_RUN_TASK, acks_late=True, reject_on_worker_lost=True)
 def launch_run(run_id: int) -> None:
-    run = Run.objects.filter(pk=run_id).first()
-    if run is None:
-        return
-    services.start_run(run)
+    _start(run_id)
 
 
 @shared_task
 def start_next(team_id: int) -> None:
     """A run of the team ended: start the held runs whose turn it is (docs/sweeps.md#limit)."""
     for run_id in services.next_in_line(team_id):
-        run = Run.objects.filter(pk=run_id).first()
-        if run is not None:
-            services.start_run(run)
+        _start(run_id)
 
 
 @shared_task

@@ -6,18 +6,24 @@ once, before anything else; no other call claims. A status or heartbeat must car
 the claim recorded: any other process is a 409 and changes nothing. Each call is safe to repeat: a
 claim retried by the same claimant is answered yes again, the first terminal status wins, a heartbeat
 only moves time on.
+
+The trainer's dataset download (DATASET_PATH) is here too: the run's frozen config names its data as
+``dataset:<id>`` in ``data.train_path`` / ``data.val_path``; the file served is that dataset of the
+run's own team, and only while it is valid.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from ninja import Router, Status
+from ninja.errors import HttpError
 
 from trainer.contract import (
     CLAIM_PATH,
     CONFIG_PATH,
+    DATASET_PATH,
     HEARTBEAT_PATH,
     SPECS_PATH,
     STATUS_PATH,
@@ -26,8 +32,11 @@ from trainer.contract import (
     RunSpecs,
     StatusUpdate,
 )
-from webapp.api import RunTokenAuth, api, get_run_for_claimant, get_run_for_token, route
+from webapp.api import api, route
+from webapp.datasets.files import parquet_download
+from webapp.datasets.models import Dataset
 from webapp.experiments.lifecycle import CLAIMED, RunStatus
+from webapp.experiments.run_auth import RunTokenAuth, get_run_for_claimant, get_run_for_token
 from webapp.experiments.tasks import start_next
 
 router = Router(auth=RunTokenAuth(), tags=["run lifecycle (trainer)"])
@@ -100,3 +109,24 @@ def get_specs(request: HttpRequest, run_id: int) -> Any:
         return specs_for_run(run.team, tools, rewards)
     except ToolUnavailable as exc:
         return Status(409, {"error": str(exc)})
+
+
+datasets_router = Router(auth=RunTokenAuth(), tags=["datasets (trainer)"])
+
+SPLITS = ("train", "val")
+
+
+@datasets_router.get(
+    route(DATASET_PATH),
+    summary="The run's train or val parquet file",
+    response={200: None, 404: dict, 409: dict},
+)
+def run_dataset(request: HttpRequest, run_id: int, split: str) -> FileResponse:
+    run = get_run_for_token(request, run_id)
+    reference = (run.config.get("data") or {}).get(f"{split}_path") if split in SPLITS else None
+    if not reference:
+        raise Http404(f"run {run_id} has no {split!r} split")  # the trainer reads 404 as "no such split"
+    dataset = Dataset.resolve(run.team, reference)
+    if dataset is None:
+        raise HttpError(409, f"{reference!r} is not a valid dataset of this run's team")
+    return parquet_download(dataset.path, f"{split}.parquet")

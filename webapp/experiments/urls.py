@@ -8,7 +8,6 @@ from webapp.experiments import sweep_views
 
 urlpatterns = [
     path("sweeps/new/", sweep_views.sweep_new, name="sweep_new"),
-    path("sweeps/<int:pk>/", sweep_views.sweep_detail, name="sweep"),
     path("sweeps/<int:pk>/cancel/", sweep_views.sweep_cancel, name="sweep_cancel"),
     path("experiments/limit/", sweep_views.run_limit, name="run_limit"),
 ]

@@ -12,37 +12,28 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 from pydantic import ValidationError
 
-from trainer.config import RunConfig, diff, validation_errors
+from trainer.config import RunConfig, validation_errors
 from trainer.registry import RegistryError
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
 from webapp.experiments.acceptance import Refused
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
-from webapp.experiments.artifacts import stored as stored_artifacts
 from webapp.experiments.demo import start_demo
-from webapp.experiments.evaluations import evaluation_summary
-from webapp.experiments.forms import ExperimentForm, RunEditForm, initial_from_config
-from webapp.experiments.logs import log_tail
+from webapp.experiments.forms import ExperimentForm, initial_from_config
 from webapp.experiments.models import (
     ACTIVE,
     LAUNCH_KEY,
     Experiment,
     LaunchRefused,
     NameTaken,
-    Run,
     RunKind,
     RunStatus,
     TeamRunLimit,
-    places_in_line,
 )
-from webapp.experiments.sweeps import ordinal
 from webapp.experiments.tasks import cancel_run
-from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
-from webapp.results.eval_table import evaluation_table
-from webapp.results.models import ExperimentRetention
-from webapp.results.retention import Retention
-from webapp.results.summary import summarize
-from webapp.results.views import render_runs_table
+from webapp.htmx import HtmxHttpRequest, template_for
+from webapp.retention.models import ExperimentRetention
+from webapp.retention.policy import Retention
 
 
 def new_launch_key() -> str:
@@ -241,25 +232,6 @@ def _defaults(preset: str, task: str, chosen: dict[str, Any]) -> RunConfig:
 
 
 @login_required
-def detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
-    experiment = get_experiment_for_user(request, team_slug, pk)
-    config, config_yaml, config_problem = stored_config(experiment.config)
-    changes = None
-    if experiment.cloned_from is not None and config is not None:
-        source = stored_config(experiment.cloned_from.config)[0]
-        changes = diff(source, config) if source is not None else None
-    context = {
-        "experiment": experiment,
-        "config_yaml": config_yaml,
-        "config_problem": config_problem,
-        "changes": changes,
-        "launch_key": new_launch_key(),
-        "evaluations": evaluation_table(experiment),
-    }
-    return render_runs_table(request, experiment.team, experiment, "experiments/detail.html", context)
-
-
-@login_required
 @require_POST
 def demo(request: HttpRequest, team_slug: str) -> HttpResponse:
     """The empty dashboard's one click: the arithmetic demo, in the user's own team, launched."""
@@ -279,54 +251,6 @@ def launch(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
     experiment = get_experiment_for_user(request, team_slug, pk, write=True)
     _launch_with_message(request, experiment, launch_key_of(request))
     return redirect("experiment", team_slug=team_slug, pk=experiment.pk)
-
-
-@login_required
-def run_detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
-    run = get_run_for_user(request, team_slug, pk)
-    if swaps(request, "live"):
-        return render_poll(request, "experiments/run.html#live", _run_context(run), done=run.is_terminal)
-    return render(request, "experiments/run.html", _run_context(run))
-
-
-def _run_context(run: Run, edit_form: RunEditForm | None = None) -> dict[str, Any]:
-    initial = {"name": run.name, "note": run.note, "tags": ", ".join(run.labels)}
-    _config, config_yaml, config_problem = stored_config(run.config)
-    return {
-        "team": run.team,
-        "run": run,
-        "log": log_tail(run),
-        "summary": summarize(run),
-        "config_yaml": config_yaml,
-        "config_problem": config_problem,
-        "params": run.logged.params(),
-        "tags": run.logged.tags(),
-        "artifacts": stored_artifacts(run),
-        "edit_form": edit_form or RunEditForm(initial=initial),
-        "place": place_text(run),
-        "evaluation": evaluation_summary(run) if run.is_evaluation else None,
-    }
-
-
-def place_text(run: Run) -> str:
-    """ "3rd" for a queued run third in its team's waiting line (docs/sweeps.md#limit), else ""."""
-    place = places_in_line(run.team_id).get(run.pk) if run.status == RunStatus.QUEUED else None
-    return ordinal(place) if place else ""
-
-
-@login_required
-@require_POST
-def run_edit(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
-    """Rename the run, write its note, set its tags."""
-    run = get_run_for_user(request, team_slug, pk, write=True)
-    form = RunEditForm(request.POST)
-    if not form.is_valid():
-        return render(request, "experiments/run.html", _run_context(run, form), status=400)
-    run.set_details(
-        name=form.cleaned_data["name"], note=form.cleaned_data["note"], labels=form.cleaned_data["tags"]
-    )
-    messages.success(request, "Saved.")
-    return redirect("run", team_slug=team_slug, pk=run.pk)
 
 
 @login_required

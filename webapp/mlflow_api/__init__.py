@@ -3,5 +3,5 @@ official client (and so verl's ``trainer.logger=[mlflow]``) uses for experiments
 
 An MLflow experiment is one of our experiments (``experiment_id == str(pk)``); an MLflow run is one
 of our runs (``run_id == Run.mlflow_run_id``). Metrics go through the ingestion API's append-only
-store (:mod:`webapp.results.metrics_store`), params and tags into LoggedValue.
+store (:mod:`webapp.ingestion.metrics_store`), params and tags into LoggedValue.
 """

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from webapp.experiments.models import Experiment, LoggedValue, Run, RunStatus
+from webapp.ingestion import metrics_store
 from webapp.mlflow_api.errors import invalid
 from webapp.mlflow_api.validation import finite_or_name
-from webapp.results import metrics_store
 
 RUN_NAME_TAG = "mlflow.runName"
 USER_TAG = "mlflow.user"

@@ -15,9 +15,9 @@ from django.db.models import Exists, F, OuterRef, Q, QuerySet
 
 from trainer.contract import INT4_MAX
 from webapp.experiments.models import Experiment, LoggedKind, LoggedValue, Run
+from webapp.ingestion.models import MetricLatest
 from webapp.mlflow_api.entities import MLFLOW_STATUS, RUN_NAME_TAG, from_ms
 from webapp.mlflow_api.errors import invalid
-from webapp.results.models import MetricLatest
 
 _CLAUSE = re.compile(
     r"^(?P<ident>.+?)\s*(?P<op>!=|>=|<=|=|>|<|\s(?:I?LIKE)\s)\s*(?P<value>.+)$", re.IGNORECASE

@@ -11,7 +11,7 @@ The official client (3.x) exports a trace once its root span has ended, in two c
    the tag ``mlflow.artifactLocation`` naming that folder.
 2. ``PUT <that folder>/traces.json`` through the artifact service: the spans. The artifact upload
    hands them to :func:`prepare` before the file is kept, and the trace becomes one trajectory of
-   the run (:func:`webapp.results.rollouts.store_batch`, as a launched run's rollouts are stored);
+   the run (:func:`webapp.ingestion.trajectories.store_batch`, as a launched run's rollouts are stored);
    the file stays, so the raw spans can be downloaded.
 
 Before that the client asks ``GET /version`` whether it may also send spans one by one (OTLP, MLflow
@@ -41,10 +41,10 @@ from pydantic import ValidationError
 from trainer.contract import ID_MAX, INT4_MAX, StepWire, ToolCallWire, TrajectoryBatch, TrajectoryWire
 from webapp.experiments.artifacts import FOLDER, UPLOADING, artifact_root
 from webapp.experiments.models import Run
+from webapp.ingestion import trajectories as rollouts
 from webapp.mlflow_api import views
 from webapp.mlflow_api.access import Caller, get_experiment_for_caller, get_run_for_caller
 from webapp.mlflow_api.errors import invalid
-from webapp.results import rollouts
 
 Body = dict[str, Any]
 

@@ -27,6 +27,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from trainer.contract import INT4_MAX
 from webapp.experiments.models import Experiment, LoggedValue, Run
+from webapp.ingestion import metrics_store
 from webapp.mlflow_api import entities, search
 from webapp.mlflow_api import validation as check
 from webapp.mlflow_api.access import (
@@ -46,7 +47,6 @@ from webapp.mlflow_api.errors import (
     invalid,
     not_found,
 )
-from webapp.results import metrics_store
 
 logger = logging.getLogger(__name__)
 
@@ -187,18 +187,24 @@ def log_metric(caller: Caller, body: Body, raw: bytes) -> Body:
 
 
 def log_param(caller: Caller, body: Body, raw: bytes) -> Body:
-    run_id = check.required_string(body, "run_id", alias="run_uuid")
-    check.required_string(body, "key")
-    param = check.param(body.get("key"), body.get("value"))
-    _log_params(get_run_for_caller(caller, run_id, write=True), [param])
-    return {}
+    return _log_one(caller, body, check.param, _log_params)
 
 
 def set_tag(caller: Caller, body: Body, raw: bytes) -> Body:
+    return _log_one(caller, body, check.tag, _set_tags)
+
+
+def _log_one(
+    caller: Caller,
+    body: Body,
+    checked: Callable[[Any, Any], tuple[str, str]],
+    save: Callable[[Run, list[tuple[str, str]]], None],
+) -> Body:
+    """log-parameter and set-tag: one key and value on a run, checked before the run is looked up."""
     run_id = check.required_string(body, "run_id", alias="run_uuid")
     check.required_string(body, "key")
-    tag = check.tag(body.get("key"), body.get("value"))
-    _set_tags(get_run_for_caller(caller, run_id, write=True), [tag])
+    item = checked(body.get("key"), body.get("value"))
+    save(get_run_for_caller(caller, run_id, write=True), [item])
     return {}
 
 

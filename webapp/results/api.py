@@ -1,5 +1,5 @@
-"""REST reads of a run's results: metrics (latest values, downsampled curves, raw points),
-trajectories (filtered, paginated) and tool analytics, plus the team's comparison table.
+"""REST reads of a run's results: metrics (latest values, downsampled curves, raw points) and tool
+analytics, plus the team's comparison table and imports (its trajectories: webapp.rollouts.api).
 Personal API token; runs outside the caller's teams are 404."""
 
 from __future__ import annotations
@@ -8,17 +8,17 @@ from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest
-from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role
-from webapp.api import FieldError, Page, PageParams, UserTokenAuth, paginate
+from webapp.accounts.token_auth import UserTokenAuth
+from webapp.api import FieldError
 from webapp.experiments.access import get_job_for_user, get_run_for_user
 from webapp.experiments.api import RunOut
-from webapp.results import analytics, import_jobs, metrics_store, rollouts
-from webapp.results.models import Trajectory
+from webapp.ingestion import metrics_store
+from webapp.results import analytics, import_jobs
 
 router = Router(auth=UserTokenAuth(), tags=["results"])
 
@@ -58,26 +58,6 @@ class PointsOut(Schema):
     value: list[float]
     ts: list[float]
     next_after: int | None = Field(description="pass as `after` for the next page; null on the last")
-
-
-class TrajectoryOut(Schema):
-    id: str = Field(description="The trainer's trajectory id.")
-    group_id: str
-    sample_index: int
-    rollout_index: int
-    training_step: int
-    data_source: str
-    total_reward: float
-    success: bool
-    num_steps: int
-    num_tool_calls: int
-    num_tool_errors: int
-    response_tokens: int
-    metrics: dict[str, float]
-
-    @staticmethod
-    def resolve_id(obj: Trajectory) -> str:
-        return obj.uid
 
 
 @router.get(
@@ -124,28 +104,6 @@ def points(
         "ts": [r[2] for r in rows],
         "next_after": rows[-1][0] if len(rows) == limit else None,
     }
-
-
-@router.get(
-    "/{team_slug}/runs/{int:run_id}/trajectories", response=Page[TrajectoryOut], summary="Trajectories"
-)
-def trajectories(
-    request: HttpRequest,
-    team_slug: str,
-    run_id: int,
-    filters: Query[rollouts.RolloutFilter],
-    paging: Query[PageParams],
-) -> dict[str, Any]:
-    """Filtered by step, reward range, success, tool errors, data source or group; paginated."""
-    run = get_run_for_user(request, team_slug, run_id)
-    chosen = filters.apply(Trajectory.objects.filter(run=run))
-    return paginate(chosen.order_by("-training_step", "group_id", "rollout_index", "id"), paging)
-
-
-@router.get("/{team_slug}/runs/{int:run_id}/trajectories/{uid}", summary="One trajectory with every step")
-def trajectory(request: HttpRequest, team_slug: str, run_id: int, uid: str) -> dict[str, Any]:
-    run = get_run_for_user(request, team_slug, run_id)
-    return rollouts.as_json(get_object_or_404(Trajectory, run=run, uid=uid), with_steps=True)
 
 
 @router.get("/{team_slug}/runs/{int:run_id}/tools", summary="Tool use per tool across training steps")

@@ -1,8 +1,8 @@
 """A run's checkpoints for people: the list (step, size, whether its files are gone) and the
 download of one as a zip stream, on the run page and over the REST API (docs/checkpoints.md#downloading).
 
-Only a folder inside the run's own checkpoint folder is ever read (webapp.experiments.services.
-checkpoint_dir): the path a trainer reported is taken as a claim, not as a place to serve files from.
+Only a folder inside the run's own checkpoint folder is ever read (webapp.experiments.run_files.
+checkpoint_folder): the path a trainer reported is taken as a claim, not as a place to serve files from.
 """
 
 from __future__ import annotations
@@ -19,19 +19,10 @@ from django.utils.cache import patch_cache_control
 
 from webapp.experiments.access import get_run_for_user
 from webapp.experiments.models import Run
-from webapp.experiments.services import checkpoint_dir
-from webapp.results.models import Checkpoint
+from webapp.experiments.run_files import checkpoint_folder
+from webapp.ingestion.models import Checkpoint
 
 CHUNK_BYTES = 1 << 20  # read and sent a mebibyte at a time: a 1.6 GB checkpoint never sits in memory
-
-
-def checkpoint_folder(checkpoint: Checkpoint) -> Path | None:
-    """The checkpoint's folder when its files are there and it lies inside its run's checkpoint folder."""
-    if checkpoint.deleted:
-        return None
-    root = Path(checkpoint_dir(checkpoint.run)).resolve()
-    folder = Path(checkpoint.path).resolve()
-    return folder if folder.is_relative_to(root) and folder != root and folder.is_dir() else None
 
 
 def checkpoint_files(folder: Path) -> list[Path]:

@@ -9,9 +9,10 @@ from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Router, Schema
 from ninja.errors import HttpError
 
-from webapp.api import UserTokenAuth
+from webapp.accounts.token_auth import UserTokenAuth
 from webapp.experiments.access import get_run_for_user
-from webapp.results.checkpoints import checkpoint_folder, checkpoint_of, download_response
+from webapp.experiments.run_files import checkpoint_folder
+from webapp.results.checkpoints import checkpoint_of, download_response
 
 router = Router(auth=UserTokenAuth(), tags=["checkpoints"])
 

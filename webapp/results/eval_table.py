@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from trainer.contract import EVAL_ACC, EVAL_K, EVAL_PASS_AT_1, EVAL_PASS_AT_K, EVAL_REWARD_MEAN
 from webapp.experiments.evaluations import dataset_names, evaluated_model, settings_of
 from webapp.experiments.models import Experiment, Run, RunKind, RunStatus
-from webapp.results.metrics_store import latest_points
+from webapp.ingestion.metrics_store import latest_points
 
 ModelKey = tuple[int, int]  # (evaluated run id, step); (0, 0) the base model
 

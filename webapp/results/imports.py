@@ -31,7 +31,8 @@ from trainer.contract import (
 )
 from trainer.tools.formats import FORMATS
 from webapp.experiments.models import Experiment, Run, RunStatus
-from webapp.results import metrics_store, rollouts
+from webapp.ingestion import metrics_store
+from webapp.ingestion import trajectories as rollouts
 
 AGENT_R1 = "agent-r1"
 VERL = "verl"

@@ -9,8 +9,8 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from webapp.experiments.access import get_run_for_user
-from webapp.results import storage
-from webapp.results.forms import RetentionForm
+from webapp.ingestion.tasks import change_retention
+from webapp.retention.forms import RetentionForm
 
 
 @login_required
@@ -27,7 +27,7 @@ def run_retention(request: HttpRequest, team_slug: str, run_id: int) -> HttpResp
         messages.error(request, f"Retention not changed: {problems}")
         return redirect("run", team_slug=team_slug, pk=run.pk)
     policy = form.retention_policy()
-    storage.change_retention(run, policy)
+    change_retention(run, policy)
     messages.success(
         request,
         f"This run now keeps {policy.describe()}. What the policy drops of the stored trajectories is being "

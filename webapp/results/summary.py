@@ -13,7 +13,7 @@ from django.utils import timezone
 from trainer.config import flatten_paths
 from trainer.contract import REWARD_MEAN, VAL_PREFIX, val_key
 from webapp.experiments.models import Run, RunStatus
-from webapp.results.models import SUMMARY_WIDTHS, Checkpoint
+from webapp.ingestion.models import SUMMARY_WIDTHS, Checkpoint
 from webapp.results.runs_table import format_duration
 
 # The config values a reader of the run page asks about first, in this order.

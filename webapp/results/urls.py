@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from webapp.results import checkpoints, health_views, import_views, storage_views, views
+from webapp.results import checkpoints, import_views, storage_views, sweep_page, views
 
 urlpatterns = [
     path("runs/", views.runs, name="runs"),
@@ -23,19 +23,11 @@ urlpatterns = [
     path("curves/layout/", views.curves_layout, name="curves_layout"),
     path("experiments/<int:experiment_id>/curves/", views.experiment_curves, name="experiment_curves"),
     path("runs/<int:run_id>/curves/", views.run_curves, name="run_curves"),
-    path("runs/<int:run_id>/rollouts/", views.rollouts, name="rollouts"),
-    path("runs/<int:run_id>/rollouts/at/<int:step>/", views.rollouts_at, name="rollouts_at"),
-    path("runs/<int:run_id>/rollouts/<int:pk>/", views.trajectory, name="trajectory"),
-    path("runs/<int:run_id>/groups/<str:group_id>/", views.group, name="rollout_group"),
     path("runs/<int:run_id>/tools/", views.tools, name="run_tools"),
     path("runs/<int:run_id>/prompts/", views.prompts, name="run_prompts"),
     path(
         "runs/<int:run_id>/checkpoints/<int:step>/download/", checkpoints.download, name="checkpoint_download"
     ),
-    path("runs/<int:run_id>/time.json", health_views.run_time, name="run_time"),
-    path("health/", health_views.health_settings, name="health_settings"),
-    path("notifications/", health_views.notifications, name="notifications"),
-    path("runs/<int:run_id>/prompts/<int:sample>/compare/", views.prompt_compare, name="prompt_compare"),
-    path("search/", views.search, name="search"),
     path("runs/<int:run_id>/retention/", storage_views.run_retention, name="run_retention"),
+    path("sweeps/<int:pk>/", sweep_page.sweep_detail, name="sweep"),
 ]

@@ -23,14 +23,14 @@ from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
 from webapp.experiments.models import ACTIVE, TERMINAL, Experiment, Run, RunStatus
-from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
-from webapp.results import analytics, export, metrics_store, onboarding, runs_table, workspace
-from webapp.results import rollouts as viewer
-from webapp.results.access import get_trajectory_for_user
-from webapp.results.forms import PromptCompareForm, RolloutFilterForm, RunsActionForm, SearchForm
-from webapp.results.models import MetricLatest, Trajectory
+from webapp.htmx import HtmxHttpRequest, render_poll, swaps
+from webapp.ingestion import metrics_store
+from webapp.ingestion.models import MetricLatest
+from webapp.results import analytics, export, onboarding, runs_page, workspace
+from webapp.results.forms import RunsActionForm
+from webapp.results.runs_columns import default_column_ids
+from webapp.rollouts import viewer
 
-PAGE_SIZE = 50
 MAX_OVERLAID_RUNS = 12
 MAX_CURVE_KEYS = workspace.MAX_PANELS
 
@@ -96,7 +96,7 @@ def render_runs_table(
     the table cannot use is a 400 whose page names what to change
     (docs/runs-and-curves.md#the-runs-table); to htmx's boosted form a 200, since htmx swaps no 4xx
     in and the form's error list would never show."""
-    page = runs_table.page_for(request.user, team, experiment, request.GET)
+    page = runs_page.page_for(request.user, team, experiment, request.GET)
     context = {**context, "team": team, "runs": page, "table": page.table}
     if swaps(request, "runs-table") and not request.htmx.boosted:
         return render_poll(request, f"{template}#runs-table", context, done=not page.table.has_active)
@@ -134,8 +134,8 @@ def runs_columns(request: HttpRequest, team_slug: str) -> HttpResponse:
     if added:
         ids.append(f"{request.POST.get('add_kind', 'last')}:{added}")
     if request.POST.get("reset"):
-        ids = runs_table.default_column_ids(experiment.task if experiment else None)
-    for problem in runs_table.save_column_ids(request.user, team, experiment, ids):
+        ids = default_column_ids(experiment.task if experiment else None)
+    for problem in runs_page.save_column_ids(request.user, team, experiment, ids):
         messages.error(request, f"Column not added: {problem}")
     return redirect(_next_url(request, reverse("runs", args=[team.slug])))
 
@@ -434,60 +434,6 @@ def _safe_name(key: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in key) or "metric"
 
 
-# -- rollouts -----------------------------------------------------------------------------------------
-
-
-@login_required
-def rollouts(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse:
-    run = get_run_for_user(request, team_slug, run_id)
-    form = RolloutFilterForm(request.GET or None, data_sources=viewer.data_sources(run))
-    chosen = form.to_filter().apply(Trajectory.objects.filter(run=run))
-    page = Paginator(
-        chosen.order_by("-training_step", "group_id", "rollout_index", "id"), PAGE_SIZE
-    ).get_page(request.GET.get("page"))
-    query = request.GET.copy()
-    query.pop("page", None)
-    context = {"team": run.team, "run": run, "form": form, "page": page, "query": query.urlencode()}
-    return render(
-        request, template_for(request, "results/rollouts.html", {"rollout-table": "table"}), context
-    )
-
-
-@login_required
-def rollouts_at(request: HttpRequest, team_slug: str, run_id: int, step: int) -> HttpResponse:
-    """A click on a curve point: the rollouts of that training step, or of the nearest one logged."""
-    run = get_run_for_user(request, team_slug, run_id)
-    nearest = viewer.nearest_step_with_rollouts(run, step)
-    target = reverse("rollouts", args=[team_slug, run.pk])
-    return redirect(f"{target}?step={nearest}" if nearest is not None else target)
-
-
-@login_required
-def trajectory(request: HttpRequest, team_slug: str, run_id: int, pk: int) -> HttpResponse:
-    found = get_trajectory_for_user(request, team_slug, run_id, pk)
-    siblings = Trajectory.objects.filter(run=found.run, group_id=found.group_id).exclude(pk=found.pk)
-    context = {
-        "team": found.run.team,
-        "run": found.run,
-        "trajectory": found,
-        "steps": viewer.step_views(found),
-        "siblings": siblings.order_by("rollout_index")[:16],
-    }
-    return render(request, "results/trajectory.html", context)
-
-
-@login_required
-def group(request: HttpRequest, team_slug: str, run_id: int, group_id: str) -> HttpResponse:
-    run = get_run_for_user(request, team_slug, run_id)
-    members, all_equal = viewer.group_members(run, group_id)
-    if not members:
-        raise Http404("no such group")
-    first = members[0].trajectory
-    context = {"team": run.team, "run": run, "group_id": group_id, "members": members, "all_equal": all_equal,
-               "prompt": viewer.group_prompt(members), "ground_truth": first.ground_truth, "first": first}  # fmt: skip
-    return render(request, "results/group.html", context)
-
-
 # -- analytics ------------------------------------------------------------------------------------------
 
 
@@ -514,54 +460,3 @@ def prompts(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse:
     rows = [(c, prompts_.get(c.sample_index, "")) for c in page.object_list]
     context = {"team": run.team, "run": run, "counts": counts, "verdict": verdict, "page": page, "rows": rows}
     return render(request, "results/prompts.html", context)
-
-
-# -- search and the same prompt across steps (docs/rollouts.md) -------------------------------------
-
-
-@login_required
-def search(request: HttpRequest, team_slug: str) -> HttpResponse:
-    """Full-text search over the team's stored steps (or one run's), within the rollout filters."""
-    team = get_team_for_user(request, team_slug)
-    run_id = request.GET.get("run", "")
-    run = (
-        get_run_for_user(request, team_slug, int(run_id))
-        if run_id.isdigit() and int(run_id) <= INT4_MAX
-        else None
-    )
-    form = SearchForm(
-        request.GET if "q" in request.GET else None,
-        data_sources=viewer.data_sources(run) if run else [],
-        initial={"run": run.pk if run else None},
-    )
-    hits = None
-    if form.is_valid():
-        runs = [run.pk] if run else list(Run.objects.filter(team=team).values_list("pk", flat=True))
-        hits = viewer.search_hits(runs, form.to_filter(), form.cleaned_data["q"])
-    context = {"team": team, "run": run, "form": form, "hits": hits, "limit": viewer.SEARCH_RESULTS}
-    return render(request, "results/search.html", context)
-
-
-@login_required
-def prompt_compare(request: HttpRequest, team_slug: str, run_id: int, sample: int) -> HttpResponse:
-    """One dataset row's rollouts at two training steps (or in two runs) side by side."""
-    run = get_run_for_user(request, team_slug, run_id)
-    form = PromptCompareForm(request.GET)
-    data = form.cleaned_data if form.is_valid() else {}
-    other = get_run_for_user(request, team_slug, data["run_b"]) if data.get("run_b") else run
-    steps, other_steps = viewer.steps_of_prompt(run, sample), viewer.steps_of_prompt(other, sample)
-    if not steps or not other_steps:
-        raise Http404("no rollouts of this dataset row")
-    a: int = data["a"] if data.get("a") in steps else steps[0]
-    b: int = data["b"] if data.get("b") in other_steps else other_steps[-1]
-    rollout_index: int = data.get("rollout") or 0
-    before = viewer.rollout_of_prompt(run, sample, a, rollout_index)
-    after = viewer.rollout_of_prompt(other, sample, b, rollout_index)
-    assert before is not None and after is not None  # both steps have rollouts of the row
-    context = {
-        "team": run.team, "run": run, "other": other, "sample": sample, "steps": steps,
-        "other_steps": other_steps, "a": a, "b": b, "rollout": rollout_index, "form": form,
-        "prompt": viewer.first_prompts(run, [sample]).get(sample, ""),
-        "comparison": viewer.compare_rollouts(before, after),
-    }  # fmt: skip
-    return render(request, "results/prompt_compare.html", context)

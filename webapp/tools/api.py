@@ -14,7 +14,8 @@ from ninja.errors import HttpError
 
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role
-from webapp.api import FieldError, Page, PageParams, StrictSchema, UserTokenAuth, form_error, paginate
+from webapp.accounts.token_auth import UserTokenAuth
+from webapp.api import FieldError, Page, PageParams, StrictSchema, form_error, paginate
 from webapp.tools.access import get_reward_for_user, get_tool_for_user, get_trial_for_user
 from webapp.tools.forms import RewardForm, RewardTryForm, ToolForm, TryForm
 from webapp.tools.models import MAX_TIMEOUT_S, TeamReward, TeamTool, ToolTrial

@@ -32,9 +32,14 @@ from trainer.tools import TOOLS, BaseTool, HttpTool, HttpToolSpec, run_tool_call
 from trainer.tools.allowlist import OutboundPolicy, OutboundRefused, check_url
 from trainer.tools.base import load_tool_class
 from webapp.accounts.models import Team
+from webapp.celery import enqueue_on_commit
 from webapp.guarded import guarded_update
 from webapp.tools import crypto
 
+# The tasks this module queues, by name (webapp.celery.enqueue_on_commit): webapp/tools/tasks.py
+# imports this module.
+CHECK_ENTRY_POINT_TASK = "webapp.tools.tasks.check_entry_point"
+RUN_TRIAL_TASK = "webapp.tools.tasks.run_trial"
 MAX_TIMEOUT_S = 120.0
 BUILTIN_TRY_TIMEOUT_S = 30.0
 
@@ -111,21 +116,17 @@ class TeamTool(models.Model):
     @classmethod
     def register(cls, team: Team, user: Any, *, secret: str = "", **fields: Any) -> TeamTool:
         """Create the tool; a python tool is checked for importability on a worker before use."""
-        from webapp.tools.tasks import check_entry_point
-
         tool = cls(team=team, created_by=user, **fields)
         tool.secret_encrypted = crypto.encrypt(secret) if secret else ""
         tool.status = ToolStatus.PENDING if tool.kind == ToolKind.PYTHON else ToolStatus.READY
         tool.save()
         if tool.kind == ToolKind.PYTHON:
-            check_entry_point.delay_on_commit(tool.pk)
+            enqueue_on_commit(CHECK_ENTRY_POINT_TASK, tool.pk)
         return tool
 
     def change(self, *, secret: str = "", **fields: Any) -> None:
         """Save new definition fields (a form's registration); a blank secret keeps the stored one.
         A python tool's entry point is checked again before use."""
-        from webapp.tools.tasks import check_entry_point
-
         for name, value in fields.items():
             setattr(self, name, value)
         if secret:
@@ -134,7 +135,7 @@ class TeamTool(models.Model):
         self.status_message = ""
         self.save()
         if self.kind == ToolKind.PYTHON:
-            check_entry_point.delay_on_commit(self.pk)
+            enqueue_on_commit(CHECK_ENTRY_POINT_TASK, self.pk)
 
     @property
     def is_ready(self) -> bool:
@@ -424,8 +425,6 @@ class ToolTrial(models.Model):
         builtin: str = "",
         team_reward: TeamReward | None = None,
     ) -> ToolTrial:
-        from webapp.tools.tasks import run_trial
-
         trial = cls.objects.create(
             team=team,
             tool=tool,
@@ -434,7 +433,7 @@ class ToolTrial(models.Model):
             created_by=user,
             team_reward=team_reward,
         )
-        run_trial.delay_on_commit(trial.pk)
+        enqueue_on_commit(RUN_TRIAL_TASK, trial.pk)
         return trial
 
     def _build(self) -> tuple[BaseTool, float]:

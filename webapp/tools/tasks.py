@@ -4,10 +4,10 @@ from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 
 from trainer.mdp import ToolCallRecord
-from webapp.tools.models import MAX_TIMEOUT_S, TeamTool, ToolTrial
+from webapp.tools.models import CHECK_ENTRY_POINT_TASK, MAX_TIMEOUT_S, RUN_TRIAL_TASK, TeamTool, ToolTrial
 
 
-@shared_task
+@shared_task(name=CHECK_ENTRY_POINT_TASK)
 def check_entry_point(tool_id: int) -> None:
     """Import a python tool's class on a worker: where it will run, not where it was registered."""
     tool = TeamTool.objects.filter(pk=tool_id).first()
@@ -18,7 +18,7 @@ def check_entry_point(tool_id: int) -> None:
 
 # run_tool_call's timeout cannot interrupt a tool that blocks its event loop; the soft limit can
 # (prefork pools only), and the trial still ends with an answer.
-@shared_task(soft_time_limit=MAX_TIMEOUT_S + 15, time_limit=MAX_TIMEOUT_S + 30)
+@shared_task(name=RUN_TRIAL_TASK, soft_time_limit=MAX_TIMEOUT_S + 15, time_limit=MAX_TIMEOUT_S + 30)
 def run_trial(trial_id: int) -> None:
     trial = ToolTrial.objects.filter(pk=trial_id).select_related("tool", "team_reward").first()
     if trial is None:

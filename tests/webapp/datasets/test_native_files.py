@@ -17,7 +17,7 @@ from tests.webapp.polling import poll_until
 from trainer.config import RunConfig
 from webapp.datasets.models import Dataset, DatasetStatus
 from webapp.experiments.models import Experiment, Run, RunStatus
-from webapp.results.models import MetricKey, MetricPoint, Trajectory
+from webapp.ingestion.models import MetricKey, MetricPoint, Trajectory
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

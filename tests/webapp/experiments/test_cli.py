@@ -16,7 +16,7 @@ from trainer.studio.cli import BARS, main, sparkline
 from webapp.accounts.models import ApiToken
 from webapp.datasets.models import Dataset
 from webapp.experiments.models import Run, RunStatus, Sweep, TeamRunLimit
-from webapp.results.models import Trajectory
+from webapp.ingestion.models import Trajectory
 
 pytestmark = pytest.mark.slow
 

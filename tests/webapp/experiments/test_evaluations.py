@@ -22,17 +22,17 @@ from trainer.evaluation import evaluation_metrics
 from webapp.accounts.models import ApiToken, Role
 from webapp.datasets import files
 from webapp.datasets.models import Dataset
-from webapp.experiments import services
+from webapp.experiments import run_files
 from webapp.experiments.evaluations import EvaluationRefused, EvaluationSettings, create_evaluation
 from webapp.experiments.models import Experiment, Run, RunKind, RunStatus
+from webapp.ingestion.metrics_store import latest_values
+from webapp.ingestion.models import Checkpoint, Trajectory
 from webapp.results.eval_table import evaluation_table
-from webapp.results.metrics_store import latest_values
-from webapp.results.models import Checkpoint, Trajectory
 
 
 def saved_checkpoint(run: Run, step: int, files: dict[str, bytes]) -> Checkpoint:
     """A checkpoint folder the way the trainer leaves one, inside the run's own checkpoint folder."""
-    folder = Path(services.checkpoint_dir(run)) / f"step_{step:08d}"
+    folder = Path(run_files.checkpoint_dir(run)) / f"step_{step:08d}"
     for name, data in files.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(data)

@@ -15,7 +15,7 @@ from typing import Any, get_args
 import pytest
 
 from trainer.config import RunConfig
-from webapp.experiments import services
+from webapp.experiments import run_files, services
 from webapp.experiments.executors import (
     EXECUTORS,
     EXTERNAL_EXECUTOR,
@@ -141,8 +141,8 @@ def test_a_runs_log_tail_and_files_folder_are_where_its_executor_says(
 ) -> None:
     (run,) = queued_runs(personas["acme"], toy.name, 1)
     assert log_tail(run) == f"what the toy kept of run {run.pk}"  # the trainer sent none
-    assert services.run_files_dir(run) == toy.files_dir(run)
-    assert Path(services.checkpoint_dir(run)).parent == toy.files_dir(run)
+    assert run_files.run_files_dir(run) == toy.files_dir(run)
+    assert Path(run_files.checkpoint_dir(run)).parent == toy.files_dir(run)
 
 
 def test_starting_a_run_reported_from_outside_refuses_with_a_message_and_fails_it(personas: Any) -> None:

@@ -13,7 +13,7 @@ from tests.conftest import PASSWORD
 from tests.webapp.experiments.conftest import dataset_from_recipe
 from trainer.config import RunConfig
 from webapp.experiments.models import Experiment, Run, RunStatus
-from webapp.results.storage import storage_of
+from webapp.retention.accounting import storage_of
 
 
 def client_for(username: str) -> Client:

@@ -18,7 +18,7 @@ from webapp.experiments import services
 from webapp.experiments.executors import EXECUTORS, submission_id
 from webapp.experiments.models import Experiment, Run, RunStatus
 from webapp.experiments.tasks import reap_runs
-from webapp.results.models import Checkpoint, MetricPoint, Trajectory
+from webapp.ingestion.models import Checkpoint, MetricPoint, Trajectory
 
 pytestmark = pytest.mark.slow
 

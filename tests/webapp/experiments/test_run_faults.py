@@ -19,7 +19,7 @@ from django.test import Client
 from django.utils import timezone
 
 from tests.conftest import PASSWORD
-from tests.webapp.results.conftest import Trainer, points
+from tests.webapp.trainer_posts import Trainer, points
 from webapp.experiments import services
 from webapp.experiments.executors import run_dir
 from webapp.experiments.models import Experiment, Run, RunStatus

@@ -18,8 +18,8 @@ from trainer.contract import (
     val_key,
 )
 from webapp.experiments.models import Experiment, Run, RunStatus
-from webapp.results import metrics_store
-from webapp.results.models import Checkpoint, LogChunk
+from webapp.ingestion import metrics_store
+from webapp.ingestion.models import Checkpoint, LogChunk
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("quick_passwords")]
 

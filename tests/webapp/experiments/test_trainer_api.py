@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tests.webapp.results.conftest import Trainer, points
+from tests.webapp.trainer_posts import Trainer, points
 from trainer.contract import CLAIM_PATH, CONFIG_PATH, HEARTBEAT_PATH, STATUS_PATH
 from webapp.experiments.models import Experiment, Run, RunStatus
-from webapp.results.models import MetricPoint
+from webapp.ingestion.models import MetricPoint
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 import requests
 
 from webapp.experiments.models import Experiment, LoggedValue, Run
-from webapp.results.models import MetricPoint
+from webapp.ingestion.models import MetricPoint
 
 API = "/api/2.0/mlflow"
 

@@ -24,8 +24,8 @@ from pydantic import BaseModel
 from trainer.contract import API_ROOT
 from webapp.experiments.artifacts import artifact_root
 from webapp.experiments.models import Experiment, Run
+from webapp.ingestion.models import ToolCall, Trajectory
 from webapp.mlflow_api.traces import trajectory_of
-from webapp.results.models import ToolCall, Trajectory
 
 
 # The shapes of verl's own models (TokenOutput, FunctionCall, ToolResponse, AgentLoopOutput), which

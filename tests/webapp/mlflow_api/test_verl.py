@@ -28,7 +28,7 @@ def _verl_steps(tracker: Any, steps: range) -> None:
 
 
 def _series(run: Run) -> dict[str, list[int]]:
-    from webapp.results.models import MetricPoint
+    from webapp.ingestion.models import MetricPoint
 
     found: dict[str, list[int]] = {}
     for key, step in MetricPoint.objects.filter(run=run).order_by("step").values_list("key__name", "step"):

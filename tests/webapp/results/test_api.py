@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tests.webapp.results.conftest import Trainer, points, trajectory
+from tests.webapp.trainer_posts import Trainer, points, trajectory
 from trainer.config import RunConfig
 from trainer.contract import CONFIG_PATH, METRICS_PATH, TRAJECTORIES_PATH
 from webapp.accounts.models import ApiToken
@@ -196,7 +196,7 @@ def test_the_metric_batch_schema_matches_the_trainers_model() -> None:
     from pydantic import TypeAdapter
 
     from trainer.contract import MetricPoint
-    from webapp.results.metrics_store import MetricPointDict
+    from webapp.ingestion.metrics_store import MetricPointDict
 
     ours = TypeAdapter(MetricPointDict).json_schema()
     theirs = MetricPoint.model_json_schema()
@@ -226,7 +226,7 @@ def test_charlie_gets_404_everywhere_and_no_token_gets_401(
     trainer.trajectories(1, [trajectory("x-s0", "g", 1.0)])
     trainer.metrics(points(["r"], range(3)))
     run_id = trainer.run_id
-    from webapp.results.models import Trajectory
+    from webapp.ingestion.models import Trajectory
 
     pk = Trajectory.objects.get(uid="x-s0").pk
     client.force_login(personas["charlie"])

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.webapp.results.conftest import trajectory
+from tests.webapp.trainer_posts import trajectory
 from trainer.contract import TrajectoryBatch
-from webapp.results import metrics_store, rollouts
+from webapp.ingestion import metrics_store, trajectories
 
 pytestmark = pytest.mark.browser
 
@@ -54,7 +54,7 @@ def test_clicking_a_curve_point_opens_that_steps_rollouts(
     batch = TrajectoryBatch.model_validate(
         {"training_step": 5, "trajectories": [trajectory(f"s5-p0-s{k}", "s5-p0", 1.0) for k in range(2)]}
     )
-    rollouts.store_batch(live_run, batch, "t")
+    trajectories.store_batch(live_run, batch, "t")
     live_run.finish("succeeded")  # not live: the chart stays still under the mouse
     page = login("alice")
     page.goto(f"{live_server.url}/t/acme/runs/{live_run.pk}/curves/")
@@ -89,7 +89,7 @@ def test_model_and_tool_text_never_runs_in_the_browser(
     wire["steps"][0]["tool_calls"][0]["result"] = evil
     wire["steps"][0]["tool_calls"][0]["name"] = PAYLOADS[1]
     wire["data_source"] = PAYLOADS[2][:90]
-    rollouts.store_batch(
+    trajectories.store_batch(
         live_run, TrajectoryBatch.model_validate({"training_step": 1, "trajectories": [wire]}), "x"
     )
     found = live_run.trajectories.get()

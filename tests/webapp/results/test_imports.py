@@ -19,7 +19,7 @@ from webapp.accounts.models import ApiToken
 from webapp.celery import app
 from webapp.experiments.jobs import Job, JobStatus
 from webapp.experiments.models import Run, RunStatus
-from webapp.results.models import MetricPoint, ToolCall, Trajectory, TrajectoryStep
+from webapp.ingestion.models import MetricPoint, ToolCall, Trajectory, TrajectoryStep
 
 PROMPTS = ("What is 2+3?", "What is 7*6?")
 

@@ -10,7 +10,7 @@ import pytest
 
 from trainer.contract import ACTOR_KL, REWARD_MEAN, TOOLS_ERROR_RATE
 from webapp.experiments.models import Experiment, Run, RunStatus
-from webapp.results import metrics_store
+from webapp.ingestion import metrics_store
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("quick_passwords")]
 

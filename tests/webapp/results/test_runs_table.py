@@ -13,8 +13,10 @@ from django.utils import timezone
 
 from trainer.contract import REWARD_MEAN
 from webapp.experiments.models import Experiment, LoggedValue, Run, RunKind, RunStatus
-from webapp.results import metrics_store
+from webapp.ingestion import metrics_store
 from webapp.results import runs_table as rt
+from webapp.results.runs_columns import columns, default_column_ids
+from webapp.results.runs_filters import MAX_PAGE, parse_query
 
 pytestmark = pytest.mark.usefixtures("quick_passwords")
 
@@ -61,11 +63,11 @@ def runs(personas: Any) -> dict[str, Run]:
 
 
 def _table(query: str, ids: list[str] | None = None, team: Any = None) -> rt.RunsTable:
-    shown, problems = rt.columns(ids or ["name", "preset", "config:algorithm.kl_coef", f"last:{REWARD_MEAN}",
+    shown, problems = columns(ids or ["name", "preset", "config:algorithm.kl_coef", f"last:{REWARD_MEAN}",
                                          f"max:{REWARD_MEAN}", "param:lr", "duration"])  # fmt: skip
     assert problems == []
     scope = Run.objects.filter(team=team) if team is not None else Run.objects.filter(team__slug="acme")
-    return rt.build(scope, shown, rt.parse_query(QueryDict(query)))
+    return rt.build(scope, shown, parse_query(QueryDict(query)))
 
 
 def _names(table: rt.RunsTable) -> list[str]:
@@ -126,8 +128,8 @@ def test_a_filter_that_does_not_parse_is_reported_and_the_rest_still_applies(run
         ("fc=param:lr&fo=eq&fv=%00", "fv: a query parameter must not contain NUL characters"),
         ("sort=last:re%00ward", "sort: a query parameter must not contain NUL characters"),
         ("fc=duration&fo=gt&fv=99999999999999999999", "Duration is at most 1000 years"),
-        (f"page={2**63}", f"page: at most {rt.MAX_PAGE}"),
-        (f"page={rt.MAX_PAGE + 1}", f"page: at most {rt.MAX_PAGE}"),
+        (f"page={2**63}", f"page: at most {MAX_PAGE}"),
+        (f"page={MAX_PAGE + 1}", f"page: at most {MAX_PAGE}"),
     ],
 )
 def test_a_query_the_table_cannot_use_is_a_400_that_names_what_to_change(
@@ -179,7 +181,7 @@ def test_the_kind_column_tells_training_runs_from_evaluations_and_external_runs(
     Run.objects.create(experiment=grpo, team=grpo.team, seed=1, name="eval · grpo s1 · step 2",
                        kind=RunKind.EVALUATION, evaluated_run=runs["g1"], evaluated_step=2)  # fmt: skip
     Run.create_external(grpo, "logged", None)
-    assert rt.default_column_ids(None)[:4] == ["name", "kind", "status", "health"]
+    assert default_column_ids(None)[:4] == ["name", "kind", "status", "health"]
     kinds = {row.run.name: row.cells[1].text for row in _table("", ids=["name", "kind"]).rows}
     assert kinds == {"eval · grpo s1 · step 2": "evaluation", "logged": "external", "grpo s1": "training",
                      "grpo s2": "training", "ppo s1": "training", "ppo s2": "training"}  # fmt: skip
@@ -211,7 +213,7 @@ def test_the_table_pages_by_fifty_and_hides_archived_runs(personas: Any) -> None
 
 
 def test_columns_name_what_they_show_and_unknown_ones_are_refused() -> None:
-    found, problems = rt.columns(["status", "config:rollout.n", "max:val/gsm8k/acc", "param:lr", "oops",
+    found, problems = columns(["status", "config:rollout.n", "max:val/gsm8k/acc", "param:lr", "oops",
                                   "config:bad path", "median:x"])  # fmt: skip
     assert [c.label for c in found] == ["Status", "rollout.n", "val/gsm8k/acc (max)", "param lr"]
     assert len(problems) == 3 and "unknown column 'oops'" in problems[0]

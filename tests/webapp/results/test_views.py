@@ -9,9 +9,10 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 
-from tests.webapp.results.conftest import Trainer, points, trajectory
-from webapp.results.metrics_store import key_ids, rebuild_summaries
-from webapp.results.models import ReferenceResult, TextBlob, Trajectory
+from tests.webapp.trainer_posts import Trainer, points, trajectory
+from webapp.ingestion.metrics_store import key_ids, rebuild_summaries
+from webapp.ingestion.models import TextBlob, Trajectory
+from webapp.results.models import ReferenceResult
 
 
 @pytest.fixture

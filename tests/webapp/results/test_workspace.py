@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tests.webapp.results.conftest import Trainer, points, trajectory
+from tests.webapp.trainer_posts import Trainer, points, trajectory
 from trainer.contract import ACTOR_KL, REWARD_MEAN, val_key
 from webapp.results.models import LayoutKind, SavedLayout
 from webapp.results.summary import Timing, summarize, timing

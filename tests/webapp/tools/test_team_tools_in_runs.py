@@ -29,7 +29,7 @@ from trainer.contract import API_ENV, CLAIMANT_ENV, REWARD_ERRORS, RUN_ID_ENV, T
 from trainer.flows import FLOWS, AgentEnvLoop
 from webapp.datasets.models import Dataset
 from webapp.experiments.models import Experiment, Run, RunStatus
-from webapp.results.models import MetricKey, MetricPoint, TextBlob, ToolCall, Trajectory
+from webapp.ingestion.models import MetricKey, MetricPoint, TextBlob, ToolCall, Trajectory
 from webapp.tools.models import TeamReward, TeamTool
 
 pytestmark = pytest.mark.slow

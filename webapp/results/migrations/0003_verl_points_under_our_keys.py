@@ -13,7 +13,7 @@ from trainer.backends import canonical_key
 
 def copy_under_our_keys(apps: Any, schema_editor: Any) -> None:
     # The table's rebuild is the store's own (plain SQL over these tables, no model of today).
-    from webapp.results.metrics_store import rebuild_summaries
+    from webapp.ingestion.metrics_store import rebuild_summaries
 
     metric_key = apps.get_model("results", "MetricKey")
     pairs = [(key.pk, ours) for key in metric_key.objects.all() if (ours := canonical_key(key.name))]

@@ -50,7 +50,7 @@ def run_nav(context: Any, run: Any) -> dict[str, Any]:
     and may yet fill it (an MLflow client never sends rollouts)."""
     from django.urls import reverse
 
-    from webapp.results.models import MetricLatest, ToolCall, Trajectory
+    from webapp.ingestion.models import MetricLatest, ToolCall, Trajectory
 
     request = context["request"]
     team = context["team"]
@@ -162,7 +162,7 @@ def clip(value: Any, limit: int = SHOWN_TEXT_MAX) -> str:
 def health_panel(context: Any, run: Any) -> dict[str, Any]:
     """Every health check's state on the run (docs/health.md#checks), and its alerts that could not be
     delivered or wait for another try (docs/health.md#alerts)."""
-    from webapp.results.health import panel, undelivered
+    from webapp.monitoring.health import panel, undelivered
 
     return {"team": context["team"], "run": run, "rows": panel(run), "undelivered": undelivered(run)}
 
@@ -179,9 +179,9 @@ def thousands(value: Any) -> str:
 @register.simple_tag
 def run_storage(run: Any) -> Any:
     """The run's storage and a form of its policy, for results/_run_storage.html (docs/rollouts.md#storage)."""
-    from webapp.results.forms import RetentionForm
-    from webapp.results.retention import Retention
-    from webapp.results.storage import RunStorageView, storage_of
+    from webapp.retention.accounting import RunStorageView, storage_of
+    from webapp.retention.forms import RetentionForm
+    from webapp.retention.policy import Retention
 
     stored = storage_of(run)
     policy = Retention.of(stored)
@@ -191,6 +191,6 @@ def run_storage(run: Any) -> Any:
 @register.simple_tag
 def team_storage(team: Any) -> Any:
     """What the team's runs take, and its largest runs, for results/_team_storage.html."""
-    from webapp.results.storage import team_storage as measured
+    from webapp.retention.accounting import team_storage as measured
 
     return measured(team)

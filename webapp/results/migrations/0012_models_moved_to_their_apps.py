@@ -1,0 +1,181 @@
+"""The models that moved to the ingestion, monitoring and retention apps leave this app's state
+(docs/architecture.md#apps).
+
+State only: their tables stay as they are, under their names, now the new apps' (each of their
+0001 migrations takes them over first).
+"""
+
+from django.db import migrations
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("ingestion", "0001_moved_from_results"),
+        ("monitoring", "0001_moved_from_results"),
+        ("retention", "0001_moved_from_results"),
+        ("results", "0011_pending_token_signals"),
+    ]
+
+    operations = [
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.RemoveField(
+                    model_name="checkpoint",
+                    name="run",
+                ),
+                migrations.RemoveField(
+                    model_name="experimentretention",
+                    name="experiment",
+                ),
+                migrations.RemoveField(
+                    model_name="healthalert",
+                    name="run",
+                ),
+                migrations.RemoveField(
+                    model_name="notification",
+                    name="alert",
+                ),
+                migrations.RemoveField(
+                    model_name="healthrule",
+                    name="team",
+                ),
+                migrations.RemoveField(
+                    model_name="ingestbatch",
+                    name="run",
+                ),
+                migrations.RemoveField(
+                    model_name="logchunk",
+                    name="run",
+                ),
+                migrations.RemoveField(
+                    model_name="metriclatest",
+                    name="key",
+                ),
+                migrations.RemoveField(
+                    model_name="metricsummary",
+                    name="key",
+                ),
+                migrations.RemoveField(
+                    model_name="metricpoint",
+                    name="key",
+                ),
+                migrations.RemoveField(
+                    model_name="metriclatest",
+                    name="run",
+                ),
+                migrations.RemoveField(
+                    model_name="metricpoint",
+                    name="run",
+                ),
+                migrations.RemoveField(
+                    model_name="metricsummary",
+                    name="run",
+                ),
+                migrations.RemoveField(
+                    model_name="notification",
+                    name="user",
+                ),
+                migrations.RemoveField(
+                    model_name="pendingtokensignals",
+                    name="run",
+                ),
+                migrations.RemoveField(
+                    model_name="runhealth",
+                    name="run",
+                ),
+                migrations.RemoveField(
+                    model_name="runstorage",
+                    name="run",
+                ),
+                migrations.RemoveField(
+                    model_name="toolcall",
+                    name="result",
+                ),
+                migrations.RemoveField(
+                    model_name="trajectorystep",
+                    name="response",
+                ),
+                migrations.RemoveField(
+                    model_name="trajectorystep",
+                    name="prompt",
+                ),
+                migrations.RemoveField(
+                    model_name="toolcall",
+                    name="run",
+                ),
+                migrations.RemoveField(
+                    model_name="toolcall",
+                    name="trajectory",
+                ),
+                migrations.RemoveField(
+                    model_name="trajectory",
+                    name="run",
+                ),
+                migrations.RemoveField(
+                    model_name="trajectorystep",
+                    name="trajectory",
+                ),
+                migrations.RemoveField(
+                    model_name="trajectorystep",
+                    name="run",
+                ),
+                migrations.DeleteModel(
+                    name="AlertChannels",
+                ),
+                migrations.DeleteModel(
+                    name="Checkpoint",
+                ),
+                migrations.DeleteModel(
+                    name="ExperimentRetention",
+                ),
+                migrations.DeleteModel(
+                    name="HealthAlert",
+                ),
+                migrations.DeleteModel(
+                    name="HealthRule",
+                ),
+                migrations.DeleteModel(
+                    name="IngestBatch",
+                ),
+                migrations.DeleteModel(
+                    name="LogChunk",
+                ),
+                migrations.DeleteModel(
+                    name="MetricKey",
+                ),
+                migrations.DeleteModel(
+                    name="MetricLatest",
+                ),
+                migrations.DeleteModel(
+                    name="MetricPoint",
+                ),
+                migrations.DeleteModel(
+                    name="MetricSummary",
+                ),
+                migrations.DeleteModel(
+                    name="Notification",
+                ),
+                migrations.DeleteModel(
+                    name="PendingTokenSignals",
+                ),
+                migrations.DeleteModel(
+                    name="RunHealth",
+                ),
+                migrations.DeleteModel(
+                    name="RunStorage",
+                ),
+                migrations.DeleteModel(
+                    name="TextBlob",
+                ),
+                migrations.DeleteModel(
+                    name="ToolCall",
+                ),
+                migrations.DeleteModel(
+                    name="Trajectory",
+                ),
+                migrations.DeleteModel(
+                    name="TrajectoryStep",
+                ),
+            ],
+        ),
+    ]

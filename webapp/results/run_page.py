@@ -1,0 +1,71 @@
+"""A run's page: its status (polled while it runs), summary, log tail, config, params and tags,
+artifacts, checkpoints, health and storage; and the edit of its name, note and tags."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from webapp.experiments.access import get_run_for_user
+from webapp.experiments.artifacts import stored as stored_artifacts
+from webapp.experiments.evaluations import evaluation_summary
+from webapp.experiments.forms import RunEditForm
+from webapp.experiments.logs import log_tail
+from webapp.experiments.models import Run, RunStatus, places_in_line
+from webapp.experiments.sweeps import ordinal
+from webapp.experiments.views import stored_config
+from webapp.htmx import HtmxHttpRequest, render_poll, swaps
+from webapp.results.summary import summarize
+
+
+@login_required
+def run_detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    run = get_run_for_user(request, team_slug, pk)
+    if swaps(request, "live"):
+        return render_poll(request, "experiments/run.html#live", _run_context(run), done=run.is_terminal)
+    return render(request, "experiments/run.html", _run_context(run))
+
+
+def _run_context(run: Run, edit_form: RunEditForm | None = None) -> dict[str, Any]:
+    initial = {"name": run.name, "note": run.note, "tags": ", ".join(run.labels)}
+    _config, config_yaml, config_problem = stored_config(run.config)
+    return {
+        "team": run.team,
+        "run": run,
+        "log": log_tail(run),
+        "summary": summarize(run),
+        "config_yaml": config_yaml,
+        "config_problem": config_problem,
+        "params": run.logged.params(),
+        "tags": run.logged.tags(),
+        "artifacts": stored_artifacts(run),
+        "edit_form": edit_form or RunEditForm(initial=initial),
+        "place": place_text(run),
+        "evaluation": evaluation_summary(run) if run.is_evaluation else None,
+    }
+
+
+def place_text(run: Run) -> str:
+    """ "3rd" for a queued run third in its team's waiting line (docs/sweeps.md#limit), else ""."""
+    place = places_in_line(run.team_id).get(run.pk) if run.status == RunStatus.QUEUED else None
+    return ordinal(place) if place else ""
+
+
+@login_required
+@require_POST
+def run_edit(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    """Rename the run, write its note, set its tags."""
+    run = get_run_for_user(request, team_slug, pk, write=True)
+    form = RunEditForm(request.POST)
+    if not form.is_valid():
+        return render(request, "experiments/run.html", _run_context(run, form), status=400)
+    run.set_details(
+        name=form.cleaned_data["name"], note=form.cleaned_data["note"], labels=form.cleaned_data["tags"]
+    )
+    messages.success(request, "Saved.")
+    return redirect("run", team_slug=team_slug, pk=run.pk)

@@ -1,0 +1,108 @@
+"""The same prompt at two training steps (docs/rollouts.md#same-prompt): the rollouts side by side,
+with word and tool-path diffs."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from webapp.experiments.models import Run
+from webapp.ingestion.models import (
+    TextBlob,
+    Trajectory,
+)
+
+# Above this many characters two prompts are not line-diffed (difflib is quadratic on long lines): the
+# new prompt is shown whole instead.
+DIFF_MAX_CHARS = 50_000
+
+
+def steps_of_prompt(run: Run, sample_index: int) -> list[int]:
+    """The training steps that have rollouts of dataset row ``sample_index``."""
+    return list(
+        Trajectory.objects.filter(run=run, sample_index=sample_index)
+        .order_by("training_step")
+        .values_list("training_step", flat=True)
+        .distinct()
+    )
+
+
+def rollout_of_prompt(run: Run, sample_index: int, step: int, rollout_index: int) -> Trajectory | None:
+    """Rollout ``rollout_index`` of the row at ``step`` (the first one when it has fewer)."""
+    found = Trajectory.objects.filter(run=run, sample_index=sample_index, training_step=step).order_by(
+        "rollout_index", "id"
+    )
+    return found.filter(rollout_index=rollout_index).first() or found.first()
+
+
+@dataclass
+class RolloutSide:
+    trajectory: Trajectory
+    response: str  # every step's response, in order
+    advantage: float | None
+    tool_path: list[str]  # the names of the tools it called, in order
+
+
+@dataclass
+class RolloutComparison:
+    before: RolloutSide
+    after: RolloutSide
+    diff: list[tuple[str, str]] | None  # (kind, text), kind "same", "added" or "removed"; None: too long
+    tool_path: list[tuple[str, str]]  # (kind, tool name) from the earlier call path to the later one
+
+    @property
+    def reward_delta(self) -> float:
+        return self.after.trajectory.total_reward - self.before.trajectory.total_reward
+
+    @property
+    def advantage_delta(self) -> float | None:
+        if self.before.advantage is None or self.after.advantage is None:
+            return None
+        return self.after.advantage - self.before.advantage
+
+
+def rollout_side(trajectory: Trajectory) -> RolloutSide:
+    steps = list(trajectory.own_steps().defer("tokens", "token_signals", "search").order_by("index"))
+    texts = TextBlob.texts_for(s.response_id for s in steps)
+    path = list(trajectory.own_tool_calls().order_by("step_index", "position").values_list("name", flat=True))
+    response = "\n".join(texts.get(s.response_id, "") for s in steps)
+    advantage = next((s.advantage for s in reversed(steps) if s.advantage is not None), None)
+    return RolloutSide(trajectory, response, advantage, path)
+
+
+def compare_rollouts(before: Trajectory, after: Trajectory) -> RolloutComparison:
+    a, b = rollout_side(before), rollout_side(after)
+    return RolloutComparison(a, b, word_diff(a.response, b.response), sequence_diff(a.tool_path, b.tool_path))
+
+
+_WORDS = re.compile(r"\S+|\s+")
+
+
+def word_diff(before: str, after: str) -> list[tuple[str, str]] | None:
+    """A word-level diff of two responses (None when they are too long to diff quickly)."""
+    if len(before) + len(after) > DIFF_MAX_CHARS:
+        return None
+    return sequence_diff(_WORDS.findall(before), _WORDS.findall(after), joined=True)
+
+
+def sequence_diff(
+    before: Sequence[str], after: Sequence[str], *, joined: bool = False
+) -> list[tuple[str, str]]:
+    """(kind, item) from ``before`` to ``after`` by difflib's matching; ``joined`` merges each run of
+    items into one text."""
+    parts: list[tuple[str, str]] = []
+    matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        pieces: list[tuple[str, Sequence[str]]] = []
+        if tag == "equal":
+            pieces = [("same", before[i1:i2])]
+        else:
+            pieces = [("removed", before[i1:i2]), ("added", after[j1:j2])]
+        for kind, items in pieces:
+            if joined and items:
+                parts.append((kind, "".join(items)))
+            elif not joined:
+                parts.extend((kind, item) for item in items)
+    return parts

@@ -1,0 +1,123 @@
+"""Pages of the rollout viewer (docs/rollouts.md): a run's rollouts filtered, one trajectory step by
+step, the n rollouts of one prompt, search over stored steps, and one prompt at two training steps.
+Each: access helper → parse the query → one query → render."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+
+from trainer.contract import INT4_MAX
+from webapp.accounts.access import get_team_for_user
+from webapp.experiments.access import get_run_for_user
+from webapp.experiments.models import Run
+from webapp.htmx import template_for
+from webapp.ingestion.models import Trajectory
+from webapp.rollouts import compare, viewer
+from webapp.rollouts.access import get_trajectory_for_user
+from webapp.rollouts.forms import PromptCompareForm, RolloutFilterForm, SearchForm
+from webapp.rollouts.search import SEARCH_RESULTS, search_hits
+
+PAGE_SIZE = 50
+
+
+@login_required
+def rollouts(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse:
+    run = get_run_for_user(request, team_slug, run_id)
+    form = RolloutFilterForm(request.GET or None, data_sources=viewer.data_sources(run))
+    chosen = form.to_filter().apply(Trajectory.objects.filter(run=run))
+    page = Paginator(
+        chosen.order_by("-training_step", "group_id", "rollout_index", "id"), PAGE_SIZE
+    ).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {"team": run.team, "run": run, "form": form, "page": page, "query": query.urlencode()}
+    return render(
+        request, template_for(request, "results/rollouts.html", {"rollout-table": "table"}), context
+    )
+
+
+@login_required
+def rollouts_at(request: HttpRequest, team_slug: str, run_id: int, step: int) -> HttpResponse:
+    """A click on a curve point: the rollouts of that training step, or of the nearest one logged."""
+    run = get_run_for_user(request, team_slug, run_id)
+    nearest = viewer.nearest_step_with_rollouts(run, step)
+    target = reverse("rollouts", args=[team_slug, run.pk])
+    return redirect(f"{target}?step={nearest}" if nearest is not None else target)
+
+
+@login_required
+def trajectory(request: HttpRequest, team_slug: str, run_id: int, pk: int) -> HttpResponse:
+    found = get_trajectory_for_user(request, team_slug, run_id, pk)
+    siblings = Trajectory.objects.filter(run=found.run, group_id=found.group_id).exclude(pk=found.pk)
+    context = {
+        "team": found.run.team,
+        "run": found.run,
+        "trajectory": found,
+        "steps": viewer.step_views(found),
+        "siblings": siblings.order_by("rollout_index")[:16],
+    }
+    return render(request, "results/trajectory.html", context)
+
+
+@login_required
+def group(request: HttpRequest, team_slug: str, run_id: int, group_id: str) -> HttpResponse:
+    run = get_run_for_user(request, team_slug, run_id)
+    members, all_equal = viewer.group_members(run, group_id)
+    if not members:
+        raise Http404("no such group")
+    first = members[0].trajectory
+    context = {"team": run.team, "run": run, "group_id": group_id, "members": members, "all_equal": all_equal,
+               "prompt": viewer.group_prompt(members), "ground_truth": first.ground_truth, "first": first}  # fmt: skip
+    return render(request, "results/group.html", context)
+
+
+@login_required
+def search(request: HttpRequest, team_slug: str) -> HttpResponse:
+    """Full-text search over the team's stored steps (or one run's), within the rollout filters."""
+    team = get_team_for_user(request, team_slug)
+    run_id = request.GET.get("run", "")
+    run = (
+        get_run_for_user(request, team_slug, int(run_id))
+        if run_id.isdigit() and int(run_id) <= INT4_MAX
+        else None
+    )
+    form = SearchForm(
+        request.GET if "q" in request.GET else None,
+        data_sources=viewer.data_sources(run) if run else [],
+        initial={"run": run.pk if run else None},
+    )
+    hits = None
+    if form.is_valid():
+        runs = [run.pk] if run else list(Run.objects.filter(team=team).values_list("pk", flat=True))
+        hits = search_hits(runs, form.to_filter(), form.cleaned_data["q"])
+    context = {"team": team, "run": run, "form": form, "hits": hits, "limit": SEARCH_RESULTS}
+    return render(request, "results/search.html", context)
+
+
+@login_required
+def prompt_compare(request: HttpRequest, team_slug: str, run_id: int, sample: int) -> HttpResponse:
+    """One dataset row's rollouts at two training steps (or in two runs) side by side."""
+    run = get_run_for_user(request, team_slug, run_id)
+    form = PromptCompareForm(request.GET)
+    data = form.cleaned_data if form.is_valid() else {}
+    other = get_run_for_user(request, team_slug, data["run_b"]) if data.get("run_b") else run
+    steps, other_steps = compare.steps_of_prompt(run, sample), compare.steps_of_prompt(other, sample)
+    if not steps or not other_steps:
+        raise Http404("no rollouts of this dataset row")
+    a: int = data["a"] if data.get("a") in steps else steps[0]
+    b: int = data["b"] if data.get("b") in other_steps else other_steps[-1]
+    rollout_index: int = data.get("rollout") or 0
+    before = compare.rollout_of_prompt(run, sample, a, rollout_index)
+    after = compare.rollout_of_prompt(other, sample, b, rollout_index)
+    assert before is not None and after is not None  # both steps have rollouts of the row
+    context = {
+        "team": run.team, "run": run, "other": other, "sample": sample, "steps": steps,
+        "other_steps": other_steps, "a": a, "b": b, "rollout": rollout_index, "form": form,
+        "prompt": viewer.first_prompts(run, [sample]).get(sample, ""),
+        "comparison": compare.compare_rollouts(before, after),
+    }  # fmt: skip
+    return render(request, "results/prompt_compare.html", context)
