@@ -15,8 +15,8 @@ from tests.webapp.polling import poll_until
 from webapp.accounts.models import ApiToken
 from webapp.experiments.jobs import Job, JobStatus
 from webapp.experiments.models import Run
+from webapp.ingestion.models import Trajectory
 from webapp.results.import_jobs import IMPORT_JOB, IMPORT_TASK
-from webapp.results.models import Trajectory
 
 LINES = 2_000  # enough that storing them is work; the finding's dumps were far larger
 
