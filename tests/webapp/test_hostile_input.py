@@ -175,7 +175,7 @@ _READ_FROM_QUERY = re.compile(r"""(?:request\.GET|params)\.(?:get|getlist)\(\s*[
 def page_filter_parameters() -> set[str]:
     """Every query parameter a page reads: the views' own reads and the fields of the forms they
     bind to the query string."""
-    from webapp.results.forms import PromptCompareForm, RolloutFilterForm, SearchForm
+    from webapp.rollouts.forms import PromptCompareForm, RolloutFilterForm, SearchForm
 
     found = {
         name
