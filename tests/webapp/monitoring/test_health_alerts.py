@@ -136,8 +136,9 @@ def test_a_newline_in_the_run_name_is_data_the_alert_still_goes_out_on_every_cha
     renamed = client.post(
         "/mlflow/api/2.0/mlflow/runs/update",
         json.dumps({"run_id": run.mlflow_run_id, "run_name": "grpo\r\nBcc: eve@example.com\x0bx"}),
-        content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}",
-    )  # fmt: skip
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
     assert renamed.status_code == 200, renamed.content
     with eager():
         assert trainer.metrics(kl(range(1, 4), 5.0)).status_code == 200
@@ -174,8 +175,10 @@ def test_a_delivery_that_never_succeeds_is_recorded_failed_and_shows_on_the_run_
         assert trainer.metrics(kl(range(1, 4), 5.0)).status_code == 200
     delivery = AlertDelivery.objects.get()
     assert (delivery.status, delivery.attempts, delivery.error) == (
-        DeliveryStatus.FAILED, ALERT_RETRIES + 1, "webhook: HTTP 500",
-    )  # fmt: skip
+        DeliveryStatus.FAILED,
+        ALERT_RETRIES + 1,
+        "webhook: HTTP 500",
+    )
     assert len(receiver.bodies) == ALERT_RETRIES + 1
     client.force_login(personas["bob"])
     page = client.get(f"/t/acme/runs/{run.pk}/").content.decode()
@@ -193,3 +196,31 @@ def test_a_webhook_answering_4xx_is_not_retried(
     delivery = AlertDelivery.objects.get()
     assert (delivery.status, delivery.attempts) == (DeliveryStatus.FAILED, 1)
     assert delivery.error.startswith("webhook: HTTP 404") and len(receiver.bodies) == 1
+
+
+def test_alerts_delivered_before_the_delivery_log_keep_their_outcome_as_deliveries(run: Any) -> None:
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+    from django.utils import timezone
+
+    before = [("monitoring", "0001_moved_from_results")]
+    MigrationExecutor(connection).migrate(before)
+    old = MigrationExecutor(connection).loader.project_state(before[0]).apps
+    old.get_model("monitoring", "HealthAlert").objects.create(
+        run_id=run.pk,
+        check_name="kl_blowup",
+        episode=1,
+        step=2,
+        value=9.0,
+        threshold=1.0,
+        email_sent_at=timezone.now(),
+        webhook_sent_at=timezone.now(),
+        delivery_error="webhook: HTTP 500",
+    )
+    forward = MigrationExecutor(connection)
+    forward.migrate(forward.loader.graph.leaf_nodes())
+    delivered = AlertDelivery.objects.filter(alert__run=run)
+    assert sorted(delivered.values_list("channel", "status", "error")) == [
+        ("email", "sent", ""),
+        ("webhook", "failed", "webhook: HTTP 500"),
+    ]

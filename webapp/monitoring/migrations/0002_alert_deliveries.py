@@ -74,6 +74,9 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.RunPython(deliveries_from_alert_fields, migrations.RunPython.noop),
+        # Rows written in this transaction leave deferred foreign-key checks pending, and Postgres
+        # alters no table with pending trigger events: run the checks now.
+        migrations.RunSQL("SET CONSTRAINTS ALL IMMEDIATE", migrations.RunSQL.noop),
         migrations.RemoveField(model_name="healthalert", name="delivery_error"),
         migrations.RemoveField(model_name="healthalert", name="email_sent_at"),
         migrations.RemoveField(model_name="healthalert", name="webhook_sent_at"),
