@@ -165,9 +165,20 @@ def columns(points: Sequence[dict[str, Any]]) -> Columns:
 
 
 _COPY_ROW = np.dtype(
-    [("n", ">i2"), ("l1", ">i4"), ("run", ">i8"), ("l2", ">i4"), ("key", ">i4"), ("l3", ">i4"),
-     ("step", ">i4"), ("l4", ">i4"), ("value", ">f8"), ("l5", ">i4"), ("ts", ">f8")]
-)  # fmt: skip
+    [
+        ("n", ">i2"),
+        ("l1", ">i4"),
+        ("run", ">i8"),
+        ("l2", ">i4"),
+        ("key", ">i4"),
+        ("l3", ">i4"),
+        ("step", ">i4"),
+        ("l4", ">i4"),
+        ("value", ">f8"),
+        ("l5", ">i4"),
+        ("ts", ">f8"),
+    ]
+)
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _COPY_TRAILER = struct.pack(">h", -1)
 
@@ -177,8 +188,12 @@ def copy_payload(run_id: int, cols: Columns) -> bytes:
     rows = np.empty(len(cols), dtype=_COPY_ROW)
     rows["n"], rows["l1"], rows["l2"], rows["l3"], rows["l4"], rows["l5"] = 5, 8, 4, 4, 8, 8
     rows["run"], rows["key"], rows["step"], rows["value"], rows["ts"] = (
-        run_id, cols.key, cols.step, cols.value, cols.ts,
-    )  # fmt: skip
+        run_id,
+        cols.key,
+        cols.step,
+        cols.value,
+        cols.ts,
+    )
     return _COPY_HEADER + rows.tobytes() + _COPY_TRAILER
 
 
@@ -327,8 +342,14 @@ class Series:
     source: str = "raw"  # or "summary level N"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"run": self.run_id, "key": self.key, "step": self.step, "value": self.value, "ts": self.ts,
-                "source": self.source}  # fmt: skip
+        return {
+            "run": self.run_id,
+            "key": self.key,
+            "step": self.step,
+            "value": self.value,
+            "ts": self.ts,
+            "source": self.source,
+        }
 
 
 def step_range(run_id: int, key_id: int) -> tuple[int, int] | None:
@@ -395,8 +416,14 @@ def downsample(run_id: int, key: str, lo: int | None = None, hi: int | None = No
         else:
             summary_width = SUMMARY_WIDTHS[level - 1]
             b0, b1 = lo // summary_width, hi // summary_width
-            params = {"run": run_id, "key": key_id, "level": level, "b0": b0, "b1": b1,
-                      "per": width // summary_width}  # fmt: skip
+            params = {
+                "run": run_id,
+                "key": key_id,
+                "level": level,
+                "b0": b0,
+                "b1": b1,
+                "per": width // summary_width,
+            }
             cursor.execute(_SUMMARY_SQL, params)
             series.source = f"summary level {level} ({summary_width} steps)"
         rows = cursor.fetchall()

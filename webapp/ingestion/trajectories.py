@@ -114,13 +114,21 @@ def _store(run: Run, training_step: int, wires: Sequence[TrajectoryWire]) -> acc
             steps.append(_step_row(row, step, hashes))
             calls.extend(
                 ToolCall(
-                    run_id=run.pk, trajectory=row, step_index=step.index, position=position,
-                    training_step=training_step, name=call.name[:200], arguments=call.arguments,
-                    result_id=hashes[call.result], error=call.error, reward=call.reward,
-                    latency_s=call.latency_s, info=call.info,
+                    run_id=run.pk,
+                    trajectory=row,
+                    step_index=step.index,
+                    position=position,
+                    training_step=training_step,
+                    name=call.name[:200],
+                    arguments=call.arguments,
+                    result_id=hashes[call.result],
+                    error=call.error,
+                    reward=call.reward,
+                    latency_s=call.latency_s,
+                    info=call.info,
                 )
                 for position, call in enumerate(step.tool_calls)
-            )  # fmt: skip
+            )
     TrajectoryStep.objects.bulk_create(steps, batch_size=1000)
     ToolCall.objects.bulk_create(calls, batch_size=1000)
     _index_for_search(

@@ -73,8 +73,9 @@ class HealthCheck:
 CHECKS: Registry[HealthCheck] = Registry("health check")
 
 
-def check(name: str, label: str, explains: str, keys: tuple[str, ...], threshold: float, window: int
-          ) -> Callable[[Evaluate], Evaluate]:  # fmt: skip
+def check(
+    name: str, label: str, explains: str, keys: tuple[str, ...], threshold: float, window: int
+) -> Callable[[Evaluate], Evaluate]:
     def register(evaluate: Evaluate) -> Evaluate:
         CHECKS.add(name, HealthCheck(name, label, explains, keys, threshold, window, evaluate))
         return evaluate
@@ -121,31 +122,55 @@ def _matching(series: Series, pattern: str) -> list[Sequence[Point]]:
 # -- the checks -----------------------------------------------------------------------------------
 
 
-@check("entropy_collapse", "Entropy collapse",
-       "The policy's token entropy fell below the threshold: it samples almost deterministically and "
-       "stops exploring.", (ACTOR_ENTROPY,), threshold=0.05, window=RECENT)  # fmt: skip
+@check(
+    "entropy_collapse",
+    "Entropy collapse",
+    "The policy's token entropy fell below the threshold: it samples almost deterministically and "
+    "stops exploring.",
+    (ACTOR_ENTROPY,),
+    threshold=0.05,
+    window=RECENT,
+)
 def entropy_collapse(series: Series, threshold: float, context: Context) -> Reading | None:
     level = _recent(series.get(ACTOR_ENTROPY, ()))
     return None if level is None else Reading(level.value < threshold, level.step, level.value)
 
 
-@check("kl_blowup", "KL blow-up",
-       "KL to the reference policy rose above the threshold: the policy is leaving the reference fast "
-       "(learning rate, KL coefficient).", (ACTOR_KL,), threshold=1.0, window=RECENT)  # fmt: skip
+@check(
+    "kl_blowup",
+    "KL blow-up",
+    "KL to the reference policy rose above the threshold: the policy is leaving the reference fast "
+    "(learning rate, KL coefficient).",
+    (ACTOR_KL,),
+    threshold=1.0,
+    window=RECENT,
+)
 def kl_blowup(series: Series, threshold: float, context: Context) -> Reading | None:
     return _above(series, ACTOR_KL, threshold)
 
 
-@check("clip_fraction", "Clip fraction too high",
-       "More than the threshold's share of tokens hit the PPO clip: the updates are too large for the "
-       "trust region.", (ACTOR_CLIPFRAC,), threshold=0.3, window=RECENT)  # fmt: skip
+@check(
+    "clip_fraction",
+    "Clip fraction too high",
+    "More than the threshold's share of tokens hit the PPO clip: the updates are too large for the "
+    "trust region.",
+    (ACTOR_CLIPFRAC,),
+    threshold=0.3,
+    window=RECENT,
+)
 def clip_fraction(series: Series, threshold: float, context: Context) -> Reading | None:
     return _above(series, ACTOR_CLIPFRAC, threshold)
 
 
-@check("length_at_limit", "Response length at the limit",
-       "The mean response length reached the threshold's fraction of data.max_response_length: "
-       "responses are being cut off.", (RESPONSE_LENGTH_MEAN,), threshold=0.9, window=RECENT)  # fmt: skip
+@check(
+    "length_at_limit",
+    "Response length at the limit",
+    "The mean response length reached the threshold's fraction of data.max_response_length: "
+    "responses are being cut off.",
+    (RESPONSE_LENGTH_MEAN,),
+    threshold=0.9,
+    window=RECENT,
+)
 def length_at_limit(series: Series, threshold: float, context: Context) -> Reading | None:
     level = _recent(series.get(RESPONSE_LENGTH_MEAN, ()))
     if level is None or not context.max_response_length:
@@ -157,10 +182,15 @@ def length_at_limit(series: Series, threshold: float, context: Context) -> Readi
 TREND = 10  # points a trend needs
 
 
-@check("reward_up_val_down", "Reward up, validation down",
-       "Training reward keeps rising while validation fell by more than the threshold from its best: "
-       "the policy overfits or games the training reward.",
-       (REWARD_MEAN, VAL_KEYS), threshold=0.05, window=50)  # fmt: skip
+@check(
+    "reward_up_val_down",
+    "Reward up, validation down",
+    "Training reward keeps rising while validation fell by more than the threshold from its best: "
+    "the policy overfits or games the training reward.",
+    (REWARD_MEAN, VAL_KEYS),
+    threshold=0.05,
+    window=50,
+)
 def reward_up_val_down(series: Series, threshold: float, context: Context) -> Reading | None:
     reward = series.get(REWARD_MEAN, ())
     validations = [points for points in _matching(series, VAL_KEYS) if len(points) >= 2]
@@ -172,10 +202,15 @@ def reward_up_val_down(series: Series, threshold: float, context: Context) -> Re
     return Reading(rising and drop > threshold, max(step, reward[-1][0]), drop)
 
 
-@check("length_reward_hacking", "Length and reward rising together",
-       "Over the last 50 steps response length grew by more than the threshold (a fraction) while "
-       "reward rose: the reward may pay for length (reward hacking).", (REWARD_MEAN, RESPONSE_LENGTH_MEAN),
-       threshold=0.5, window=50)  # fmt: skip
+@check(
+    "length_reward_hacking",
+    "Length and reward rising together",
+    "Over the last 50 steps response length grew by more than the threshold (a fraction) while "
+    "reward rose: the reward may pay for length (reward hacking).",
+    (REWARD_MEAN, RESPONSE_LENGTH_MEAN),
+    threshold=0.5,
+    window=50,
+)
 def length_reward_hacking(series: Series, threshold: float, context: Context) -> Reading | None:
     reward, length = series.get(REWARD_MEAN, ()), series.get(RESPONSE_LENGTH_MEAN, ())
     if len(reward) < TREND or len(length) < TREND:
@@ -186,17 +221,28 @@ def length_reward_hacking(series: Series, threshold: float, context: Context) ->
     return Reading(growth > threshold and _slope(reward) > 0, length[-1][0], growth)
 
 
-@check("zero_variance_groups", "Groups with nothing to learn",
-       "More than the threshold's share of GRPO groups had all-equal rewards, so zero advantage: "
-       "the prompts are too easy or too hard.", (ROLLOUT_ZERO_VARIANCE_GROUPS,), threshold=0.5,
-       window=RECENT)  # fmt: skip
+@check(
+    "zero_variance_groups",
+    "Groups with nothing to learn",
+    "More than the threshold's share of GRPO groups had all-equal rewards, so zero advantage: "
+    "the prompts are too easy or too hard.",
+    (ROLLOUT_ZERO_VARIANCE_GROUPS,),
+    threshold=0.5,
+    window=RECENT,
+)
 def zero_variance_groups(series: Series, threshold: float, context: Context) -> Reading | None:
     return _above(series, ROLLOUT_ZERO_VARIANCE_GROUPS, threshold)
 
 
-@check("malformed_tool_calls", "Malformed tool calls",
-       "More than the threshold's share of tool calls could not be parsed: the model has not learned "
-       "the tool format.", (TOOLS_MALFORMED_RATE,), threshold=0.2, window=RECENT)  # fmt: skip
+@check(
+    "malformed_tool_calls",
+    "Malformed tool calls",
+    "More than the threshold's share of tool calls could not be parsed: the model has not learned "
+    "the tool format.",
+    (TOOLS_MALFORMED_RATE,),
+    threshold=0.2,
+    window=RECENT,
+)
 def malformed_tool_calls(series: Series, threshold: float, context: Context) -> Reading | None:
     return _above(series, TOOLS_MALFORMED_RATE, threshold)
 
@@ -204,10 +250,15 @@ def malformed_tool_calls(series: Series, threshold: float, context: Context) -> 
 PATIENCE = 20  # steps without improvement before the reward counts as stalled
 
 
-@check("stalled_reward", "Reward stalled",
-       f"The best reward of the last {PATIENCE} steps is no more than the threshold above the best of "
-       f"the {PATIENCE} before: training stopped improving.", (REWARD_MEAN,), threshold=0.01,
-       window=2 * PATIENCE)  # fmt: skip
+@check(
+    "stalled_reward",
+    "Reward stalled",
+    f"The best reward of the last {PATIENCE} steps is no more than the threshold above the best of "
+    f"the {PATIENCE} before: training stopped improving.",
+    (REWARD_MEAN,),
+    threshold=0.01,
+    window=2 * PATIENCE,
+)
 def stalled_reward(series: Series, threshold: float, context: Context) -> Reading | None:
     reward = series.get(REWARD_MEAN, ())
     if len(reward) < 2 * PATIENCE:
@@ -217,9 +268,15 @@ def stalled_reward(series: Series, threshold: float, context: Context) -> Readin
     return Reading(gain <= threshold, reward[-1][0], gain)
 
 
-@check("non_finite", "NaN or Inf",
-       "A metric of this step was NaN or ±Infinity (a loss, a gradient norm, a reward): the update "
-       "diverged or a reward function failed.", (NON_FINITE_KEY,), threshold=0.0, window=1)  # fmt: skip
+@check(
+    "non_finite",
+    "NaN or Inf",
+    "A metric of this step was NaN or ±Infinity (a loss, a gradient norm, a reward): the update "
+    "diverged or a reward function failed.",
+    (NON_FINITE_KEY,),
+    threshold=0.0,
+    window=1,
+)
 def non_finite(series: Series, threshold: float, context: Context) -> Reading | None:
     points = series.get(NON_FINITE_KEY, ())
     if not points:

@@ -27,8 +27,13 @@ MAX_SHOWN_ALERTS = 100
 class HealthSettingsForm(forms.Form):
     """One row per check (enabled, threshold, stop the run) and the team's alert channels."""
 
-    webhook_url = forms.URLField(required=False, max_length=500, assume_scheme="https", label="Webhook URL",
-                                 help_text="Receives a JSON POST per alert (Slack reads its text).")  # fmt: skip
+    webhook_url = forms.URLField(
+        required=False,
+        max_length=500,
+        assume_scheme="https",
+        label="Webhook URL",
+        help_text="Receives a JSON POST per alert (Slack reads its text).",
+    )
     email = forms.BooleanField(required=False, label="Email every member with an address")
 
     def __init__(self, *args: Any, rules: dict[str, health.Rule], **kwargs: Any) -> None:
@@ -60,8 +65,10 @@ class HealthSettingsForm(forms.Form):
         return data
 
     def rows(self) -> list[tuple[health.Rule, Any, Any, Any]]:
-        return [(rule, self[f"{name}-enabled"], self[f"{name}-threshold"], self[f"{name}-stop"])
-                for name, rule in self.rules.items()]  # fmt: skip
+        return [
+            (rule, self[f"{name}-enabled"], self[f"{name}-threshold"], self[f"{name}-stop"])
+            for name, rule in self.rules.items()
+        ]
 
     def save(self, team: Team) -> None:
         data = self.cleaned_data
@@ -70,8 +77,13 @@ class HealthSettingsForm(forms.Form):
                 threshold = data[f"{name}-threshold"]
                 if threshold is None:
                     threshold = self.rules[name].check.threshold
-                health.save_rule(team, name, enabled=data[f"{name}-enabled"], threshold=threshold,
-                                 stop_run=data[f"{name}-stop"])  # fmt: skip
+                health.save_rule(
+                    team,
+                    name,
+                    enabled=data[f"{name}-enabled"],
+                    threshold=threshold,
+                    stop_run=data[f"{name}-stop"],
+                )
             AlertChannels.objects.update_or_create(
                 team=team, defaults={"webhook_url": data["webhook_url"], "email": data["email"]}
             )
@@ -90,8 +102,12 @@ def health_settings(request: HttpRequest, team_slug: str) -> HttpResponse:
         return redirect("health_settings", team_slug=team.slug)
     can_change = get_membership(request, team_slug).allows(Role.OWNER)
     status = 400 if form.is_bound else 200
-    return render(request, "results/health_settings.html", {"team": team, "form": form, "can_change": can_change},
-                  status=status)  # fmt: skip
+    return render(
+        request,
+        "results/health_settings.html",
+        {"team": team, "form": form, "can_change": can_change},
+        status=status,
+    )
 
 
 @login_required

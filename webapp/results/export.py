@@ -76,8 +76,18 @@ def to_markdown(matrix: Matrix, references: list[ReferenceTable]) -> str:
     return "\n".join(lines) + "\n"
 
 
-_LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}  # fmt: skip
+_LATEX_SPECIALS = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
 
 
 def latex_escape(text: str) -> str:
@@ -85,8 +95,12 @@ def latex_escape(text: str) -> str:
 
 
 def to_latex(matrix: Matrix, references: list[ReferenceTable]) -> str:
-    lines = [r"\begin{tabular}{" + "l" * 4 + "r" * 5 + "}", r"\hline",
-             " & ".join(latex_escape(h) for h in HEADER) + r" \\", r"\hline"]  # fmt: skip
+    lines = [
+        r"\begin{tabular}{" + "l" * 4 + "r" * 5 + "}",
+        r"\hline",
+        " & ".join(latex_escape(h) for h in HEADER) + r" \\",
+        r"\hline",
+    ]
     lines += [" & ".join(latex_escape(cell) for cell in row) + r" \\" for row in rows(matrix, references)]
     lines += [r"\hline", r"\end{tabular}"]
     return "\n".join(lines) + "\n"

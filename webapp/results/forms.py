@@ -48,12 +48,14 @@ class ImportForm(forms.Form):
     """A run trained elsewhere: its rollout dumps and, optionally, its metrics (docs/imports.md)."""
 
     dump = DumpFilesField(
-        widget=MultipleFileInput(attrs={"accept": ".jsonl"}), label="Rollout dumps",
+        widget=MultipleFileInput(attrs={"accept": ".jsonl"}),
+        label="Rollout dumps",
         help_text="The {global_step}.jsonl files of Agent-R1's or verl's rollout_data_dir (choose several).",
-    )  # fmt: skip
+    )
     metrics = forms.FileField(
-        required=False, label="Metrics (optional)",
+        required=False,
+        label="Metrics (optional)",
         help_text='JSON lines: verl\'s file logger ({"step": n, "data": {...}}) or {"step": n, "key": value}.',
-    )  # fmt: skip
+    )
     experiment = forms.CharField(max_length=200, initial="imports", help_text="The experiment it goes into.")
     name = forms.CharField(max_length=200, required=False, help_text="The run's name (default: run-<id>).")

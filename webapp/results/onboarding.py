@@ -27,15 +27,35 @@ def checklist(team: Team) -> list[Step]:
     slug = team.slug
     has_tool = TeamTool.objects.filter(team=team).exists() or ToolTrial.objects.filter(team=team).exists()
     return [
-        Step("dataset", "Add a dataset", "Upload a parquet file, or create one from a built-in recipe.",
-             reverse("datasets", args=[slug]), Dataset.usable_for(team).exists()),
-        Step("tool", "Register or try a tool", "Register your team's HTTP tool, or try a built-in one.",
-             reverse("tools", args=[slug]), has_tool),
-        Step("experiment", "Create an experiment", "Pick a task, a dataset, a model and an algorithm preset.",
-             reverse("experiment_new", args=[slug]), Experiment.objects.filter(team=team).exists()),
-        Step("run", "Launch a run", "Launch the experiment and watch its curves and rollouts.",
-             reverse("experiments", args=[slug]), Run.objects.filter(team=team).exclude(status=RunStatus.DRAFT).exists()),
-    ]  # fmt: skip
+        Step(
+            "dataset",
+            "Add a dataset",
+            "Upload a parquet file, or create one from a built-in recipe.",
+            reverse("datasets", args=[slug]),
+            Dataset.usable_for(team).exists(),
+        ),
+        Step(
+            "tool",
+            "Register or try a tool",
+            "Register your team's HTTP tool, or try a built-in one.",
+            reverse("tools", args=[slug]),
+            has_tool,
+        ),
+        Step(
+            "experiment",
+            "Create an experiment",
+            "Pick a task, a dataset, a model and an algorithm preset.",
+            reverse("experiment_new", args=[slug]),
+            Experiment.objects.filter(team=team).exists(),
+        ),
+        Step(
+            "run",
+            "Launch a run",
+            "Launch the experiment and watch its curves and rollouts.",
+            reverse("experiments", args=[slug]),
+            Run.objects.filter(team=team).exclude(status=RunStatus.DRAFT).exists(),
+        ),
+    ]
 
 
 def next_step(steps: list[Step]) -> Step | None:

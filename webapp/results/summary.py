@@ -18,9 +18,19 @@ from webapp.results.runs_table import format_duration
 
 # The config values a reader of the run page asks about first, in this order.
 SUMMARY_PATHS = (
-    "task", "preset", "model.path", "algorithm.estimator", "algorithm.policy_loss", "algorithm.kl_coef",
-    "rollout.n", "rollout.max_steps", "trainer.batch_size", "trainer.total_steps", "optim.lr", "backend",
-)  # fmt: skip
+    "task",
+    "preset",
+    "model.path",
+    "algorithm.estimator",
+    "algorithm.policy_loss",
+    "algorithm.kl_coef",
+    "rollout.n",
+    "rollout.max_steps",
+    "trainer.batch_size",
+    "trainer.total_steps",
+    "optim.lr",
+    "backend",
+)
 
 
 @dataclass(frozen=True)
@@ -29,8 +39,14 @@ class Timing:
     eta_s: float | None  # only while running, from the pace so far
 
 
-def timing(started: datetime | None, finished: datetime | None, step: int, total_steps: int,
-           running: bool, now: datetime) -> Timing:  # fmt: skip
+def timing(
+    started: datetime | None,
+    finished: datetime | None,
+    step: int,
+    total_steps: int,
+    running: bool,
+    now: datetime,
+) -> Timing:
     """Duration from start to end (or to now); ETA = the time per step so far x the steps left."""
     if started is None:
         return Timing(None, None)

@@ -42,8 +42,16 @@ def default_keys(tasks: Iterable[str], logged: Sequence[str]) -> list[str]:
     validation = [val_key(task) for task in dict.fromkeys(tasks) if task]
     if not validation:
         validation = [key for key in logged if key.startswith(VAL_PREFIX) and key.endswith("/acc")][:2]
-    keys = [REWARD_MEAN, *validation, ACTOR_KL, ACTOR_ENTROPY, ACTOR_CLIPFRAC, RESPONSE_LENGTH_MEAN,
-            TOOLS_ERROR_RATE, TIMING_STEP_S]  # fmt: skip
+    keys = [
+        REWARD_MEAN,
+        *validation,
+        ACTOR_KL,
+        ACTOR_ENTROPY,
+        ACTOR_CLIPFRAC,
+        RESPONSE_LENGTH_MEAN,
+        TOOLS_ERROR_RATE,
+        TIMING_STEP_S,
+    ]
     if logged and not set(keys) & set(logged):
         return list(logged[:8])
     return keys[:MAX_PANELS]
@@ -60,7 +68,9 @@ def saved_panels(user: Any, team: Any, experiment: Any) -> list[Panel] | None:
         return None  # a layout an older version wrote: start again from the default
 
 
-def panels_for(user: Any, team: Any, experiment: Any, tasks: Iterable[str], logged: Sequence[str]) -> tuple[list[Panel], bool]:  # fmt: skip
+def panels_for(
+    user: Any, team: Any, experiment: Any, tasks: Iterable[str], logged: Sequence[str]
+) -> tuple[list[Panel], bool]:
     """(the panels, whether they are the default layout) of this user's workspace."""
     saved = saved_panels(user, team, experiment)
     if saved is not None:

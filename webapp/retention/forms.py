@@ -28,9 +28,13 @@ class RetentionForm(forms.Form):
         label="Successes kept per step (k)",
     )
     sample_fraction = forms.FloatField(
-        min_value=0.0001, max_value=1.0, initial=0.1, required=False, label="Sample fraction",
+        min_value=0.0001,
+        max_value=1.0,
+        initial=0.1,
+        required=False,
+        label="Sample fraction",
         help_text="The fraction of trajectories a sample keeps, e.g. 0.1.",
-    )  # fmt: skip
+    )
 
     RETENTION_FIELDS = ("retention", "keep_successes", "sample_fraction")
 

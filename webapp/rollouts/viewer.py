@@ -51,10 +51,14 @@ class RolloutFilter(Schema):
         a related model in the same query."""
         found: dict[str, Any] = {}
         for lookup, value in (
-            ("training_step", self.step), ("training_step__gte", self.step_min),
-            ("training_step__lte", self.step_max), ("total_reward__gte", self.reward_min),
-            ("total_reward__lte", self.reward_max), ("success", self.success), ("sample_index", self.sample),
-        ):  # fmt: skip
+            ("training_step", self.step),
+            ("training_step__gte", self.step_min),
+            ("training_step__lte", self.step_max),
+            ("total_reward__gte", self.reward_min),
+            ("total_reward__lte", self.reward_max),
+            ("success", self.success),
+            ("sample_index", self.sample),
+        ):
             if value is not None:
                 found[lookup] = value
         if self.tool_errors is not None:
@@ -138,8 +142,9 @@ def step_views(trajectory: Trajectory) -> list[StepView]:
         trajectory.own_steps().defer("tokens", "search")
     )  # neither is shown; both grow with the response
     calls = list(trajectory.own_tool_calls())
-    texts = TextBlob.texts_for([s.prompt_id for s in steps] + [s.response_id for s in steps] +
-                               [c.result_id for c in calls])  # fmt: skip
+    texts = TextBlob.texts_for(
+        [s.prompt_id for s in steps] + [s.response_id for s in steps] + [c.result_id for c in calls]
+    )
     views: list[StepView] = []
     previous = ""
     for step in steps:
@@ -265,26 +270,42 @@ def data_sources(run: Run) -> list[str]:
 
 def as_json(trajectory: Trajectory, *, with_steps: bool) -> dict[str, Any]:
     data: dict[str, Any] = {
-        "id": trajectory.uid, "group_id": trajectory.group_id, "sample_index": trajectory.sample_index,
-        "rollout_index": trajectory.rollout_index, "training_step": trajectory.training_step,
-        "data_source": trajectory.data_source, "total_reward": trajectory.total_reward,
-        "success": trajectory.success, "num_steps": trajectory.num_steps,
-        "num_tool_calls": trajectory.num_tool_calls, "num_tool_errors": trajectory.num_tool_errors,
-        "response_tokens": trajectory.response_tokens, "metrics": trajectory.metrics,
-    }  # fmt: skip
+        "id": trajectory.uid,
+        "group_id": trajectory.group_id,
+        "sample_index": trajectory.sample_index,
+        "rollout_index": trajectory.rollout_index,
+        "training_step": trajectory.training_step,
+        "data_source": trajectory.data_source,
+        "total_reward": trajectory.total_reward,
+        "success": trajectory.success,
+        "num_steps": trajectory.num_steps,
+        "num_tool_calls": trajectory.num_tool_calls,
+        "num_tool_errors": trajectory.num_tool_errors,
+        "response_tokens": trajectory.response_tokens,
+        "metrics": trajectory.metrics,
+    }
     if with_steps:
         data["ground_truth"] = trajectory.ground_truth
         data["steps"] = [
             {
-                "index": v.step.index, "prompt_text": v.prompt, "response_text": v.response,
-                "reward": v.step.reward, "advantage": v.step.advantage, "value": v.step.value,
+                "index": v.step.index,
+                "prompt_text": v.prompt,
+                "response_text": v.response,
+                "reward": v.step.reward,
+                "advantage": v.step.advantage,
+                "value": v.step.value,
                 "done": v.step.done,
                 "tool_calls": [
-                    {"name": c.name, "arguments": c.arguments, "result": result, "error": c.error,
-                     "latency_s": c.latency_s}
+                    {
+                        "name": c.name,
+                        "arguments": c.arguments,
+                        "result": result,
+                        "error": c.error,
+                        "latency_s": c.latency_s,
+                    }
                     for c, result in v.calls
                 ],
             }
             for v in step_views(trajectory)
-        ]  # fmt: skip
+        ]
     return data

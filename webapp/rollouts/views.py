@@ -70,8 +70,16 @@ def group(request: HttpRequest, team_slug: str, run_id: int, group_id: str) -> H
     if not members:
         raise Http404("no such group")
     first = members[0].trajectory
-    context = {"team": run.team, "run": run, "group_id": group_id, "members": members, "all_equal": all_equal,
-               "prompt": viewer.group_prompt(members), "ground_truth": first.ground_truth, "first": first}  # fmt: skip
+    context = {
+        "team": run.team,
+        "run": run,
+        "group_id": group_id,
+        "members": members,
+        "all_equal": all_equal,
+        "prompt": viewer.group_prompt(members),
+        "ground_truth": first.ground_truth,
+        "first": first,
+    }
     return render(request, "results/group.html", context)
 
 
@@ -115,9 +123,17 @@ def prompt_compare(request: HttpRequest, team_slug: str, run_id: int, sample: in
     after = compare.rollout_of_prompt(other, sample, b, rollout_index)
     assert before is not None and after is not None  # both steps have rollouts of the row
     context = {
-        "team": run.team, "run": run, "other": other, "sample": sample, "steps": steps,
-        "other_steps": other_steps, "a": a, "b": b, "rollout": rollout_index, "form": form,
+        "team": run.team,
+        "run": run,
+        "other": other,
+        "sample": sample,
+        "steps": steps,
+        "other_steps": other_steps,
+        "a": a,
+        "b": b,
+        "rollout": rollout_index,
+        "form": form,
         "prompt": viewer.first_prompts(run, [sample]).get(sample, ""),
         "comparison": compare.compare_rollouts(before, after),
-    }  # fmt: skip
+    }
     return render(request, "results/prompt_compare.html", context)

@@ -41,8 +41,11 @@ class Command(BaseCommand):
         for method, algorithm, values in ROWS:
             for (task, metric), value in zip(COLUMNS, values, strict=True):
                 ReferenceResult.objects.update_or_create(
-                    source=SOURCE, method=method, task=task, metric=metric,
+                    source=SOURCE,
+                    method=method,
+                    task=task,
+                    metric=metric,
                     defaults={"algorithm": algorithm, "value": value},
-                )  # fmt: skip
+                )
                 count += 1
         self.stdout.write(f"{count} reference results from {SOURCE}")
