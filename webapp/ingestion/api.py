@@ -180,8 +180,12 @@ def store_signals_job(job: Job) -> dict[str, Any]:
     job.progress(f"storing the signals of {len(batch.steps)} steps")
     batch_id = batch.batch_id or job.options.get("batch_id") or hashlib.sha256(body).hexdigest()[:64]
     result = token_signals.store_token_signals(job.run, batch, batch_id)
-    return {"stored": result.stored, "waiting": result.waiting, "missing": result.missing,
-            "duplicate": result.duplicate_batch}  # fmt: skip
+    return {
+        "stored": result.stored,
+        "waiting": result.waiting,
+        "missing": result.missing,
+        "duplicate": result.duplicate_batch,
+    }
 
 
 @router.post(route(LOGS_PATH), summary="Append a chunk of the trainer's log")

@@ -18,8 +18,16 @@ def deliveries_from_alert_fields(apps: Any, schema_editor: Any) -> None:
                 continue
             status = "failed" if failed else "sent"
             error = alert.delivery_error if failed else ""
-            rows.append(deliveries(alert=alert, channel=channel, status=status, attempts=1, error=error,
-                                   sent_at=None if failed else sent_at))  # fmt: skip
+            rows.append(
+                deliveries(
+                    alert=alert,
+                    channel=channel,
+                    status=status,
+                    attempts=1,
+                    error=error,
+                    sent_at=None if failed else sent_at,
+                )
+            )
     deliveries.objects.bulk_create(rows, batch_size=1000)
 
 
