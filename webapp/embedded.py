@@ -15,6 +15,7 @@ import socket
 import subprocess
 import time
 import warnings
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,7 +106,7 @@ def _stop(proc: subprocess.Popen[bytes], sig: int, what: str) -> None:
 
 
 @dataclass
-class EmbeddedServer:
+class EmbeddedServer(ABC):
     """A server we run as a child: its files under ``root``, listening on LOOPBACK:``port``."""
 
     root: Path
@@ -120,8 +121,9 @@ class EmbeddedServer:
     def log(self) -> Path:
         return self.root / self.log_name
 
+    @abstractmethod
     def start(self) -> None:
-        raise NotImplementedError
+        """Start the server and wait until it answers (or raise ServiceError)."""
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -442,7 +442,7 @@ MAX_ACTIVE_RUNS = env.integer(
     minimum=1,
     help="How many local runs of a team train at once unless its owner sets another limit; the rest wait queued.",
 )
-# How long a web process reuses /healthz's Celery ping (webapp/health.py).
+# How long a web process reuses /healthz's Celery ping (webapp/healthz.py).
 HEALTH_PING_CACHE_S = 5.0
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "reap-runs": {"task": "webapp.experiments.tasks.reap_runs", "schedule": float(REAP_EVERY_S)},
