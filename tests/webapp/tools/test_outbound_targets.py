@@ -171,3 +171,19 @@ def test_a_target_that_opens_a_service_of_the_product_is_refused(
     refused = _client(root).post(reverse("outbound_targets"), {"rule": service})
     assert refused.status_code == 400 and "the product&#x27;s own service" in refused.content.decode()
     assert not OutboundTarget.objects.exists()
+
+
+def test_an_alert_webhook_is_accepted_once_an_admin_allows_its_target(
+    personas: dict[str, Any], root: Any
+) -> None:
+    from webapp.monitoring.checks import all_checks
+
+    url = reverse("health_settings", args=[personas["acme"].slug])
+    form = {f"{check.name}-enabled": "on" for check in all_checks()} | {
+        "webhook_url": "https://hooks.example.com/x"
+    }
+    refused = _client(personas["alice"]).post(url, form)
+    assert refused.status_code == 400
+    assert "a site administrator (root) can allow hooks.example.com:443" in refused.content.decode()
+    OutboundTarget.allow("hooks.example.com:443", root, note="alerts")
+    assert _client(personas["alice"]).post(url, form).status_code == 302
