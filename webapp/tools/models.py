@@ -19,7 +19,6 @@ import socket
 import time
 from typing import Any
 
-from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
