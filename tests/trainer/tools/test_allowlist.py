@@ -152,7 +152,7 @@ def test_a_network_rule_allows_addresses_inside_it_on_its_port_only() -> None:
 def test_private_loopback_and_link_local_addresses_need_a_rule_naming_that_exact_host_and_port() -> None:
     network = policy("0.0.0.0/0:8080")
     for address in ("10.1.2.3", "192.168.1.4", "127.0.0.1", "169.254.169.254"):
-        with pytest.raises(OutboundRefused, match="private|this machine|link-local"):
+        with pytest.raises(OutboundRefused, match=r"private|this machine|link-local"):
             choose_address(check_url(f"http://{address}:8080/", network), network, [address])
     exact = policy("10.1.2.3:8080", "127.0.0.1:8080", "169.254.169.254:8080", "tools.internal:8080")
     for address in ("10.1.2.3", "127.0.0.1", "169.254.169.254"):
