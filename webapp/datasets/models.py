@@ -406,7 +406,8 @@ class RecipeImport(models.Model):
         )
         if self.options.get("size"):
             origin += f", size {self.options['size']}, seed {self.options.get('seed', 0)}"
-        return origin
+        level = (self.options.get("extra") or {}).get("level")
+        return f"{origin}, level {level}" if level else origin
 
     @classmethod
     def start(
