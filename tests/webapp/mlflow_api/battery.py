@@ -43,28 +43,35 @@ class Battery:
         return result
 
     def normalised(self) -> dict[str, Any]:
-        return {name: self._scrub(_plain(answer)) for name, answer in self.answers.items()}
+        # A bare string answer is create_experiment's new id.
+        return {name: self._scrub(_plain(answer), "experiment_id") for name, answer in self.answers.items()}
 
-    def _scrub(self, value: Any) -> Any:
+    def _scrub(self, value: Any, key: str = "") -> Any:
         if isinstance(value, dict):
-            return {k: ("<time>" if _TIME.search(k) else self._scrub(v)) for k, v in sorted(value.items())}
+            return {k: "<time>" if _TIME.search(k) else self._scrub(v, k) for k, v in sorted(value.items())}
         if isinstance(value, list):
-            items = [self._scrub(v) for v in value]
+            items = [self._scrub(v, key) for v in value]
             if items and all(isinstance(i, dict) and "key" in i for i in items):
                 items.sort(key=lambda i: (str(i["key"]), str(i.get("step", ""))))
             return items
-        if isinstance(value, str):
+        if isinstance(value, str) and key not in _PLAIN_VALUES:
             for raw, name in sorted(self.labels.items(), key=lambda kv: -len(kv[0])):
-                if raw in value and (len(raw) > 3 or value == raw or f"/{raw}" in value):
-                    value = value.replace(raw, name) if len(raw) > 3 else _swap_segment(value, raw, name)
+                value = _swap(value, raw, name, whole=key == "experiment_id")
             return _HEX_ID.sub("<id>", value)
         return value
 
 
-def _swap_segment(value: str, raw: str, name: str) -> str:
-    """An experiment id is a short number: replaced only as a whole value or a path segment."""
+# Values that are never ids (a step "1" is not experiment 1).
+_PLAIN_VALUES = {"step", "value", "key", "name", "digest"}
+
+
+def _swap(value: str, raw: str, name: str, *, whole: bool) -> str:
+    """Run and model ids are long and replaced anywhere; an experiment id is a short number,
+    replaced as the whole of an experiment_id or as a path segment of a URI."""
+    if len(raw) >= 32:
+        return value.replace(raw, name)
     if value == raw:
-        return name
+        return name if whole else value
     return re.sub(rf"(?<=[:/]){re.escape(raw)}(?=/|$)", name, value)
 
 
