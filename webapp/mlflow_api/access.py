@@ -139,6 +139,14 @@ def get_experiment_for_caller(caller: Caller, experiment_id: Any) -> Experiment:
     return found
 
 
+def searched_experiment_pk(caller: Caller, experiment_id: Any) -> int:
+    """An experiment id a search names: an id of no experiment (or of another team's) matches
+    nothing, as on MLflow, so it needs no lookup."""
+    if str(experiment_id) == DEFAULT_EXPERIMENT_ID and caller.run is None:
+        return default_experiment(caller).pk
+    return parse_experiment_id(experiment_id)
+
+
 def default_experiment(caller: Caller) -> Experiment:
     """The team's "Default" experiment, made on first use: MLflow's server has it from the start,
     and a client lists, reads and logs to it without creating it (docs/mlflow.md#how-close-to-mlflow)."""

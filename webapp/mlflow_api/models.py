@@ -1,5 +1,6 @@
 """What only MLflow's API knows of our experiments and runs (docs/mlflow.md#lifecycle): which were
-deleted through it, experiment tags, and the datasets a run logged as inputs. The rest of the product does not read these: a run deleted through MLflow stays on the
+deleted through it, experiment tags, the datasets a run logged as inputs, and MLflow 3's logged
+models. The rest of the product does not read these: a run deleted through MLflow stays on the
 run pages, where the product's own archive and delete apply."""
 
 from __future__ import annotations
@@ -52,3 +53,31 @@ class RunDataset(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["run", "name", "digest"], name="one_mlflow_dataset_per_run")
         ]
+
+
+class LoggedModel(models.Model):
+    """MLflow 3's logged model (what every ``mlflow.<flavour>.log_model`` creates). Its files live
+    among its source run's artifacts, under ``logged-models/<model id>/``
+    (docs/mlflow.md#logged-models)."""
+
+    model_id = models.CharField(max_length=40, unique=True)
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="mlflow_models")
+    source_run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.CASCADE, related_name="mlflow_models"
+    )
+    name = models.CharField(max_length=500)
+    model_type = models.CharField(max_length=500, blank=True)
+    status = models.CharField(max_length=32)
+    status_message = models.TextField(blank=True)
+    params = models.JSONField(default=dict)
+    tags = models.JSONField(default=dict)
+    # The Metric protos logged with this model's id: [{key, value, timestamp, step, run_id, model_id}].
+    metrics = models.JSONField(default=list)
+    # The step of log_outputs that named this model an output of its source run; null before.
+    output_step = models.BigIntegerField(null=True, blank=True)
+    deleted = models.BooleanField(default=False)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created", "-pk"]

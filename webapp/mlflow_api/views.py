@@ -28,7 +28,7 @@ from django.views.decorators.csrf import csrf_exempt
 from trainer.contract import INT4_MAX
 from webapp.experiments.models import Experiment, LoggedValue, Run
 from webapp.ingestion import metrics_store
-from webapp.mlflow_api import entities, lifecycle, search
+from webapp.mlflow_api import entities, lifecycle, logged_models, search
 from webapp.mlflow_api import validation as check
 from webapp.mlflow_api.access import (
     DEFAULT_EXPERIMENT_ID,
@@ -39,8 +39,8 @@ from webapp.mlflow_api.access import (
     default_experiment,
     get_experiment_for_caller,
     get_run_for_caller,
-    parse_experiment_id,
     run_ended,
+    searched_experiment_pk,
 )
 from webapp.mlflow_api.entities import OUR_STATUS, RUN_NAME_TAG, UNKNOWN_USER, USER_TAG, from_ms
 from webapp.mlflow_api.errors import (
@@ -161,26 +161,12 @@ def search_runs(caller: Caller, body: Body, raw: bytes) -> Body:
     experiment_ids = check.array(body, "experiment_ids")
     size = check.max_results(check.optional_int(body, "max_results"), default=1000)
     # Ids of no experiment (or another team's) match no run, as on MLflow.
-    pks = [_experiment_pk(caller, value) for value in experiment_ids]
+    pks = [searched_experiment_pk(caller, value) for value in experiment_ids]
     runs = search.with_view_type(caller.runs().filter(experiment_id__in=pks), body.get("run_view_type"))
     runs = search.filter_runs(runs, check.optional_string(body, "filter"))
     runs = search.order_runs(runs, check.array(body, "order_by"))
     found, token = search.page(runs, check.optional_string(body, "page_token"), size)
     return _with_token({"runs": entities.runs(found)}, token)
-
-
-def _experiment_pk(caller: Caller, experiment_id: Any) -> int:
-    if str(experiment_id) == DEFAULT_EXPERIMENT_ID and caller.run is None:
-        return default_experiment(caller).pk
-    return parse_experiment_id(experiment_id)
-
-
-def search_logged_models(caller: Caller, body: Body, raw: bytes) -> Body:
-    """No logged models live here; the client asks before listing a run's artifacts by path
-    (its runs:/ repository also lists a model's files of that name), so the answer is "none"."""
-    for value in check.array(body, "experiment_ids"):
-        _experiment_pk(caller, value)
-    return {"models": []}
 
 
 # -- logging ---------------------------------------------------------------------------------------
@@ -200,7 +186,9 @@ def log_batch(caller: Caller, body: Body, raw: bytes) -> Body:
     tags = [check.tag(t.get("key"), t.get("value"), f"tags[{i}]") for i, t in enumerate(tag_items)]
     check.batch_limits(len(metric_items), len(params), len(tags))
     check.unique_param_keys(params)
-    _log(get_run_for_caller(caller, run_id, write=True), metrics, params, tags, raw)
+    run = get_run_for_caller(caller, run_id, write=True)
+    _log(run, metrics, params, tags, raw)
+    logged_models.record_metrics(run, metric_items)
     return {}
 
 
@@ -209,7 +197,9 @@ def log_metric(caller: Caller, body: Body, raw: bytes) -> Body:
     for name in ("key", "value", "timestamp"):
         check.required(body, name)
     metrics = check.metrics([body], single=True)
-    _log(get_run_for_caller(caller, run_id, write=True), metrics, [], [], raw)
+    run = get_run_for_caller(caller, run_id, write=True)
+    _log(run, metrics, [], [], raw)
+    logged_models.record_metrics(run, [body])
     return {}
 
 
@@ -310,19 +300,19 @@ ENDPOINTS: dict[str, tuple[str, Handler]] = {
     "runs/get": ("GET", get_run),
     "runs/update": ("POST", update_run),
     "runs/search": ("POST", search_runs),
-    "logged-models/search": ("POST", search_logged_models),
     "runs/log-batch": ("POST", log_batch),
     "runs/log-metric": ("POST", log_metric),
     "runs/log-parameter": ("POST", log_param),
     "runs/set-tag": ("POST", set_tag),
     "metrics/get-history": ("GET", get_metric_history),
     **lifecycle.ENDPOINTS,
+    **logged_models.ENDPOINTS,
 }
 
 
 @csrf_exempt
 def endpoint(request: HttpRequest, path: str, team_slug: str | None = None) -> HttpResponse:
-    return serve(request, path, team_slug, ENDPOINTS.get(path))
+    return serve(request, path, team_slug, ENDPOINTS.get(path) or logged_models.route(path, request.method))
 
 
 def serve(
@@ -365,11 +355,11 @@ def _request_body(request: HttpRequest) -> Body:
 
 @csrf_exempt
 def unknown(request: HttpRequest, path: str = "", team_slug: str | None = None) -> HttpResponse:
-    """Calls this server does not speak (reading traces, the model registry, ...): MLflow's
+    """Calls this server does not speak (the model registry, prompts, ...): MLflow's
     ENDPOINT_NOT_FOUND, so the client fails at once instead of retrying."""
     return MlflowError(
         f"Agent-R1 Studio's MLflow endpoint does not support {request.path}: it speaks MLflow's tracking "
-        "calls for experiments, runs, metrics, params, tags and artifacts, and logging traces "
-        "(docs/mlflow.md#traces); no models.",
+        "calls (experiments, runs, metrics, params, tags, datasets, logged models, artifacts, traces); "
+        "no model registry, prompts or evaluation (docs/mlflow.md#calls-not-served).",
         ENDPOINT_NOT_FOUND,
     ).response()

@@ -274,7 +274,18 @@ def _logged_models(b: Battery) -> None:
     b.call("log model params", "log_model_params", model_id or "m-" + "0" * 32, {"batch": "64"})
     b.call("log metric on model", "log_metric", third, "acc", 0.9, step=1, timestamp=1_700_000_000_000,
            model_id=model_id)  # fmt: skip
+    b.call("log model artifact", "log_model_artifact", model_id or "m-" + "0" * 32, str(_model_file()))
+    b.call("list model artifacts", "list_logged_model_artifacts", model_id or "m-" + "0" * 32)
     b.call("finalize logged model", "finalize_logged_model", model_id or "m-" + "0" * 32, "READY")
     b.call("get finalized model", "get_logged_model", model_id or "m-" + "0" * 32)
     b.call("search logged models", "search_logged_models", [a])
     b.call("get unknown logged model", "get_logged_model", "m-" + "0" * 32)
+
+
+def _model_file() -> Any:
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.mkdtemp()) / "MLmodel"
+    path.write_text("flavors: {}\n")
+    return path
