@@ -63,8 +63,15 @@ def get_model_for_caller(caller: Caller, model_id: str, *, write: bool = False) 
     if found is None:
         raise not_found(f"Logged model with ID '{model_id}' not found.")
     if write:
-        check_can_create(caller)
+        _check_model_write(caller, found.source_run)
     return found
+
+
+def _check_model_write(caller: Caller, run: Run | None) -> None:
+    """People with the member role; a run's token, for the models of its own run (a launched run
+    calling log_model)."""
+    if caller.run is None or run is None or run.pk != caller.run.pk:
+        check_can_create(caller)
 
 
 def _pairs(body: Body, name: str) -> dict[str, str]:
@@ -74,9 +81,9 @@ def _pairs(body: Body, name: str) -> dict[str, str]:
 
 def create(caller: Caller, body: Body, raw: bytes) -> Body:
     experiment = get_experiment_for_caller(caller, check.required_string(body, "experiment_id"))
-    check_can_create(caller)
     run_id = check.optional_string(body, "source_run_id")
     run = get_run_for_caller(caller, run_id, write=True) if run_id else None
+    _check_model_write(caller, run)
     model_id = f"m-{uuid.uuid4().hex}"
     model = LoggedModel.objects.create(
         model_id=model_id,
