@@ -16,7 +16,7 @@ from webapp.experiments.models import Experiment
 from webapp.mlflow_api import validation as check
 from webapp.mlflow_api.access import Caller, check_can_create, get_experiment_for_caller, get_run_for_caller
 from webapp.mlflow_api.entities import RUN_NAME_TAG
-from webapp.mlflow_api.errors import RESOURCE_ALREADY_EXISTS, MlflowError, not_found
+from webapp.mlflow_api.errors import RESOURCE_ALREADY_EXISTS, MlflowError, invalid, not_found
 from webapp.mlflow_api.models import DeletedExperiment, DeletedRun, ExperimentTag, RunDataset
 
 Body = dict[str, Any]
@@ -57,13 +57,19 @@ def log_inputs(caller: Caller, body: Body, raw: bytes) -> Body:
     return {}
 
 
+# RunDataset's columns (MLflow's own limits for these fields).
+_DATASET_LIMITS = {"name": 500, "digest": 36, "source_type": 36, "source": 65_535}
+
+
 def _dataset(item: dict[str, Any], path: str) -> dict[str, Any]:
     dataset = item.get("dataset")
     if not isinstance(dataset, dict):
         raise MlflowError(check.missing_value(f"{path}.dataset"))
-    fields = {
-        name: check.required_string(dataset, name) for name in ("name", "digest", "source_type", "source")
-    }
+    fields: dict[str, Any] = {}
+    for name, limit in _DATASET_LIMITS.items():
+        fields[name] = check.required_string(dataset, name)
+        if len(fields[name]) > limit:
+            raise invalid(check.exceeds_maximum_length(f"{path}.dataset.{name}", limit))
     fields.update(schema=str(dataset.get("schema") or ""), profile=str(dataset.get("profile") or ""))
     tags = item.get("tags") or []
     fields["tags"] = {str(t.get("key")): str(t.get("value")) for t in tags if isinstance(t, dict)}
