@@ -53,10 +53,18 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         poll_until(lambda: _answers(url + "/health", proc))
         yield url
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(30)
+        _stop(proc)
         log.close()
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL: uvicorn waits for the client's kept-alive connections otherwise."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+            return
 
 
 def _answers(url: str, proc: subprocess.Popen[bytes]) -> bool:
