@@ -218,26 +218,31 @@ def test_an_evaluation_of_a_saved_checkpoint_reports_what_its_stored_trajectorie
     assert rollouts.status_code == 200
 
 
-def test_a_killed_evaluation_keeps_and_shows_what_its_stored_batches_scored(
-    personas: Any, experiment: Experiment, client: Client
-) -> None:
+def killed_evaluation(experiment: Experiment, client: Client) -> Run:
+    """An evaluation of k = 2 whose trainer stored 2 of its 13 batches, then was killed (SIGKILL)."""
     run = Run.objects.create(experiment=experiment, team=experiment.team, seed=1, kind=RunKind.EVALUATION,
                              name="eval · base model", config={"name": "e", "seed": 1, "rollout": {"n": 2}})  # fmt: skip
     trainer = Trainer(client, run.pk, str(run.issue_token()))
-    accs = {"p0s0": 1.0, "p0s1": 0.0, "p1s0": 0.0, "p1s1": 0.0}  # 2 of 13 batches stored, then killed
+    accs = {"p0s0": 1.0, "p0s1": 0.0, "p1s0": 0.0, "p1s1": 0.0}
     for step, group in ((1, "p0"), (2, "p1")):
         sent = [sample(f"{group}s{i}", group, accs[f"{group}s{i}"], metrics={"acc": accs[f"{group}s{i}"]})
                 for i in range(2)]  # fmt: skip
         assert trainer.trajectories(step, sent, batch_id=f"t{step}").status_code == 200
         assert trainer.post(HEARTBEAT_PATH, {"step": step, "total_steps": 13, "ts": 1.7e9}).status_code == 200
-    process = subprocess.Popen(["sleep", "600"], start_new_session=True)  # the trainer, killed
+    process = subprocess.Popen(["sleep", "600"], start_new_session=True)
     process.kill()
     process.wait()
     run.record_executor_ref(f"pgid:{process.pid}")
-
     services.reconcile(Run.objects.get(pk=run.pk))  # the reaper finds it gone
-
     run.refresh_from_db()
+    return run
+
+
+def test_a_killed_evaluation_keeps_and_shows_what_its_stored_batches_scored(
+    personas: Any, experiment: Experiment, client: Client
+) -> None:
+    run = killed_evaluation(experiment, client)
+
     assert run.status == RunStatus.FAILED
     assert "evaluation process" in run.message and "training" not in run.message, run.message
     scored = {key: value for key, (_step, value) in latest_values(run.pk).items()}
@@ -251,3 +256,24 @@ def test_a_killed_evaluation_keeps_and_shows_what_its_stored_batches_scored(
     page = client.get(f"/t/{personas['acme'].slug}/runs/{run.pk}/").content.decode()
     assert 'id="evaluation-partial"' in page and "after 2 of 13 batches" in page
     assert 'id="evaluation-acc"' in page
+
+
+@pytest.mark.browser
+def test_a_killed_evaluations_partial_scores_read_as_partial_in_the_browser(
+    personas: Any, experiment: Experiment, client: Client, login: Any, live_server: Any
+) -> None:
+    run = killed_evaluation(experiment, client)
+    page = login("alice")
+    shots = Path(__file__).resolve().parents[3] / "var" / "shots" / "a35sup"
+    shots.mkdir(parents=True, exist_ok=True)
+    slug = personas["acme"].slug
+    for width in (1440, 1024):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{live_server.url}/t/{slug}/runs/{run.pk}/")
+        partial = page.locator("#evaluation-partial")
+        assert partial.is_visible() and "partial" in partial.inner_text()
+        assert page.locator("#evaluation-acc").inner_text().strip() != ""
+        page.screenshot(path=str(shots / f"evaluation-partial-{width}.png"), full_page=True)
+        page.goto(f"{live_server.url}/t/{slug}/experiments/{experiment.pk}/")
+        assert page.locator("#evaluations .partial").is_visible()
+        page.screenshot(path=str(shots / f"evaluations-table-partial-{width}.png"), full_page=True)
