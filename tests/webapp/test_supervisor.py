@@ -54,7 +54,7 @@ class Launched:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def wait_healthy(self, timeout: float = 120) -> dict[str, Any]:
+    def wait_healthy(self, timeout: float = 300) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
