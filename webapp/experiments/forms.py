@@ -27,6 +27,7 @@ from webapp.retention.forms import RetentionForm
 BASIC_PATHS = [
     "rollout.max_steps",
     "rollout.context_policy",
+    "data.reward_rule",
     "executor",
     "backend",
     "resources.gpus_per_node",
