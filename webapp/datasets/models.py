@@ -87,6 +87,14 @@ class Dataset(CreatedRecord):
     archived = models.BooleanField(
         default=False, help_text="Hidden from the pickers; runs that use it keep it."
     )
+    derived_from = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="derived",
+        help_text="The dataset this one was made from (generated demonstrations).",
+    )
     validated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -320,6 +328,11 @@ class Dataset(CreatedRecord):
             enqueue_on_commit(VALIDATE_DATASET_TASK, self.pk)
         return changed
 
+    def settle_checked(self, stats: dict[str, Any]) -> bool:
+        """Valid, with ``stats``: a file its maker checked row by row as it wrote it (generated
+        demonstrations, each conversation checked against the chat-messages contract)."""
+        return self._settle(DatasetStatus.VALID, stats=stats, problems=[])
+
     def _settle(self, status: str, **changes: Any) -> bool:
         # Race: a redelivered validate task running beside the first; only one pending → settled wins.
         return guarded_update(
@@ -394,7 +407,8 @@ class RecipeImport(WorkRecord):
         )
         if self.options.get("size"):
             origin += f", size {self.options['size']}, seed {self.options.get('seed', 0)}"
-        return origin
+        level = (self.options.get("extra") or {}).get("level")
+        return f"{origin}, level {level}" if level else origin
 
     @classmethod
     def start(

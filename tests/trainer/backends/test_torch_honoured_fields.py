@@ -58,6 +58,7 @@ NOT_BUILT = {
     "preset": "RunConfig.from_preset applies the preset's values before any backend sees the config",
     "backend": "picks the backend itself (BACKENDS.get)",
     "executor": "the web app's launcher picks the executor that starts the job",
+    "rollout.tool_warmup_steps": "the web app's tool-use health checks read it (docs/health.md#tool-use)",
 }
 
 
