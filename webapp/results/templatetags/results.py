@@ -85,13 +85,6 @@ def metric(value: Any) -> str:
     return f"{number:.4g}"
 
 
-@register.filter
-def tail(text: Any, length: int = 160) -> str:
-    """The end of a long text: a chat-templated prompt ends with the question, after the system part."""
-    value = str(text or "")
-    return value if len(value) <= length else "…" + value[-length:].lstrip()
-
-
 @register.simple_tag
 def run_row(row: Any, team_slug: str) -> str:
     """One row of the runs table's cells, built in Python: a page has 50 rows of up to 40 cells, and
