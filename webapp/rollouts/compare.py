@@ -40,8 +40,8 @@ def two_steps(
     """The two steps to compare: those asked for when the row has rollouts there, else the earliest
     against the latest. Within one run never a step against itself (which would show no change at
     all): then the latest other step. The caller makes sure one run has two steps of the row."""
-    a = asked_a if asked_a in steps else steps[0]
-    b = asked_b if asked_b in other_steps else other_steps[-1]
+    a = asked_a if asked_a is not None and asked_a in steps else steps[0]
+    b = asked_b if asked_b is not None and asked_b in other_steps else other_steps[-1]
     if same_run and a == b:
         b = [step for step in other_steps if step != a][-1]
     return a, b
