@@ -138,7 +138,8 @@ def runs_columns(request: HttpRequest, team_slug: str) -> HttpResponse:
         ids = default_column_ids(experiment.task if experiment else None)
     for problem in runs_page.save_column_ids(request.user, team, experiment, ids):
         messages.error(request, f"Column not added: {problem}")
-    return redirect(_next_url(request, reverse("runs", args=[team.slug])))
+    saved = runs_page.saved_column_ids(request.user, team, experiment) or []
+    return redirect(runs_page.with_columns(_next_url(request, reverse("runs", args=[team.slug])), saved))
 
 
 @login_required

@@ -98,8 +98,9 @@ def run_row(row: Any, team_slug: str) -> str:
     parts = [f'<td class="select"><input type="checkbox" name="run" value="{run.pk}" id="select-run-{run.pk}" '
              f'hx-preserve="true" aria-label="Select {name}"></td>']  # fmt: skip
     for cell in row.cells:
+        named = " col-name" if cell.column.id == "name" else ""  # kept wide enough to read (studio.css)
         parts.append(
-            f'<td class="col-{cell.column.value_type}">{_cell_html(cell, run, team_slug, name)}</td>'
+            f'<td class="col-{cell.column.value_type}{named}">{_cell_html(cell, run, team_slug, name)}</td>'
         )
     return mark_safe("".join(parts))  # built from escaped values only
 
