@@ -218,10 +218,15 @@ class TrainerConfig(Section):
         "the weights only (about a third of the size).",
     )
     keep_checkpoints: int | None = Field(
-        default=None,
+        default=1,
         ge=1,
         description="Keep only the newest k checkpoints: an older one is deleted once a newer one is "
-        "complete. None keeps every checkpoint.",
+        "complete. The default keeps the last one; none keeps every checkpoint.",
+    )
+    checkpoint_on_cancel: bool = Field(
+        default=False,
+        description="Write a checkpoint of the last finished step when the run is cancelled. Off, a "
+        "cancelled run writes none (its earlier checkpoints stay).",
     )
     device: Literal["cpu", "cuda", "auto"] = Field(
         default="auto", description="Where the torch backend runs; auto picks cuda when available."

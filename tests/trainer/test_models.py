@@ -106,3 +106,22 @@ def test_model_paths_are_checked_before_loading(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="not a Hugging Face model folder"):
         resolve_model_path(str(tmp_path))
     assert "smollm2-135m-instruct" in model_size.SMOLLM2_ALIASES
+
+
+def test_the_offline_models_shapes_give_their_parameter_counts() -> None:
+    for shape, parameters in [
+        (model_size.SMOLLM2_SHAPE, model_size.SMOLLM2_PARAMETERS),
+        (model_size.TINY_TEST_SHAPE, model_size.TINY_TEST_PARAMETERS),
+    ]:
+        assert abs(model_size.decoder_parameters(shape) - parameters) < 0.001 * parameters  # norms aside
+
+
+def test_a_checkpoints_expected_size_follows_dtype_lora_critic_and_resume() -> None:
+    full = model_size.checkpoint_bytes("smollm2", dtype="float32")
+    assert full is not None and 510 * 2**20 < full < 520 * 2**20  # the 516 MB a SmolLM2 run writes
+    assert model_size.checkpoint_bytes("smollm2", dtype="bfloat16") == full // 2
+    adapters = model_size.checkpoint_bytes("smollm2", dtype="float32", lora_rank=8)
+    assert adapters is not None and adapters < full // 50
+    assert model_size.checkpoint_bytes("smollm2", dtype="float32", critic=True) == 2 * full
+    assert model_size.checkpoint_bytes("smollm2", dtype="float32", resumable=True) == 3 * full
+    assert model_size.checkpoint_bytes("/no/such/folder", dtype="float32") is None

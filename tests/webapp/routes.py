@@ -168,6 +168,16 @@ def _build_world(folder: Path) -> World:
     # A run tag and an experiment tag for the MLflow calls that delete one.
     LoggedValue.set_tags(runs["own run"], {"t": "v"})
     ExperimentTag.objects.create(experiment=experiment, key="k", value="v")
+    # The same dataset row a step later: "compare steps" needs two different steps of it.
+    Trajectory.objects.create(
+        run=runs["own run"],
+        uid="t1",
+        group_id="g1",
+        sample_index=0,
+        training_step=1,
+        total_reward=0.0,
+        success=False,
+    )
     sweep = Sweep.objects.create(team=acme, name="sweep", spec={"seeds": [1], "params": []})
     import_job = Job.objects.create(
         kind=IMPORT_JOB, task=IMPORT_TASK, team=acme, user=users["member"], status=JobStatus.DONE

@@ -20,6 +20,7 @@ from trainer.config import RunConfig, _section_model, flatten_paths, honoured_fi
 from trainer.contract import INT4_MAX
 from webapp.accounts.models import Team
 from webapp.experiments.acceptance import MAX_NAME_LENGTH, MAX_SEEDS, Refused, accept
+from webapp.experiments.checkpoint_size import CheckpointPlan
 from webapp.experiments.models import MAX_LABEL_LENGTH
 from webapp.retention.forms import RetentionForm
 
@@ -63,6 +64,8 @@ ADVANCED_PATHS = [
     "trainer.batch_size",
     "trainer.val_every",
     "trainer.save_every",
+    "trainer.keep_checkpoints",
+    "trainer.checkpoint_on_cancel",
     "data.max_prompt_length",
     "data.max_response_length",
     "model.dtype",
@@ -128,7 +131,7 @@ def form_field(path: str) -> forms.Field:
     if annotation is bool:
         return forms.BooleanField(**common)
     bounds = {m.__class__.__name__: m for m in info.metadata}
-    if annotation is int:
+    if annotation in (int, int | None):  # an empty optional number keeps the default
         lower = getattr(bounds.get("Ge"), "ge", None)
         return forms.IntegerField(min_value=lower, **common)
     if annotation is float:
@@ -210,6 +213,17 @@ class ExperimentForm(RetentionForm):
     @property
     def advanced_fields(self) -> list[forms.BoundField]:
         return [self[path] for path in ADVANCED_PATHS] + [self[name] for name in self.RETENTION_FIELDS]
+
+    @property
+    def checkpoint_plan(self) -> CheckpointPlan:
+        """The checkpoints the form's values make: the line under Advanced says their size."""
+        keep = self["trainer.keep_checkpoints"].value()
+        return CheckpointPlan(
+            model_path=self._chosen("model_path"),
+            dtype=str(self["model.dtype"].value() or "float32"),
+            estimator=str(self["algorithm.estimator"].value() or ""),
+            keep=int(keep) if str(keep or "").isdigit() and int(keep) > 0 else 1,
+        )
 
     def clean_seeds(self) -> list[int]:
         raw = self.cleaned_data["seeds"]

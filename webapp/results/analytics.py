@@ -20,6 +20,10 @@ from webapp.results.models import ReferenceResult
 
 MAX_STEP_BUCKETS = 20
 SOLVED = 0.5  # a prompt counts as solved at a step when at least half its rollouts succeed
+# Fewer samples than this say nothing about stability: a row seen once or twice that is not solved
+# at its last step is "too few samples", not "unstable" (docs/rollouts.md#per-prompt-learning).
+MIN_SAMPLES_FOR_UNSTABLE = 3
+VERDICTS = ("never solved", "learned", "regressed", "unstable", "too few samples", "solved from the start")
 
 
 def samples_per_step(run: Run) -> int:
@@ -126,7 +130,7 @@ class PromptCurve:
     sample_index: int
     data_source: str
     points: list[tuple[int, float]]  # (training step, success rate of the prompt's group)
-    verdict: str  # never solved | learned | solved from the start | regressed | unstable
+    verdict: str  # one of VERDICTS
     learned_at: int | None = None
 
 
@@ -143,7 +147,7 @@ def classify(points: Sequence[tuple[int, float]]) -> tuple[str, int | None]:
             break
         learned_from = index
     if learned_from is None:
-        return "unstable", None
+        return ("unstable" if len(rates) >= MIN_SAMPLES_FOR_UNSTABLE else "too few samples"), None
     if learned_from == 0:
         return "solved from the start", points[0][0]
     return "learned", points[learned_from][0]

@@ -257,17 +257,20 @@ def columns(ids: Sequence[str]) -> tuple[list[Column], list[str]]:
     return found[:MAX_COLUMNS], problems
 
 
+# The default columns fit a 1,024 px window without sideways scrolling (a run's name already holds its
+# experiment's, so neither table repeats it); the column chooser adds any other.
+TEAM_DEFAULT_COLUMNS = ("name", "status", "health", "task", "preset", "started", "duration", "steps")
+EXPERIMENT_DEFAULT_COLUMNS = ("name", "status", "health", "seed", "started", "duration", "steps")
+
+
 def default_column_ids(task: str | None) -> list[str]:
-    """A team's table shows which experiment each run belongs to; an experiment's adds its task's
-    validation accuracy."""
+    """A team's table shows each run's task and preset and its latest reward; an experiment's (``task``)
+    shows its seeds, and its task's validation accuracy beside the reward."""
     from trainer.contract import REWARD_MEAN, val_key
 
-    ids = ["name", "kind", "status", "health"]
-    ids += ["preset", "task", "seed"] if task else ["experiment", "preset", "task", "seed"]
-    ids += ["started", "duration", "steps", f"last:{REWARD_MEAN}", f"max:{REWARD_MEAN}"]
-    if task:
-        ids.append(f"last:{val_key(task)}")
-    return [*ids, "tags"]
+    if task is None:
+        return [*TEAM_DEFAULT_COLUMNS, f"last:{REWARD_MEAN}"]
+    return [*EXPERIMENT_DEFAULT_COLUMNS, f"last:{REWARD_MEAN}", f"last:{val_key(task)}"]
 
 
 # -- what the column chooser offers ----------------------------------------------------------------

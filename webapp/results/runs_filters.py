@@ -26,6 +26,7 @@ from webapp.results.runs_columns import (
     DURATION,
     JSON,
     KIND,
+    MAX_COLUMNS,
     NUMBER,
     OPERATORS,
     OPERATORS_FOR,
@@ -59,6 +60,9 @@ class TableQuery:
     group: str = ""
     archived: str = "hide"  # hide | include | only
     page: int = 1
+    # The shown columns' ids: those the URL names (``col``), else the page fills in the user's, so
+    # every link the table makes carries them and a shared link shows the same columns to anyone.
+    columns: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     def params(self, **changes: Any) -> list[tuple[str, str]]:
@@ -77,7 +81,7 @@ class TableQuery:
             pairs.append(("archived", archived))
         if page and page != 1:
             pairs.append(("page", str(page)))
-        return pairs
+        return pairs + [("col", column_id) for column_id in changes.get("columns", self.columns)]
 
     def url(self, **changes: Any) -> str:
         return "?" + urlencode(self.params(**changes))
@@ -115,6 +119,7 @@ def parse_query(params: Any) -> TableQuery:
             query.group = group
         except BadQuery as error:
             query.errors.append(f"group: {error}")
+    query.columns = [column_id for column_id in params.getlist("col") if column_id][:MAX_COLUMNS]
     archived = params.get("archived") or "hide"
     query.archived = archived if archived in dict(ARCHIVED_CHOICES) else "hide"
     page = params.get("page") or "1"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from webapp.experiments.models import Run
 from webapp.results.models import LayoutKind, SavedLayout
@@ -21,7 +22,7 @@ from webapp.results.runs_columns import (
     metric_keys,
     param_keys,
 )
-from webapp.results.runs_filters import ARCHIVED_CHOICES, Filter, parse_query
+from webapp.results.runs_filters import ARCHIVED_CHOICES, Filter, TableQuery, parse_query
 from webapp.results.runs_table import RunsTable, build
 
 
@@ -51,7 +52,9 @@ class TablePage:
 
     @property
     def filter_columns(self) -> list[Column]:
-        return filterable(self.chosen)
+        """The shown columns, and those the query filters on even when not shown (a shared link's)."""
+        filtered, _problems = columns([item.column_id for item in self.table.query.filters])
+        return filterable([*self.chosen, *(item for item in filtered if item not in self.chosen)])
 
     @property
     def group_columns(self) -> list[Column]:
@@ -78,6 +81,11 @@ class TablePage:
         )
 
     @property
+    def view_url(self) -> str:
+        """This very view (its page too), to share or bookmark."""
+        return self.table.query.url(page=self.table.page.number if self.table.page else 1)
+
+    @property
     def next_url(self) -> str | None:
         page = self.table.page
         return self.table.query.url(page=page.next_page_number()) if page and page.has_next() else None
@@ -101,16 +109,33 @@ def save_column_ids(user: Any, team: Any, experiment: Any, ids: Sequence[str]) -
     return problems
 
 
+def with_columns(url: str, ids: Sequence[str]) -> str:
+    """``url`` (a page of the table) showing the columns ``ids``: the URL's own ``col`` give way, or
+    the table would show those and not the ones just saved."""
+    parts = urlsplit(url)
+    kept = [(key, value) for key, value in parse_qsl(parts.query, keep_blank_values=True) if key != "col"]
+    query = urlencode([*kept, *(("col", column_id) for column_id in ids)])
+    return urlunsplit(parts._replace(query=query))
+
+
+def column_ids_for(user: Any, team: Any, experiment: Any, query: TableQuery) -> list[str]:
+    """The columns the URL names, else the ones ``user`` saved, else the defaults."""
+    if query.columns:
+        return query.columns
+    saved = saved_column_ids(user, team, experiment)
+    return saved if saved is not None else default_column_ids(experiment.task if experiment else None)
+
+
 def page_for(user: Any, team: Any, experiment: Any, params: Any) -> TablePage:
-    """The runs table of a team (or of one experiment) as ``user`` arranged it, for URL ``params``."""
-    ids = saved_column_ids(user, team, experiment)
-    if ids is None:
-        ids = default_column_ids(experiment.task if experiment is not None else None)
-    shown, problems = columns(ids)
+    """The runs table of a team (or of one experiment) as ``user`` arranged it, or as the URL
+    ``params`` name it: the URL holds the whole view (docs/runs-and-curves.md#sharing-a-view)."""
+    query = parse_query(params)
+    shown, problems = columns(column_ids_for(user, team, experiment, query))
+    query.columns = [item.id for item in shown]
     runs = Run.objects.filter(team=team)
     if experiment is not None:
         runs = runs.filter(experiment=experiment)
-    table = build(runs, shown, parse_query(params))
+    table = build(runs, shown, query)
     on_page = [row.run.pk for row in table.rows]
     return TablePage(
         table, experiment, shown, problems, metric_keys(on_page), param_keys(on_page), list(config_paths())

@@ -30,6 +30,7 @@ from webapp.results import analytics, export, onboarding, runs_page, workspace
 from webapp.results.forms import RunsActionForm
 from webapp.results.runs_columns import default_column_ids
 from webapp.rollouts import viewer
+from webapp.rollouts.questions import user_question
 
 MAX_OVERLAID_RUNS = 12
 MAX_CURVE_KEYS = workspace.MAX_PANELS
@@ -137,7 +138,8 @@ def runs_columns(request: HttpRequest, team_slug: str) -> HttpResponse:
         ids = default_column_ids(experiment.task if experiment else None)
     for problem in runs_page.save_column_ids(request.user, team, experiment, ids):
         messages.error(request, f"Column not added: {problem}")
-    return redirect(_next_url(request, reverse("runs", args=[team.slug])))
+    saved = runs_page.saved_column_ids(request.user, team, experiment) or []
+    return redirect(runs_page.with_columns(_next_url(request, reverse("runs", args=[team.slug])), saved))
 
 
 @login_required
@@ -445,7 +447,7 @@ def tools(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse:
     )
 
 
-VERDICTS = ("never solved", "learned", "regressed", "unstable", "solved from the start")
+VERDICTS = analytics.VERDICTS
 
 
 @login_required
@@ -457,6 +459,14 @@ def prompts(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse:
     shown = [c for c in curves_ if not verdict or c.verdict == verdict]
     page = Paginator(shown, 100).get_page(request.GET.get("page"))
     prompts_ = viewer.first_prompts(run, [c.sample_index for c in page.object_list])
-    rows = [(c, prompts_.get(c.sample_index, "")) for c in page.object_list]
-    context = {"team": run.team, "run": run, "counts": counts, "verdict": verdict, "page": page, "rows": rows}
+    rows = [(c, user_question(prompts_.get(c.sample_index, ""))) for c in page.object_list]
+    context = {
+        "team": run.team,
+        "run": run,
+        "counts": counts,
+        "verdict": verdict,
+        "page": page,
+        "rows": rows,
+        "min_samples": analytics.MIN_SAMPLES_FOR_UNSTABLE,
+    }
     return render(request, "results/prompts.html", context)

@@ -29,6 +29,24 @@ def steps_of_prompt(run: Run, sample_index: int) -> list[int]:
     )
 
 
+def two_steps(
+    steps: Sequence[int],
+    other_steps: Sequence[int],
+    asked_a: int | None,
+    asked_b: int | None,
+    *,
+    same_run: bool,
+) -> tuple[int, int]:
+    """The two steps to compare: those asked for when the row has rollouts there, else the earliest
+    against the latest. Within one run never a step against itself (which would show no change at
+    all): then the latest other step. The caller makes sure one run has two steps of the row."""
+    a = asked_a if asked_a is not None and asked_a in steps else steps[0]
+    b = asked_b if asked_b is not None and asked_b in other_steps else other_steps[-1]
+    if same_run and a == b:
+        b = [step for step in other_steps if step != a][-1]
+    return a, b
+
+
 def rollout_of_prompt(run: Run, sample_index: int, step: int, rollout_index: int) -> Trajectory | None:
     """Rollout ``rollout_index`` of the row at ``step`` (the first one when it has fewer)."""
     found = Trajectory.objects.filter(run=run, sample_index=sample_index, training_step=step).order_by(

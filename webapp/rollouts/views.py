@@ -19,6 +19,7 @@ from webapp.ingestion.models import Trajectory
 from webapp.rollouts import compare, viewer
 from webapp.rollouts.access import get_trajectory_for_user
 from webapp.rollouts.forms import PromptCompareForm, RolloutFilterForm, SearchForm
+from webapp.rollouts.questions import user_question
 from webapp.rollouts.search import SEARCH_RESULTS, search_hits
 
 PAGE_SIZE = 50
@@ -116,12 +117,14 @@ def prompt_compare(request: HttpRequest, team_slug: str, run_id: int, sample: in
     steps, other_steps = compare.steps_of_prompt(run, sample), compare.steps_of_prompt(other, sample)
     if not steps or not other_steps:
         raise Http404("no rollouts of this dataset row")
-    a: int = data["a"] if data.get("a") in steps else steps[0]
-    b: int = data["b"] if data.get("b") in other_steps else other_steps[-1]
+    if other == run and len(steps) < 2:
+        raise Http404("this dataset row was sampled at one training step: there is nothing to compare")
+    a, b = compare.two_steps(steps, other_steps, data.get("a"), data.get("b"), same_run=other == run)
     rollout_index: int = data.get("rollout") or 0
     before = compare.rollout_of_prompt(run, sample, a, rollout_index)
     after = compare.rollout_of_prompt(other, sample, b, rollout_index)
     assert before is not None and after is not None  # both steps have rollouts of the row
+    prompt = viewer.first_prompts(run, [sample]).get(sample, "")
     context = {
         "team": run.team,
         "run": run,
@@ -133,7 +136,8 @@ def prompt_compare(request: HttpRequest, team_slug: str, run_id: int, sample: in
         "b": b,
         "rollout": rollout_index,
         "form": form,
-        "prompt": viewer.first_prompts(run, [sample]).get(sample, ""),
+        "prompt": prompt,
+        "question": user_question(prompt),
         "comparison": compare.compare_rollouts(before, after),
     }
     return render(request, "results/prompt_compare.html", context)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import signal
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,7 @@ class Probe:
     value: Any
     context: Mapping[str, Any] = field(default_factory=dict)
     preset: str = "grpo"
+    cancel_after: int | None = None  # a SIGTERM after this step, as a cancel sends (the run ends cancelled)
 
 
 # Several steps per trajectory, each rewarded by the env: discounts and step-level estimators matter.
@@ -164,7 +166,8 @@ PROBES: dict[str, Probe] = {
     "trainer.save_every": Probe(1, CHECKPOINTS),
     "trainer.checkpoint_dir": Probe("{out}"),
     "trainer.resume": Probe(True, CHECKPOINTS),
-    "trainer.keep_checkpoints": Probe(1, {**CHECKPOINTS, "trainer.save_every": 1}),
+    "trainer.keep_checkpoints": Probe(None, {**CHECKPOINTS, "trainer.save_every": 1}),
+    "trainer.checkpoint_on_cancel": Probe(True, {**CHECKPOINTS, "trainer.total_steps": 3}, cancel_after=1),
     "trainer.device": Probe("cuda" if not torch.cuda.is_available() else "auto"),
     "trainer.num_threads": Probe(2),
     "report.jsonl_path": Probe("{out}/run.jsonl"),
@@ -287,9 +290,22 @@ def model_summary(model: Any) -> dict[str, Any] | None:
     }
 
 
-def observe(config: RunConfig, out: Path) -> dict[str, Any]:
+@dataclass
+class CancelAfter(MemoryReporter):
+    """Sends the process the SIGTERM a cancel sends, once step ``cancel_after`` is done: the CLI's
+    handler asks the backend to stop before the next step."""
+
+    cancel_after: int | None = None
+
+    def heartbeat(self, step: int, total: int) -> None:
+        super().heartbeat(step, total)
+        if step == self.cancel_after:
+            signal.raise_signal(signal.SIGTERM)
+
+
+def observe(config: RunConfig, out: Path, cancel_after: int | None = None) -> dict[str, Any]:
     """Run ``config`` as the CLI runs it and return what it built and did (outputs under ``out``)."""
-    log, memory = BuildLog(), MemoryReporter()
+    log, memory = BuildLog(), CancelAfter(cancel_after=cancel_after)
     with pytest.MonkeyPatch.context() as patch:
         log.install(patch)
         run_training(config, MultiReporter([memory, *local_reporters(config, progress=False)]))
@@ -385,10 +401,10 @@ class Runs:
         self.count += 1
         out = self.root / f"run{self.count}"
         out.mkdir()
-        return observe(self.config(probe, out, change), out)
+        return observe(self.config(probe, out, change), out, probe.cancel_after)
 
     def base(self, probe: Probe) -> dict[str, Any]:
-        key = repr((probe.preset, sorted(probe.context.items())))
+        key = repr((probe.preset, sorted(probe.context.items()), probe.cancel_after))
         if key not in self.bases:
             self.bases[key] = self.observe(probe)
         return self.bases[key]
@@ -452,7 +468,8 @@ def test_changing_an_honoured_field_changes_what_the_torch_backend_builds_or_doe
 ) -> None:
     probe = PROBES[path]
     base = runs.base(probe)
-    assert base["statuses"][-1][0] == "succeeded", base["statuses"]
+    ended = "cancelled" if probe.cancel_after is not None else "succeeded"
+    assert base["statuses"][-1][0] == ended, base["statuses"]
     changed = runs.observe(probe, change=path)
     assert differing(base, changed) != [], (
         f"changing {path} to {probe.value!r} changed nothing the run built or did"

@@ -119,6 +119,7 @@ def test_each_algorithm_lifts_reward_from_chance_to_target(
             "trainer.total_steps": MAX_STEPS,
             "trainer.device": "cpu",
             "trainer.checkpoint_dir": str(tmp_path / "checkpoints"),
+            "trainer.checkpoint_on_cancel": True,  # stopped once learned: its weights are read below
             "optim.lr": 1e-2,
             "optim.critic_lr": 1e-2,
             "optim.weight_decay": 0.0,  # so every change below comes from a gradient

@@ -29,6 +29,7 @@ from trainer.contract import (
     TIMING_STEP_S,
     TIMING_UPDATE_ACTOR_S,
 )
+from trainer.model_size import checkpoint_bytes
 from trainer.registry import Registry
 from trainer.report.reporters import MemoryReporter
 from trainer.rewards import REWARDS
@@ -184,15 +185,30 @@ def test_checkpoints_hold_the_weights_only_and_only_the_newest_k_are_kept(
     assert [step for step, _ in saved] == [1, 2, 3]
     assert [step for step, seconds in reporter.series(TIMING_CHECKPOINT_S) if seconds > 0] == [1, 2, 3]
     weights_bytes = (root / "step_00000003" / "policy" / "model.safetensors").stat().st_size
+    expected = checkpoint_bytes(config.model.path, dtype=config.model.dtype)  # the form's estimate
+    assert expected is not None and abs(weights_bytes - expected) < 0.05 * expected
     assert all(size is not None and size > weights_bytes for _, size in saved)
     assert [(r.step, Path(r.path).name) for r in reporter.checkpoint_records if r.deleted] == [
         (1, "step_00000001")
     ]
 
 
-def test_it_stops_between_steps_and_writes_a_checkpoint(
+def test_by_default_only_the_last_checkpoint_is_kept(
     make_config: Callable[..., RunConfig], tmp_path: Path
 ) -> None:
+    root = tmp_path / "ck"
+    config = make_config(
+        **{"trainer.total_steps": 2, "trainer.save_every": 1, "trainer.checkpoint_dir": str(root)}
+    )
+    reporter = MemoryReporter()
+
+    train(config, reporter)
+
+    assert sorted(path.name for path in root.iterdir()) == ["step_00000002"]
+    assert [(r.step, r.deleted) for r in reporter.checkpoint_records] == [(1, False), (2, False), (1, True)]
+
+
+def _stopped_after_the_first_step(config: RunConfig) -> tuple[Any, MemoryReporter]:
     stop = threading.Event()
 
     class StopAfterFirstStep(MemoryReporter):
@@ -201,8 +217,31 @@ def test_it_stops_between_steps_and_writes_a_checkpoint(
             stop.set()
 
     reporter = StopAfterFirstStep()
+    return train(config, reporter, stop_event=stop), reporter
+
+
+def test_a_cancelled_run_writes_no_checkpoint_unless_asked(
+    make_config: Callable[..., RunConfig], tmp_path: Path
+) -> None:
     config = make_config(**{"trainer.total_steps": 5, "trainer.checkpoint_dir": str(tmp_path / "ck")})
-    result = train(config, reporter, stop_event=stop)
+    result, reporter = _stopped_after_the_first_step(config)
+
+    assert result.status == "cancelled" and result.last_step == 1
+    assert result.checkpoint is None and reporter.checkpoint_records == []
+    assert latest_checkpoint(tmp_path / "ck") is None
+
+
+def test_it_stops_between_steps_and_writes_a_checkpoint_when_asked(
+    make_config: Callable[..., RunConfig], tmp_path: Path
+) -> None:
+    config = make_config(
+        **{
+            "trainer.total_steps": 5,
+            "trainer.checkpoint_dir": str(tmp_path / "ck"),
+            "trainer.checkpoint_on_cancel": True,
+        }
+    )
+    result, _reporter = _stopped_after_the_first_step(config)
 
     assert result.status == "cancelled" and result.last_step == 1
     assert latest_checkpoint(tmp_path / "ck") == tmp_path / "ck" / "step_00000001"

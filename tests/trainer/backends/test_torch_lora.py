@@ -13,6 +13,7 @@ from trainer.backends.torch.checkpoint import save_checkpoint
 from trainer.backends.torch.forward import response_logits
 from trainer.backends.torch.loop import setup_run, train_step
 from trainer.config import RunConfig
+from trainer.model_size import checkpoint_bytes
 from trainer.models import is_adapter, load_policy
 from trainer.registry import Registry
 from trainer.report.reporters import MemoryReporter
@@ -65,6 +66,12 @@ def test_a_lora_run_trains_only_its_adapters_and_checkpoints_a_loadable_adapter(
     )  # fmt: skip
     assert is_adapter(path / "policy")
     assert not (path / "policy" / "model.safetensors").exists()  # the adapter, not a second full model
+    # The form's expected size (docs/checkpoints.md#sizes) is the adapter's, not the model's.
+    adapter_file = path / "policy" / "adapter_model.safetensors"
+    header = int.from_bytes(adapter_file.read_bytes()[:8], "little")  # safetensors' JSON header length
+    adapter_bytes = adapter_file.stat().st_size - 8 - header
+    expected = checkpoint_bytes(str(tiny_model_dir), dtype="float32", lora_rank=4)
+    assert expected is not None and abs(adapter_bytes - expected) < 0.05 * expected
     # The adapter loads onto the base model it names and gives the trained policy's outputs.
     loaded = load_policy(path / "policy")
     rows = flatten(reporter.trajectories[-1][1])

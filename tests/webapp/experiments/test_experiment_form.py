@@ -263,3 +263,58 @@ def test_labels_are_in_sentence_case_above_their_fields(personas: Any, arithmeti
     labels = re.findall(r'<label for="id_[^"]+">([^<]+)</label>', page)
     assert {"Max steps", "KL coef", "GPUs per node", "LR", "Training dataset", "Seeds"} <= set(labels)
     assert all(label[0].isupper() and not label.endswith(":") for label in labels), labels
+
+
+def test_the_form_says_how_large_each_checkpoint_will_be(personas: Any, arithmetic: Any) -> None:
+    slug = personas["acme"].slug
+    page = client_for("alice").get(f"/t/{slug}/experiments/new/?task=arithmetic&preset=grpo")
+    html = page.content.decode().replace("\xa0", " ")  # filesizeformat's no-break space
+    line = re.search(r'<p class="muted" id="checkpoint-size">(.*?)</p>', html, re.S)
+    # SmolLM2-135M in float32, the form's default model: the 516 MB of the issue, kept once.
+    assert line is not None and "about 513.1 MB each (the weights in float32)" in line.group(1), line
+    assert "at most 1 kept" in line.group(1)
+    refill = client_for("alice").get(
+        f"/t/{slug}/experiments/new/?task=arithmetic&preset=ppo",
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="advanced",
+    )
+    critic = refill.content.decode().replace("\xa0", " ")
+    assert "about 1.0 GB each (the weights in float32 and the critic&#x27;s)" in critic
+
+
+def test_a_run_keeps_its_last_checkpoint_and_none_on_cancel_unless_the_form_asks(
+    personas: Any, arithmetic: Any
+) -> None:
+    acme = personas["acme"]
+    client_for("alice").post(f"/t/{acme.slug}/experiments/new/", form_data(arithmetic))
+    default = RunConfig.model_validate(Experiment.objects.get(team=acme, name="arith grpo").config)
+    assert (default.trainer.keep_checkpoints, default.trainer.checkpoint_on_cancel) == (1, False)
+    asked = form_data(
+        arithmetic, name="asked", **{"trainer.keep_checkpoints": "3", "trainer.checkpoint_on_cancel": "on"}
+    )
+    assert client_for("alice").post(f"/t/{acme.slug}/experiments/new/", asked).status_code == 302
+    config = RunConfig.model_validate(Experiment.objects.get(team=acme, name="asked").config)
+    assert (config.trainer.keep_checkpoints, config.trainer.checkpoint_on_cancel) == (3, True)
+
+
+def test_verl_refuses_a_checkpoint_on_cancel_on_that_field(personas: Any, arithmetic: Any) -> None:
+    from webapp.experiments.acceptance import Refused, accept
+
+    fields = {
+        "name": "v",
+        "task": "arithmetic",
+        "model.path": "tiny-test",
+        "data.train_path": arithmetic["train"].reference,
+        "backend": "verl",
+        "resources.gpus_per_node": 1,
+        "optim.mini_batch_size": 8,
+        "trainer.checkpoint_on_cancel": True,
+    }
+    try:
+        accept(personas["acme"], fields)
+    except Refused as refused:
+        assert "backend verl writes no checkpoint when a run is cancelled" in " ".join(
+            refused.by_path()["trainer.checkpoint_on_cancel"]
+        )
+    else:
+        raise AssertionError("verl accepted trainer.checkpoint_on_cancel")

@@ -105,7 +105,7 @@ def test_an_evaluation_is_never_health_checked_and_its_page_shows_what_it_scored
     assert 'id="evaluation-acc">0.375</dd>' in page and 'id="evaluation-pass">0.375 · 0.75</dd>' in page
     assert "k = 4 per prompt" in page and "dataset:999" in page
     assert re.search(r'id="run-progress">.*batch 2 of 2</dd>', page)
-    table = client.get(reverse("runs", args=[slug])).content.decode()
+    table = client.get(reverse("runs", args=[slug]) + "?col=name&col=kind&col=health").content.decode()
     row = re.search(rf'<tr data-run="{run.pk}">(.*?)</tr>', table, re.S)
     assert row and 'class="badge kind-evaluation">evaluation<' in row[1]
     assert "health-ok" not in row[1] and "firing" not in row[1]

@@ -181,7 +181,6 @@ def test_the_kind_column_tells_training_runs_from_evaluations_and_external_runs(
     Run.objects.create(experiment=grpo, team=grpo.team, seed=1, name="eval · grpo s1 · step 2",
                        kind=RunKind.EVALUATION, evaluated_run=runs["g1"], evaluated_step=2)  # fmt: skip
     Run.create_external(grpo, "logged", None)
-    assert default_column_ids(None)[:4] == ["name", "kind", "status", "health"]
     kinds = {row.run.name: row.cells[1].text for row in _table("", ids=["name", "kind"]).rows}
     assert kinds == {"eval · grpo s1 · step 2": "evaluation", "logged": "external", "grpo s1": "training",
                      "grpo s2": "training", "ppo s1": "training", "ppo s2": "training"}  # fmt: skip
@@ -237,6 +236,42 @@ def test_each_user_keeps_their_columns_per_experiment(
     )
     assert response.status_code == 302
     assert [c.id for c in alice.get("/t/acme/runs/").context["table"].columns] == ["name"]
+
+
+def test_the_url_names_the_columns_and_every_link_of_the_table_keeps_them(
+    alice: Client, personas: Any, runs: dict[str, Run]
+) -> None:
+    shown = ["name", "config:algorithm.kl_coef", f"max:{REWARD_MEAN}"]
+    query = "sort=name&fc=preset&fo=eq&fv=grpo&" + "&".join(f"col={c}" for c in shown)
+    page = alice.get(f"/t/acme/runs/?{query}").context["runs"]
+    assert [c.id for c in page.chosen] == shown and [r.run.name for r in page.table.rows] == [
+        "grpo s1",
+        "grpo s2",
+    ]
+    expected = QueryDict(query)
+    for link in [h.sort_url for h in page.table.header] + [page.view_url]:
+        assert QueryDict(link.removeprefix("?")).getlist("col") == expected.getlist("col"), link
+    assert QueryDict(page.view_url.removeprefix("?")).getlist("fv") == ["grpo"]
+    # Another member opening the link sees those columns, whatever he saved for himself.
+    bob = Client()
+    bob.force_login(personas["bob"])
+    bob.post("/t/acme/runs/columns/", {"col": ["name"]})
+    assert [c.id for c in bob.get(f"/t/acme/runs/?{query}").context["runs"].chosen] == shown
+    assert [c.id for c in bob.get("/t/acme/runs/").context["runs"].chosen] == ["name"]
+
+
+def test_saving_columns_shows_them_at_once_in_place_of_the_urls(alice: Client, runs: dict[str, Run]) -> None:
+    back = "/t/acme/runs/?fc=preset&fo=eq&fv=grpo&col=name&col=seed"
+    response = alice.post("/t/acme/runs/columns/", {"col": ["status", "name"], "next": back})
+    assert response["Location"] == "/t/acme/runs/?fc=preset&fo=eq&fv=grpo&col=status&col=name"
+
+
+def test_the_default_columns_are_few_enough_to_fit_a_small_window() -> None:
+    # What fits 1,024 px is checked in a browser (test_runs_layout_browser.py); the lists stay short.
+    assert default_column_ids(None) == [
+        "name", "status", "health", "task", "preset", "started", "duration", "steps", f"last:{REWARD_MEAN}",
+    ]  # fmt: skip
+    assert len(default_column_ids("gsm8k")) == 9 and default_column_ids("gsm8k")[-1] == "last:val/gsm8k/acc"
 
 
 def test_members_archive_tag_and_delete_runs_of_their_own_team_only(

@@ -151,14 +151,44 @@ def test_prompt_learning_curves_classify_rows() -> None:
     assert classify([(1, 0.0), (2, 0.0)]) == ("never solved", None)
     assert classify([(1, 0.0), (2, 0.75), (3, 1.0)]) == ("learned", 2)
     assert classify([(1, 1.0), (2, 0.25)]) == ("regressed", None)
-    assert classify([(1, 0.25), (2, 0.25)]) == ("unstable", None)
+    assert classify([(1, 0.25), (2, 0.0), (3, 0.25)]) == ("unstable", None)
     assert classify([(1, 0.5), (2, 1.0)]) == ("solved from the start", 1)
+
+
+def test_a_row_sampled_fewer_than_three_times_is_not_called_unstable() -> None:
+    from webapp.results.analytics import classify
+
+    assert classify([(1, 0.25)]) == ("too few samples", None)
+    assert classify([(1, 0.25), (2, 0.25)]) == ("too few samples", None)
+    assert classify([(1, 0.25), (2, 0.25), (3, 0.25)]) == ("unstable", None)
 
 
 def test_the_prompts_page_lists_rows_by_verdict(alice: Client, trainer: Trainer, run: Any) -> None:
     _rollouts(trainer)
     page = alice.get(f"/t/acme/runs/{run.pk}/prompts/").content.decode()
     assert "never solved (0)" in page and "learned (0)" in page and "regressed (1)" in page
+
+
+CHATML_PROMPT = (
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    "<|im_start|>user\nWhat is 17 times 3?<|im_end|>\n<|im_start|>assistant\n"
+)
+
+
+def test_the_prompts_page_shows_the_question_not_the_chat_template(
+    alice: Client, trainer: Trainer, run: Any
+) -> None:
+    group = [trajectory(f"s1-p7-s{k}", "s1-p7", 1.0 if k == 0 else 0.0) for k in range(4)]
+    for body in group:
+        body["steps"][0]["prompt_text"] = CHATML_PROMPT
+    assert trainer.trajectories(1, group).status_code == 200
+    page = alice.get(f"/t/acme/runs/{run.pk}/prompts/").content.decode()
+    cell = page.split('class="prompt-cell"', 1)[1].split("</td>", 1)[0]
+    assert "What is 17 times 3?" in cell
+    assert "im_start" not in cell and "SmolLM" not in cell
+    # Seen at one step only: too few samples to call it unstable, and nothing to compare it with.
+    assert "too few samples (1)" in page and "unstable (0)" in page
+    assert "compare steps" not in page
 
 
 def _finished_run(

@@ -118,5 +118,18 @@ def test_one_prompt_at_two_steps_side_by_side_with_diff_deltas_and_tool_path(
     assert '<span class="removed">5</span><span class="added">4</span>' in page
     assert '<span class="added">search</span> → <span class="same">calc</span>' in page
     assert client.get(f"/t/acme/runs/{run.pk}/prompts/4/compare/").status_code == 404
+
+
+def test_compare_steps_never_sets_a_step_against_itself(
+    client: Client, trainer: Trainer, run: Any, personas: Any
+) -> None:
+    trainer.trajectories(1, [trajectory("s1-p3-s0", "s1-p3", 0.0)])
+    trainer.trajectories(9, [trajectory("s9-p3-s0", "s9-p3", 1.0)], "t9")
+    trainer.trajectories(4, [trajectory("s4-p5-s0", "s4-p5", 1.0)], "t4")
+    client.force_login(personas["alice"])
     same = client.get(f"/t/acme/runs/{run.pk}/prompts/3/compare/", {"a": 9, "b": 9}).content.decode()
-    assert "step 9 against step 9" in same
+    assert "step 9 against step 1" in same
+    latest = client.get(f"/t/acme/runs/{run.pk}/prompts/3/compare/", {"a": 9}).content.decode()
+    assert "step 9 against step 1" in latest
+    # A row sampled at one step only has nothing to compare with.
+    assert client.get(f"/t/acme/runs/{run.pk}/prompts/5/compare/").status_code == 404

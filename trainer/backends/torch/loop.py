@@ -376,9 +376,9 @@ def _reference_description(models: Models) -> str:
 def train(config: RunConfig, reporter: Reporter, *, stop_event: threading.Event | None = None) -> TrainResult:
     """Train ``config`` to ``trainer.total_steps``, reporting metrics, trajectories, heartbeats and checkpoints.
 
-    Checks ``stop_event`` between steps: when set, writes a checkpoint (if configured) and returns a
-    result with status ``cancelled``. Run statuses are the caller's to report (the CLI owns them), and
-    exceptions propagate so the caller can report ``failed``.
+    Checks ``stop_event`` between steps: when set, writes a checkpoint (with
+    trainer.checkpoint_on_cancel) and returns a result with status ``cancelled``. Run statuses are the
+    caller's to report (the CLI owns them), and exceptions propagate so the caller can report ``failed``.
     """
     run = setup_run(config)
     total = config.trainer.total_steps
@@ -408,6 +408,9 @@ def train(config: RunConfig, reporter: Reporter, *, stop_event: threading.Event 
 
 
 def _cancel(run: Run, last_step: int, reporter: Reporter) -> TrainResult:
-    checkpoint = _save(run, last_step, reporter) if last_step >= run.start_step else None
+    # A checkpoint on cancel only when asked: a cancelled run is rarely one to continue, and each
+    # checkpoint of a full model is its whole size on disk (docs/checkpoints.md#cancelling).
+    wanted = run.config.trainer.checkpoint_on_cancel and last_step >= run.start_step
+    checkpoint = _save(run, last_step, reporter) if wanted else None
     logger.info("stop requested: stopped after step %d", last_step)
     return TrainResult("cancelled", last_step, last_step - run.start_step + 1, run.last_metrics, checkpoint)

@@ -41,6 +41,10 @@ REFUSED: Mapping[str, str] = {
     "or use backend torch for an evaluation",
     "report.jsonl_path": "backend verl reports to the web app only (metrics through MLflow, trajectories "
     "from the Ray workers): set report.jsonl_path to none, or use backend torch",
+    # Cancelling stops verl's trainer with SIGTERM, which saves nothing on its way out.
+    "trainer.checkpoint_on_cancel": "backend verl writes no checkpoint when a run is cancelled: set "
+    "trainer.checkpoint_on_cancel to false (checkpoints every trainer.save_every steps still are), or "
+    "use backend torch",
     # One verl row per trajectory: every turn must extend the previous prompt (agent_loop.py).
     "rollout.context_policy": "backend verl trains each trajectory as one growing sequence: set "
     "rollout.context_policy to append, or use backend torch for a sliding window",

@@ -85,13 +85,6 @@ def metric(value: Any) -> str:
     return f"{number:.4g}"
 
 
-@register.filter
-def tail(text: Any, length: int = 160) -> str:
-    """The end of a long text: a chat-templated prompt ends with the question, after the system part."""
-    value = str(text or "")
-    return value if len(value) <= length else "…" + value[-length:].lstrip()
-
-
 @register.simple_tag
 def run_row(row: Any, team_slug: str) -> str:
     """One row of the runs table's cells, built in Python: a page has 50 rows of up to 40 cells, and
@@ -105,8 +98,9 @@ def run_row(row: Any, team_slug: str) -> str:
     parts = [f'<td class="select"><input type="checkbox" name="run" value="{run.pk}" id="select-run-{run.pk}" '
              f'hx-preserve="true" aria-label="Select {name}"></td>']  # fmt: skip
     for cell in row.cells:
+        named = " col-name" if cell.column.id == "name" else ""  # kept wide enough to read (studio.css)
         parts.append(
-            f'<td class="col-{cell.column.value_type}">{_cell_html(cell, run, team_slug, name)}</td>'
+            f'<td class="col-{cell.column.value_type}{named}">{_cell_html(cell, run, team_slug, name)}</td>'
         )
     return mark_safe("".join(parts))  # built from escaped values only
 
