@@ -170,10 +170,17 @@ class ExperimentForm(RetentionForm):
         self.team = team  # the team whose datasets, tools and rewards the config may name
         for name in ("task", "train_dataset", "tools"):
             self.fields[name].choices = choices[name]  # type: ignore[attr-defined]
+        # No dataset is chosen for the user unless the view preselects one: an empty first choice.
+        self.fields["train_dataset"].choices = [("", "— choose a dataset —"), *choices["train_dataset"]]  # type: ignore[attr-defined]
         self.fields["val_dataset"].choices = [("", "— none —"), *choices["train_dataset"]]  # type: ignore[attr-defined]
         for path in BASIC_PATHS + ADVANCED_PATHS:
             self.fields[path] = form_field(path)
         self.fields["preset"].choices = preset_choices(self._chosen("model_path"), self._chosen("backend"))  # type: ignore[attr-defined]
+
+    def explain_datasets(self, hint: str) -> None:
+        """Say under each dataset picker what it lists and why it lists no other dataset."""
+        for name in ("train_dataset", "val_dataset"):
+            self.fields[name].help_text = hint
 
     def _chosen(self, name: str) -> str:
         """The model folder (or alias) or the backend the form shows: sent, else initial."""
