@@ -118,10 +118,13 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     choices = form_choices(team, picker)
     form = ExperimentForm(request.POST or None, initial=initial, choices=choices, team=team)
     form.explain_datasets(picker.hint)
+    previewing = "preview" in request.POST
+    if previewing:
+        form.allow_preview()
     preview = None
     if request.method == "POST" and form.is_valid():
         config = form.build_config()
-        if config is not None and "preview" in request.POST:
+        if config is not None and previewing:
             preview = config.to_yaml()
         elif config is not None:
             return _create(request, team, form, config, source)
@@ -130,6 +133,8 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
         "form": form,
         "source": source,
         "preview": preview,
+        # The preview button swaps only its own section: it lists what stops a preview, or nothing shows.
+        "preview_refused": form.labelled_errors() if previewing and preview is None else [],
         "launch_key": _form_key(request),
     }
     partials = {"advanced": "refill", "id_task": "task-defaults"}
