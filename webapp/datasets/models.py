@@ -179,14 +179,16 @@ class Dataset(models.Model):
             enqueue_on_commit(VALIDATE_DATASET_TASK, dataset.pk)
         return dataset, True
 
-    def validation_context(self) -> Any:
-        """What the validator checks this file against: its mapping and the team's rewards and tools."""
+    def validation_context(self, reward_map: Mapping[str, str] | None = None) -> Any:
+        """What the validator checks this file against: its mapping (or ``reward_map`` in its place)
+        and the team's rewards and tools."""
         from tasks_lib.validate import Context
         from webapp.tools.models import TeamReward, TeamTool
 
         rewards = TeamReward.objects.filter(team=self.team)
+        mapping = self.reward_map if reward_map is None else reward_map
         return Context(
-            reward_map=self.reward_map_over(reward_defaults(rewards)),
+            reward_map={**reward_defaults(rewards), **mapping},
             team_rewards=[reward.name for reward in rewards],
             team_tools=list(TeamTool.objects.filter(team=self.team).values_list("name", flat=True)),
         )
@@ -218,13 +220,39 @@ class Dataset(models.Model):
             {p["data_source"] for p in self.problems if isinstance(p, dict) and p.get("data_source")}
         )
 
+    @property
+    def data_sources(self) -> list[str]:
+        """The data_source values of the file (those no reward knew, while it waits for a mapping)."""
+        return sorted(self.stats.get("data_sources", {})) or self.unmapped_sources
+
+    def routes_without_mapping(self) -> dict[str, str | None]:
+        """Each data_source of the file → the reward that scores it when the dataset maps it to none
+        (the team's reward for it, then the routing table), or None: it must be mapped."""
+        from tasks_lib.registry import load_recipes
+        from trainer.rewards import route
+
+        load_recipes()
+        defaults = reward_defaults(self.team.rewards.all())
+        return {source: route(source, defaults).reward for source in self.data_sources}
+
+    def remapped(self, mapping: Mapping[str, str]) -> dict[str, str]:
+        """The dataset's mapping with ``mapping``'s choices over it; a choice "" removes that data_source's."""
+        changed = {**self.reward_map, **mapping}
+        return {source: reward for source, reward in changed.items() if reward}
+
+    def mapping_problems(self, mapping: Mapping[str, str]) -> list[dict[str, Any]]:
+        """What the validator finds in the file with ``mapping`` applied (:meth:`remapped`): a mapping
+        that would make a valid dataset unusable is refused before anything changes."""
+        context = self.validation_context(self.remapped(mapping))
+        return parquet.problems_in(self.path, context)[:MAX_PROBLEMS_KEPT]
+
     def map_rewards(self, mapping: dict[str, str]) -> bool:
-        """Store data_source → reward choices and validate the file again with them."""
+        """Store data_source → reward choices ("" removes one) and validate the file again with them."""
         # Race: two mapping forms sent at once, or one sent while the validator settles; only a
         # dataset that waits for (or already has) a mapping goes back to pending, once.
         changed = Dataset.objects.filter(
             pk=self.pk, status__in=(DatasetStatus.UNMAPPED, DatasetStatus.VALID)
-        ).update(reward_map={**self.reward_map, **mapping}, status=DatasetStatus.PENDING, problems=[])
+        ).update(reward_map=self.remapped(mapping), status=DatasetStatus.PENDING, problems=[])
         self.refresh_from_db()
         if changed:
             enqueue_on_commit(VALIDATE_DATASET_TASK, self.pk)

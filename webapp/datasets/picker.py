@@ -94,6 +94,8 @@ class DatasetPicker:
         listed = (
             f"Lists the valid datasets whose rows the {self.task} reward scores, or a reward no task owns."
         )
+        if self.train:
+            listed += f" Chosen: what the {self.task} recipe prepared."
         if not self.hidden:
             return listed
         return f"{listed} Not listed: {'; '.join(hidden.sentence() for hidden in self.hidden)}."
