@@ -20,7 +20,8 @@ _lock = threading.Lock()
 _loaded: set[tuple[str, str]] = set()
 # The group's entry points by the sys.path they were read under. Reading them scans every installed
 # distribution's metadata (~15 ms idle, seconds on a loaded machine), and the web app asks on every
-# form and dataset page; a changed sys.path (a plugin folder added) reads them again.
+# form and dataset page (docs/benchmarks.md#pages-under-load); a changed sys.path (a plugin folder
+# added) reads them again.
 _scanned: dict[tuple[str, tuple[str, ...]], list[EntryPoint]] = {}
 
 

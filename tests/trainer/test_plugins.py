@@ -72,7 +72,7 @@ def test_it_reads_the_installed_entry_points_once_while_sys_path_stays_the_same(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Reading them scans every installed distribution: a form and a dataset page asked ten times per
-    request, seconds under load (docs/architecture.md#how-a-config-is-accepted)."""
+    request, seconds under load (docs/benchmarks.md#pages-under-load)."""
     import trainer.plugins as plugins
 
     reads: list[str] = []
