@@ -6,7 +6,10 @@ A member whose role is too low for a write gets a 403.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import PermissionDenied
+from django.db.models import Model, QuerySet
 from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
 
@@ -30,6 +33,11 @@ def get_team_for_user(request: HttpRequest, team_slug: str, *, role: str = Role.
     if not membership.allows(role):
         raise PermissionDenied(f"This needs the {role} role in {membership.team.name}.")
     return membership.team
+
+
+def team_objects(request: HttpRequest, team_slug: str, model: type[Model]) -> QuerySet[Any]:
+    """Every ``model`` row of the team named by the URL, when the user may read that team."""
+    return model._default_manager.filter(team=get_team_for_user(request, team_slug))
 
 
 class ReadOnlyToken(PermissionDenied):

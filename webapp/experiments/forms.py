@@ -185,7 +185,7 @@ class ExperimentForm(RetentionForm):
     def labelled_errors(self) -> list[str]:
         """Every error of the sent form, each after its field's label."""
         return [
-            f"{self.fields[name].label}: {message}" if name in self.fields else message
+            f"{self.fields[name].label}: {message}" if name in self.fields else str(message)
             for name, messages in self.errors.items()
             for message in messages
         ]

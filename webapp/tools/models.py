@@ -34,6 +34,7 @@ from trainer.tools.base import load_tool_class
 from webapp.accounts.models import Team
 from webapp.celery import enqueue_on_commit
 from webapp.guarded import guarded_update
+from webapp.records import CreatedRecord, WorkRecord
 from webapp.tools import crypto
 
 # The tasks this module queues, by name (webapp.celery.enqueue_on_commit): webapp/tools/tasks.py
@@ -88,7 +89,7 @@ class ToolStatus(models.TextChoices):
     FAILED = "failed"
 
 
-class TeamTool(models.Model):
+class TeamTool(CreatedRecord):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="tools")
     name = models.CharField(max_length=64, help_text="The function name the model calls.")
     description = models.TextField(blank=True)
@@ -103,8 +104,6 @@ class TeamTool(models.Model):
     entry_point = models.CharField(max_length=200, blank=True, help_text="python kind: package.module:Class")
     status = models.CharField(max_length=10, choices=ToolStatus.choices, default=ToolStatus.READY)
     status_message = models.TextField(blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["name"]
@@ -244,7 +243,7 @@ RULE_CHOICES = [
 ]
 
 
-class TeamReward(models.Model):
+class TeamReward(CreatedRecord):
     """A team's reward function for a data_source, defined through a form (docs/rewards.md)."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="rewards")
@@ -264,8 +263,6 @@ class TeamReward(models.Model):
     retries = models.PositiveSmallIntegerField(default=1)
     secret_header = models.CharField(max_length=100, default="X-Reward-Secret")
     secret_encrypted = models.TextField(blank=True)  # crypto.encrypt; the plain secret is never stored
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["name"]
@@ -374,7 +371,7 @@ class TrialStatus(models.TextChoices):
     DONE = "done"
 
 
-class ToolTrial(models.Model):
+class ToolTrial(WorkRecord):
     """One "try it" call of a tool, run by a Celery worker through the trainer's run_tool_call."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="tool_trials")
@@ -390,12 +387,6 @@ class ToolTrial(models.Model):
     error = models.CharField(max_length=20, blank=True, help_text="ToolCallRecord.error, blank on success.")
     reward = models.FloatField(null=True, blank=True)
     latency_s = models.FloatField(null=True, blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    created = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created"]
 
     def __str__(self) -> str:
         return f"try {self.tool_name} ({self.status})"
