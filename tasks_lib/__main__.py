@@ -42,7 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     prepare.add_argument("--seed", type=int, default=0)
     prepare.add_argument("--val-fraction", type=float, default=0.1)
     prepare.add_argument("--limit", type=int, help="keep at most this many rows per split")
-    prepare.add_argument("--size", type=int, help="generated tasks (arithmetic, webshop): how many items")
+    prepare.add_argument(
+        "--size", type=int, help="generated tasks (arithmetic, webshop, lookup): how many items"
+    )
+    prepare.add_argument(
+        "--level", help="arithmetic: 'small' sums (default) or 'multiply' (3-4-digit products)"
+    )
     check = commands.add_parser("validate", help="check a parquet file against the data contract")
     check.add_argument("file", type=Path)
     check.add_argument("--max-problems", type=int, default=100)
@@ -71,9 +76,10 @@ def _prepare(args: argparse.Namespace) -> int:
     recipe = load_recipes().get(args.task)
     if args.from_package and recipe.name != "gsm8k":
         raise SystemExit("--from-package applies to gsm8k only")
-    # Each PrepareOptions field has a flag of the same name (extra has none).
+    # Each PrepareOptions field has a flag of the same name; extra has none (--level fills it).
     options = PrepareOptions(
-        **{f.name: getattr(args, f.name) for f in fields(PrepareOptions) if f.name != "extra"}
+        **{f.name: getattr(args, f.name) for f in fields(PrepareOptions) if f.name != "extra"},
+        extra={"level": args.level} if args.level else {},
     )
     source = recipe.fixtures if args.fixtures else args.input
     written = recipe.prepare(source, args.output, options)

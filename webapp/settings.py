@@ -340,8 +340,8 @@ RAY_GCS_PORT = env.integer(
 TOOL_ALLOWLIST = env.string_list(
     "STUDIO_TOOL_ALLOWLIST",
     [],
-    help="Where team HTTP tools may send requests: host:port or URL prefixes, e.g. "
-    "tools.internal:8080,https://api.example.com/v1/. Empty: HTTP tools can call nothing.",
+    help="The operator's floor of outbound targets, always allowed: host:port, URL prefixes or network:port, "
+    "e.g. tools.internal:8080,https://api.example.com/v1/. Site administrators allow more in the product.",
 )
 
 
@@ -448,6 +448,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "reap-runs": {"task": "webapp.experiments.tasks.reap_runs", "schedule": float(REAP_EVERY_S)},
     "resend-lost-dataset-work": {"task": "webapp.datasets.tasks.resend_lost_work", "schedule": 60.0},
     "resend-lost-jobs": {"task": "webapp.experiments.tasks.resend_lost_jobs", "schedule": 60.0},
+    "give-up-waiting-signals": {
+        "task": "webapp.ingestion.tasks.give_up_waiting_signals_task",
+        "schedule": 300.0,
+    },
 }
 
 LOGGING = {

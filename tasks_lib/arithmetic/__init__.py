@@ -26,4 +26,5 @@ RECIPE = register_task(
     input_help="optional JSON Lines of {question, answer}; without --input the problems are generated",
     needs_input=False,
     generates=True,
+    demonstrate=data.demonstrate,
 )

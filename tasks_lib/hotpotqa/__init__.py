@@ -20,4 +20,5 @@ RECIPE = register_task(
     input_help="HotpotQA hotpot_train_v1.1.json / hotpot_dev_distractor_v1.json, a file or a folder; "
     "--corpus FILE.jsonl|pooled for one shared index",
     needs_input=False,
+    demonstrate=data.demonstrate,
 )

@@ -22,11 +22,13 @@ from webapp.accounts.models import ApiToken, Role
 from webapp.datasets import files
 from webapp.datasets.models import Dataset, ImportStatus, RecipeImport
 from webapp.experiments.artifacts import artifact_root
+from webapp.experiments.demonstrations import DEMONSTRATIONS_JOB, DEMONSTRATIONS_TASK
 from webapp.experiments.jobs import Job, JobStatus
-from webapp.experiments.models import Experiment, Run, RunKind, RunStatus, Sweep
+from webapp.experiments.models import Experiment, LoggedValue, Run, RunKind, RunStatus, Sweep
 from webapp.experiments.run_files import checkpoint_dir
 from webapp.ingestion.models import Checkpoint, Trajectory
-from webapp.mlflow_api.traces import TRACE_ENDPOINTS
+from webapp.mlflow_api.models import ExperimentTag
+from webapp.mlflow_api.trace_reads import ENDPOINTS as TRACE_ENDPOINTS
 from webapp.mlflow_api.views import ENDPOINTS
 from webapp.results.import_jobs import IMPORT_JOB, IMPORT_TASK
 from webapp.tools.models import TeamReward, TeamTool, ToolTrial
@@ -65,7 +67,8 @@ VOLATILE_TABLES = frozenset(
         "axes_accessattemptexpiration",
     }
 )
-LEVELS = ("public", "user", "read", "write", "owner")
+# staff: a site administrator's (docs/security.md#outbound), which no persona of the matrix is.
+LEVELS = ("public", "user", "read", "write", "owner", "staff")
 RANK = {"outsider": 0, "viewer": 1, "member": 2, "owner": 3}
 NEEDED = {"read": 1, "write": 2, "owner": 3}
 
@@ -162,13 +165,24 @@ def _build_world(folder: Path) -> World:
         total_reward=1.0,
         success=True,
     )
+    # A run tag and an experiment tag for the MLflow calls that delete one.
+    LoggedValue.set_tags(runs["own run"], {"t": "v"})
+    ExperimentTag.objects.create(experiment=experiment, key="k", value="v")
     sweep = Sweep.objects.create(team=acme, name="sweep", spec={"seeds": [1], "params": []})
     import_job = Job.objects.create(
         kind=IMPORT_JOB, task=IMPORT_TASK, team=acme, user=users["member"], status=JobStatus.DONE
     )
+    demonstrations_job = Job.objects.create(
+        kind=DEMONSTRATIONS_JOB,
+        task=DEMONSTRATIONS_TASK,
+        team=acme,
+        user=users["member"],
+        status=JobStatus.DONE,
+    )
     ids = {
         "sweep": sweep.pk,
         "import_job": import_job.pk,
+        "demonstrations_job": demonstrations_job.pk,
         "dataset": dataset.pk,
         "tool": tool.pk,
         "trial": trial.pk,
@@ -183,6 +197,7 @@ def _build_world(folder: Path) -> World:
         "reward": reward.pk,
         "recipe_import": recipe_import.pk,
         "viewer_membership": acme.memberships.get(user=users["viewer"]).pk,
+        "outbound_target": 10**9,  # a site administrator's: everyone of the matrix is refused first
     }
     issued = {persona: ApiToken.issue(user, "matrix") for persona, user in users.items()}
     issued["read token"] = ApiToken.issue(users["owner"], "matrix read", scopes=["read"])
@@ -235,7 +250,7 @@ def rolled_back(send: Callable[[], Any], *, compare: bool = True) -> tuple[Any, 
 
 @dataclass(frozen=True)
 class Page:
-    level: str  # public, user (any signed-in user), read (viewer+), write (member+), owner
+    level: str  # public, user (any signed-in user), read (viewer+), write (member+), owner, staff
     kwargs: Callable[[World], dict[str, Any]] = lambda w: {}
     query: str = ""
     post: str | None = None  # the level a POST needs; None: the page takes no POST
@@ -358,6 +373,8 @@ PAGES: dict[str, Page] = {
     "runs_compare": Page("read", team(), query="?run={run}"),
     "run_import": Page("read", team(), post="write", data=lambda w: {"experiment": "imports"}),
     "import_job": Page("read", team(pk=_id("import_job"))),
+    "dataset_demonstrations": Page("read", team(pk=_id("dataset")), post="write", get=False),
+    "demonstrations_job": Page("read", team(pk=_id("demonstrations_job"))),
     "experiment_curves": Page("read", team(experiment_id=_id("experiment"))),
     "curves_layout": Page("read", team(), post="read", get=False),
     "curves_csv": Page("read", team(), query="?run={run}&key=reward/mean"),
@@ -365,6 +382,8 @@ PAGES: dict[str, Page] = {
     "sweep": Page("read", team(pk=_id("sweep"))),
     "sweep_cancel": Page("write", team(pk=_id("sweep")), post="write"),
     "run_limit": Page("read", team(), post="owner", get=False, data=lambda w: {"max_active": "3"}),
+    "outbound_targets": Page("user", post="staff", data=lambda w: {"rule": "matrix.example:443"}),
+    "outbound_target_remove": Page("user", kwargs=lambda w: {"pk": 10**9}, post="staff", get=False),
 }
 # Found by the resolver but served by other tables of this module: the JSON API (from its OpenAPI
 # schema), the MLflow endpoint (from its ENDPOINTS), and the admin (staff only, every pattern).
@@ -390,7 +409,7 @@ def client_for(world: World, persona: str) -> Client:
 def allowed(level: str, persona: str) -> bool:
     if level == "public":
         return True
-    if persona == "anonymous":
+    if persona == "anonymous" or level == "staff":
         return False
     return level == "user" or RANK[persona] >= NEEDED[level]
 
@@ -399,7 +418,7 @@ def refusal(level: str, persona: str) -> set[int]:
     """What a caller below the level gets: the login page, a 404 outside the team, a 403 inside it."""
     if persona == "anonymous":
         return {302}
-    return {404} if persona == "outsider" else {403}
+    return {404} if persona == "outsider" and level != "staff" else {403}
 
 
 def page_url(world: World, name: str, page: Page) -> str:
@@ -433,7 +452,8 @@ API_PKS = {
     "/experiments/{pk}": "experiment", "/tools/{pk}": "tool", "/datasets/{pk}": "dataset",
     "/datasets/imports/{pk}": "recipe_import", "/rewards/{pk}": "reward", "/trials/{pk}": "trial",
     "/members/{pk}": "viewer_membership", "/sweeps/{pk}": "sweep", "/evaluations/{pk}": "evaluation",
-    "{team_slug}/imports/{pk}": "import_job",
+    "{team_slug}/imports/{pk}": "import_job", "{team_slug}/demonstrations/{pk}": "demonstrations_job",
+    "/outbound-targets/{pk}": "outbound_target",
 }  # fmt: skip
 
 
@@ -505,6 +525,7 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     "/api/t/{team_slug}/datasets": lambda w: {"name": "x"},
     "/api/t/{team_slug}/datasets/from-recipe": lambda w: {"task": "arithmetic", "size": 8},
     "/api/t/{team_slug}/datasets/{pk}/archive": lambda w: {"archived": True},
+    "/api/t/{team_slug}/datasets/{pk}/demonstrations": lambda w: {"tools": {}},
     "/api/t/{team_slug}/tools": lambda w: {
         "name": "api_tool",
         "parameters": {"type": "object"},
@@ -519,6 +540,7 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     "/api/t/{team_slug}/members/{pk}": lambda w: {"role": "member"},
     "/api/t/{team_slug}/imports": lambda w: {"name": "x"},
     "/api/tokens": lambda w: {"name": "ci", "scopes": ["read"], "expires_in_days": 7},
+    "/api/outbound-targets": lambda w: {"rule": "matrix.example:443"},
 }
 API_CALLERS = ("anonymous", "outsider", "viewer", "member", "owner", *SCOPED_TOKENS, *RUN_TOKENS)
 # Operations only a team's owners may make (a member gets a 403 like a viewer).
@@ -529,6 +551,8 @@ OWNER_OPERATIONS = frozenset(
         ("DELETE", "/api/t/{team_slug}/members/{pk}"),
     }
 )
+# Operations only a site administrator may make (docs/security.md#outbound): no persona here is one.
+ADMIN_OPERATIONS = frozenset({("POST", "/api/outbound-targets"), ("DELETE", "/api/outbound-targets/{pk}")})
 
 
 def api_expected(kind: str, method: str, caller: str, path: str = "") -> set[int] | None:
@@ -540,6 +564,8 @@ def api_expected(kind: str, method: str, caller: str, path: str = "") -> set[int
     if caller in RUN_TOKENS:
         return {401}
     if caller == "read token" and method != "GET":
+        return {403}
+    if (method, path) in ADMIN_OPERATIONS:
         return {403}
     if "{team_slug}" not in path:
         return None  # the caller's own things (its tokens): every signed-in persona has them
@@ -572,6 +598,27 @@ MLFLOW_BODIES: dict[str, Callable[[World], dict[str, Any]]] = {
     "runs/log-parameter": lambda w: {"run_id": w.ids["mlflow_run"], "key": "p", "value": "v"},
     "runs/set-tag": lambda w: {"run_id": w.ids["mlflow_run"], "key": "t", "value": "v"},
     "metrics/get-history": lambda w: {"run_id": w.ids["mlflow_run"], "metric_key": "m"},
+    "runs/delete": lambda w: {"run_id": w.ids["mlflow_run"]},
+    "runs/restore": lambda w: {"run_id": w.ids["mlflow_run"]},
+    "runs/delete-tag": lambda w: {"run_id": w.ids["mlflow_run"], "key": "t"},
+    "runs/log-inputs": lambda w: {
+        "run_id": w.ids["mlflow_run"],
+        "datasets": [{"dataset": {"name": "d", "digest": "1", "source_type": "local", "source": "{}"}}],
+    },
+    "runs/outputs": lambda w: {"run_id": w.ids["mlflow_run"], "models": []},
+    "experiments/delete": lambda w: {"experiment_id": str(w.ids["experiment"])},
+    "experiments/restore": lambda w: {"experiment_id": str(w.ids["experiment"])},
+    "experiments/update": lambda w: {"experiment_id": str(w.ids["experiment"]), "new_name": "renamed"},
+    "experiments/set-experiment-tag": lambda w: {
+        "experiment_id": str(w.ids["experiment"]),
+        "key": "k",
+        "value": "v",
+    },
+    "experiments/delete-experiment-tag": lambda w: {"experiment_id": str(w.ids["experiment"]), "key": "k"},
+    "logged-models": lambda w: {
+        "experiment_id": str(w.ids["experiment"]),
+        "source_run_id": w.ids["mlflow_run"],
+    },
 }
 # The trace calls (REST 3.0, webapp/mlflow_api/traces.py): the same callers' rules.
 TRACE_BODIES: dict[str, Callable[[World], dict[str, Any]]] = {
@@ -580,8 +627,14 @@ TRACE_BODIES: dict[str, Callable[[World], dict[str, Any]]] = {
         "trace_location": {"mlflow_experiment": {"experiment_id": str(w.ids["experiment"])}},
         "trace_metadata": {"mlflow.sourceRun": w.ids["mlflow_run"]},
     }}},
+    "traces/search": lambda w: {"locations": [{"mlflow_experiment": {"experiment_id": str(w.ids["experiment"])}}]},
 }  # fmt: skip
-CREATES = frozenset({"experiments/create", "runs/create"})
+# What a run's token may not do: create experiments and runs, or change an experiment.
+CREATES = frozenset(
+    {"experiments/create", "runs/create"}
+    | {f"experiments/{change}" for change in ("delete", "restore", "update")}
+    | {"experiments/set-experiment-tag", "experiments/delete-experiment-tag"}
+)
 
 
 def mlflow_calls() -> list[tuple[str, str, tuple[str, Any], Callable[[World], dict[str, Any]]]]:
@@ -598,6 +651,7 @@ READS_EXPERIMENTS = frozenset(
         "experiments/search",
         "runs/search",
         "logged-models/search",
+        "traces/search",
     }
 )
 

@@ -2,7 +2,8 @@
 
 One module per concern: :mod:`.env` (the environment variables a launched run reads), :mod:`.keys`
 (metric keys), :mod:`.paths` (the API paths the trainer calls and their headers), :mod:`.limits` (what
-the database can hold), :mod:`.token_signals` (per-token signals and their encoding), :mod:`.wire` (the
+the database can hold), :mod:`.messages` (the chat-messages layout of demonstrations),
+:mod:`.token_signals` (per-token signals and their encoding), :mod:`.wire` (the
 bodies the trainer sends) and :mod:`.specs` (the team tools and rewards a run receives). Import the
 names from here; the modules import each other, never this package.
 
@@ -21,10 +22,11 @@ nothing more.
 from __future__ import annotations
 
 # Each module declares its names in its __all__; this package re-exports them all, once.
-from trainer.contract import env, keys, limits, paths, specs, token_signals, wire
+from trainer.contract import env, keys, limits, messages, paths, specs, token_signals, wire
 from trainer.contract.env import *  # noqa: F403
 from trainer.contract.keys import *  # noqa: F403
 from trainer.contract.limits import *  # noqa: F403
+from trainer.contract.messages import *  # noqa: F403
 from trainer.contract.paths import *  # noqa: F403
 from trainer.contract.specs import *  # noqa: F403
 from trainer.contract.token_signals import *  # noqa: F403
@@ -34,6 +36,7 @@ __all__ = [
     *env.__all__,
     *keys.__all__,
     *limits.__all__,
+    *messages.__all__,
     *paths.__all__,
     *specs.__all__,
     *token_signals.__all__,

@@ -57,3 +57,17 @@ def get_member_for_owner(request: HttpRequest, team_slug: str, pk: int) -> Membe
     """A membership (with its user and team) of the team named by the URL, for one of its owners to change."""
     team = get_team_for_user(request, team_slug, role=Role.OWNER)
     return get_object_or_404(Membership.objects.select_related("user", "team"), pk=pk, team=team)
+
+
+def is_site_admin(user: object) -> bool:
+    """A site administrator: an active staff user or superuser. Settings of the whole installation
+    (where team requests may go, docs/security.md#outbound) are theirs, never a team owner's: any
+    signed-in user can create a team and own it."""
+    active = bool(getattr(user, "is_active", False))
+    return active and bool(getattr(user, "is_staff", False) or getattr(user, "is_superuser", False))
+
+
+def require_site_admin(request: HttpRequest) -> None:
+    """PermissionDenied (a 403 naming who can) unless the request's user is a site administrator."""
+    if not is_site_admin(request.user):
+        raise PermissionDenied("Only a site administrator (a staff user) can do this.")

@@ -93,6 +93,14 @@ class Dataset(CreatedRecord):
     archived = models.BooleanField(
         default=False, help_text="Hidden from the pickers; runs that use it keep it."
     )
+    derived_from = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="derived",
+        help_text="The dataset this one was made from (generated demonstrations).",
+    )
     validated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -273,7 +281,15 @@ class Dataset(CreatedRecord):
         chosen = self.validation_context().reward_map
         counts = dict(self.stats.get("data_sources", {})) or dict.fromkeys(self.unmapped_sources, None)
         sources = [
-            {"value": value, "rows": rows, "reward": routing.reward, "rule": routing.rule, "why": routing.why}
+            {
+                "value": value,
+                "rows": rows,
+                "reward": routing.reward,
+                "rule": routing.rule,
+                "why": routing.why,
+                "reward_rule": routing.reward_rule,  # the default, data.reward_rule's (a run may switch)
+                "other": routing.other,
+            }
             for value, rows in counts.items()
             for routing in [route(value, chosen)]
         ]
@@ -314,13 +330,14 @@ class Dataset(CreatedRecord):
         recipes = load_recipes()
         if task not in recipes:
             return []
-        owned = {route(recipes.get(name).data_source).reward for name in recipes.names()}
-        wanted = route(recipes.get(task).data_source).reward
+        # By the lenient rule, whose rewards are the recipes' own: a verl rule scores the same task.
+        owned = {route(recipes.get(name).data_source, rule="lenient").reward for name in recipes.names()}
+        wanted = route(recipes.get(task).data_source, rule="lenient").reward
         if team_defaults is None:
             chosen = self.validation_context().reward_map
         else:
             chosen = self.reward_map_over(team_defaults)
-        routed = {route(source, chosen).reward for source in self.stats.get("data_sources", {})}
+        routed = {route(source, chosen, "lenient").reward for source in self.stats.get("data_sources", {})}
         return sorted(
             str(reward) for reward in routed if reward is not None and reward in owned and reward != wanted
         )
@@ -357,6 +374,11 @@ class Dataset(CreatedRecord):
         if changed and later:
             enqueue_on_commit(VALIDATE_DATASET_TASK, self.pk)
         return changed
+
+    def settle_checked(self, stats: dict[str, Any]) -> bool:
+        """Valid, with ``stats``: a file its maker checked row by row as it wrote it (generated
+        demonstrations, each conversation checked against the chat-messages contract)."""
+        return self._settle(DatasetStatus.VALID, stats=stats, problems=[])
 
     def _settle(self, status: str, **changes: Any) -> bool:
         # Race: a redelivered validate task running beside the first; only one pending → settled wins.
@@ -432,7 +454,8 @@ class RecipeImport(WorkRecord):
         )
         if self.options.get("size"):
             origin += f", size {self.options['size']}, seed {self.options.get('seed', 0)}"
-        return origin
+        level = (self.options.get("extra") or {}).get("level")
+        return f"{origin}, level {level}" if level else origin
 
     @classmethod
     def start(

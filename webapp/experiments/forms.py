@@ -27,6 +27,7 @@ from webapp.retention.forms import RetentionForm
 BASIC_PATHS = [
     "rollout.max_steps",
     "rollout.context_policy",
+    "data.reward_rule",
     "executor",
     "backend",
     "resources.gpus_per_node",
@@ -52,6 +53,7 @@ ADVANCED_PATHS = [
     "rollout.top_p",
     "rollout.max_new_tokens",
     "rollout.window",
+    "rollout.tool_warmup_steps",
     "optim.lr",
     "optim.critic_lr",
     "optim.ppo_epochs",

@@ -19,6 +19,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from webapp.experiments.executors import outside_executors
+from webapp.experiments.signals import run_finished
 from webapp.guarded import guarded_update
 
 
@@ -245,7 +246,10 @@ class RunLifecycle(models.Model):
         if status == RunStatus.SUCCEEDED:
             # A run that succeeded did all its steps, whether or not its last heartbeat arrived first.
             changes["step"] = Greatest("step", "total_steps")
-        return self._transition(ACTIVE, **changes)
+        if not self._transition(ACTIVE, **changes):
+            return False
+        run_finished.send(sender=type(self), run=self)
+        return True
 
     def reopen_external(self) -> bool:
         """An ended external run running again, so its MLflow client may log to it once more: only

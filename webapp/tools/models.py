@@ -1,7 +1,7 @@
 """The tool registry: the trainer's built-in tools plus each team's own tools, and the team's rewards.
 
-A team tool is either ``http`` (an endpoint STUDIO_TOOL_ALLOWLIST allows, called through the trainer's
-HttpTool, with an optional secret header stored encrypted) or ``python`` (a ``module:Class``
+A team tool is either ``http`` (an endpoint the outbound rules of webapp/tools/outbound.py allow,
+called through the trainer's HttpTool, with an optional secret header stored encrypted) or ``python`` (a ``module:Class``
 BaseTool subclass already installed on the workers; staff only). No code is ever accepted from the
 browser: a python tool names code that an administrator installed.
 
@@ -19,7 +19,6 @@ import socket
 import time
 from typing import Any
 
-from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -29,13 +28,14 @@ from trainer.mdp import ToolCallRecord
 from trainer.rewards import REWARDS
 from trainer.team_rewards import build_reward
 from trainer.tools import TOOLS, BaseTool, HttpTool, HttpToolSpec, run_tool_call
-from trainer.tools.allowlist import OutboundPolicy, OutboundRefused, check_url
+from trainer.tools.allowlist import check_url
 from trainer.tools.base import load_tool_class
 from webapp.accounts.models import Team
 from webapp.celery import enqueue_on_commit
 from webapp.guarded import guarded_update
 from webapp.records import CreatedRecord, WorkRecord
 from webapp.tools import crypto
+from webapp.tools.outbound import outbound_policy, url_refusal  # (and registers its OutboundTarget model)
 
 # The tasks this module queues, by name (webapp.celery.enqueue_on_commit): webapp/tools/tasks.py
 # imports this module.
@@ -51,20 +51,6 @@ def builtin_tools() -> list[type[BaseTool]]:
 
     load_recipes()  # loads the entry-point plugins too; recipes register their tools on import
     return [TOOLS.get(name) for name in TOOLS.names()]
-
-
-def outbound_policy() -> OutboundPolicy:
-    """STUDIO_TOOL_ALLOWLIST with the product's own service endpoints closed (docs/security.md#outbound)."""
-    return OutboundPolicy.from_texts(settings.TOOL_ALLOWLIST, settings.SERVICE_ENDPOINTS)
-
-
-def url_refusal(url: str) -> str | None:
-    """Why a team tool may not call ``url`` (None: the rules allow it; the address is checked per call)."""
-    try:
-        check_url(url, outbound_policy())
-    except OutboundRefused as refused:
-        return str(refused)
-    return None
 
 
 def builtin_rewards() -> list[str]:

@@ -44,6 +44,7 @@ VERL_READ_BY_US = {
     *("name", "task", "preset", "backend", "executor", "resources.cpus", "trainer.device"),
     *("rollout.max_new_tokens", "rollout.window", "rollout.env_type", "rollout.tools", "rollout.tool_format"),
     *("rollout.env_kwargs", "data.train_path", "data.val_path", "data.rewards", "trainer.checkpoint_dir"),
+    "data.reward_rule",  # the agent loop scores by it, in verl's workers
     "report.console",
 }
 

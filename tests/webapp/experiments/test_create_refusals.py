@@ -142,3 +142,17 @@ def test_a_field_given_without_its_section_is_refused_with_the_path_it_may_mean(
     assert response.status_code == 400
     error = response.json()["error"]
     assert error.startswith("config.tools: 'tools' is not a field of the config: did you mean rollout.tools?")
+
+
+def test_the_api_stores_the_reward_rule_it_is_given_and_refuses_one_that_does_not_exist(
+    client: Client, personas: Any, alice_token: str, good: dict[str, Any]
+) -> None:
+    response = create(client, alice_token, {**good, "data.reward_rule": "strict"})
+    assert response.status_code == 400 and response.json()["field"] == "config.data.reward_rule"
+    assert create(client, alice_token, {**good, "name": "default"}).status_code == 201
+    assert (
+        create(client, alice_token, {**good, "name": "eased", "data.reward_rule": "lenient"}).status_code
+        == 201
+    )
+    stored = {e.name: e.config["data"]["reward_rule"] for e in Experiment.objects.all()}
+    assert stored == {"default": "verl", "eased": "lenient"}
