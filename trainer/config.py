@@ -23,6 +23,7 @@ the presets in :data:`PRESETS`. Importing it needs no torch.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
 from collections.abc import Mapping
@@ -343,8 +344,28 @@ def validation_errors(error: ValidationError) -> dict[str, list[str]]:
                 result.setdefault(path, []).append(message)
             continue
         path = ".".join(str(part) for part in item["loc"]) or "__all__"
-        result.setdefault(path, []).append(item["msg"])
+        message = unknown_field_message(path) if item["type"] == "extra_forbidden" else item["msg"]
+        result.setdefault(path, []).append(message)
     return result
+
+
+def unknown_field_message(path: str) -> str:
+    """What to say of a dotted path that is no field of RunConfig (pydantic's "Extra inputs are not
+    permitted"): the known field paths it may mean, and how paths are written (docs/cli.md#field-paths)."""
+    known = field_paths()
+    leaf = path.rsplit(".", 1)[-1]
+    leaves = {candidate: candidate.rsplit(".", 1)[-1] for candidate in known}
+    guesses = [candidate for candidate, name in leaves.items() if name == leaf] or difflib.get_close_matches(
+        path, known, n=3, cutoff=0.75
+    )
+    if not guesses:
+        near = set(difflib.get_close_matches(leaf, list(leaves.values()), n=3, cutoff=0.75))
+        guesses = [candidate for candidate, name in leaves.items() if name in near]
+    advice = f"did you mean {' or '.join(guesses)}? " if guesses else ""
+    return (
+        f"{path!r} is not a field of the config: {advice}A field is named by its dotted path, "
+        "section.field (e.g. rollout.tools, optim.lr)"
+    )
 
 
 def config_errors(data: Mapping[str, Any]) -> dict[str, list[str]]:

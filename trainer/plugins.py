@@ -8,8 +8,9 @@ module registers its entries (``@TOOLS.register(...)``, ``REWARDS.add(...)``). T
 from __future__ import annotations
 
 import logging
+import sys
 import threading
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 
 logger = logging.getLogger(__name__)
 
@@ -17,6 +18,19 @@ ENTRY_POINT_GROUP = "agent_r1_studio.tasks"
 
 _lock = threading.Lock()
 _loaded: set[tuple[str, str]] = set()
+# The group's entry points by the sys.path they were read under. Reading them scans every installed
+# distribution's metadata (~15 ms idle, seconds on a loaded machine), and the web app asks on every
+# form and dataset page (docs/benchmarks.md#pages-under-load); a changed sys.path (a plugin folder
+# added) reads them again.
+_scanned: dict[tuple[str, tuple[str, ...]], list[EntryPoint]] = {}
+
+
+def _entry_points(group: str) -> list[EntryPoint]:
+    key = (group, tuple(sys.path))
+    if key not in _scanned:
+        _scanned.clear()
+        _scanned[key] = sorted(entry_points(group=group), key=lambda ep: (ep.name, ep.value))
+    return _scanned[key]
 
 
 class PluginError(ImportError):
@@ -31,7 +45,7 @@ def load_plugins(group: str = ENTRY_POINT_GROUP) -> list[str]:
     """
     imported: list[str] = []
     with _lock:
-        for entry_point in sorted(entry_points(group=group), key=lambda ep: (ep.name, ep.value)):
+        for entry_point in _entry_points(group):
             key = (entry_point.name, entry_point.value)
             if key in _loaded:
                 continue

@@ -256,10 +256,18 @@ def test_it_rejects_an_unknown_field_with_its_path() -> None:
 
     errors = config_errors(data)
 
-    assert errors == {
-        "rollout.nn": ["Extra inputs are not permitted"],
-        "colour": ["Extra inputs are not permitted"],
-    }
+    assert set(errors) == {"rollout.nn", "colour"}
+    assert errors["rollout.nn"][0].startswith(
+        "'rollout.nn' is not a field of the config: did you mean rollout.n or rollout.window?"
+    )
+    assert errors["colour"][0].startswith("'colour' is not a field of the config: A field is named by its")
+
+
+def test_an_unknown_field_names_the_field_path_it_may_mean() -> None:
+    """`--set tools=[…]` was refused as "Extra inputs are not permitted": the field is rollout.tools."""
+    errors = config_errors({**grpo(), "tools": ["calculator"]})
+    assert "did you mean rollout.tools?" in errors["tools"][0]
+    assert "section.field" in errors["tools"][0]
 
 
 def test_it_rejects_out_of_range_values_with_their_paths() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,3 +66,27 @@ def test_it_names_the_plugin_that_failed_to_import(plugin_path: Path) -> None:
         PluginError, match=r"plugin 'broken' \(studio_test_broken\) failed to import: no data"
     ):
         load_plugins()
+
+
+def test_it_reads_the_installed_entry_points_once_while_sys_path_stays_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading them scans every installed distribution: a form and a dataset page asked ten times per
+    request, seconds under load (docs/benchmarks.md#pages-under-load)."""
+    import trainer.plugins as plugins
+
+    reads: list[str] = []
+    real = plugins.entry_points
+
+    def counted(group: str) -> Any:
+        reads.append(group)
+        return real(group=group)
+
+    monkeypatch.setattr(plugins, "entry_points", counted)
+    getattr(plugins, "_scanned", {}).clear()  # what an earlier test read
+    for _ in range(3):
+        load_plugins()
+    assert reads == [GROUP]
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # a folder that may hold a new plugin
+    load_plugins()
+    assert reads == [GROUP, GROUP]

@@ -307,7 +307,7 @@ PAGES: dict[str, Page] = {
     "tool_try": Page(
         "read", team(pk=_id("tool")), post="write", get=False, data=lambda w: {"arguments": "{}"}
     ),
-    "tool_delete": Page("read", team(pk=_id("tool")), post="write", get=False),
+    "tool_delete": Page("write", team(pk=_id("tool")), post="write"),  # GET: the confirmation
     "builtin_tool": Page("read", team(name=lambda w: "echo")),
     "builtin_tool_try": Page(
         "read",
@@ -365,14 +365,14 @@ PAGES: dict[str, Page] = {
         data=lambda w: {"role": "viewer"},
         absent=True,
     ),
-    "member_remove": Page("read", team(pk=lambda w: 10**9), post="owner", get=False, absent=True),
+    "member_remove": Page("owner", team(pk=lambda w: 10**9), post="owner", absent=True),
     "dataset_map": Page("read", team(pk=_id("dataset")), post="write", get=False),
     "dataset_archive": Page("read", team(pk=_id("dataset")), post="write", get=False),
-    "dataset_delete": Page("read", team(pk=_id("dataset")), post="write", get=False),
+    "dataset_delete": Page("write", team(pk=_id("dataset")), post="write"),
     "reward_new": Page("write", team(), post="write", data=lambda w: {"name": "x"}),
     "reward": Page("read", team(pk=lambda w: 10**9), absent=True),
     "reward_try": Page("read", team(pk=lambda w: 10**9), post="write", get=False, absent=True),
-    "reward_delete": Page("read", team(pk=lambda w: 10**9), post="write", get=False, absent=True),
+    "reward_delete": Page("write", team(pk=lambda w: 10**9), post="write", absent=True),
     "demo": Page("read", team(), post="write", get=False),
     "run_edit": Page("read", team(pk=_id("run")), post="write", get=False, data=lambda w: {"name": "x"}),
     "run_artifact": Page("read", team(pk=_id("run"), path=lambda w: "reports/eval.txt")),

@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.webapp.datasets.conftest import contract_row, write_parquet
 from webapp.accounts.models import Membership, Role, Team
+from webapp.datasets import files
+from webapp.datasets.models import Dataset
 from webapp.experiments.models import Experiment, Run, RunStatus
+from webapp.tools.models import TeamReward, TeamTool, ToolStatus
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("quick_passwords")]
 
 # Every control that changes something, by its label, on the pages a viewer can open.
 WRITE_CONTROLS = re.compile(
-    r"^(New experiment|Launch.*|Clone|Cancel run…|Archive|Restore|Delete.*|Add tag|Remove tag|Register a tool|"
-    r"Upload|Prepare|Run|Save|Start the demo.*|Add member|Create and add|Change|Remove)$"
+    r"^(New experiment|Launch.*|Clone|Cancel run…|Archive|Unarchive|Restore|Delete.*|Add tag|Remove tag|"
+    r"Register a tool|Upload|Prepare|Run|Score|Save.*|Start the demo.*|Add member|Create and add|Change|Remove.*)$"
 )
 
 
@@ -26,8 +31,17 @@ def _write_controls(page: Any) -> list[str]:
     return [label.strip() for label in labels if WRITE_CONTROLS.match(label.strip())]
 
 
+def adopt(team: Team, folder: Path, name: str, data_source: str) -> Dataset:
+    rows = [{**contract_row(i), "data_source": data_source} for i in range(3)]
+    path = write_parquet(folder / f"{name}.parquet", rows)
+    dataset, _ = Dataset.from_file(team, path, sha256=files.sha256_of(path), name=name, source="upload",
+                                   validate_later=False)  # fmt: skip
+    dataset.validate()
+    return dataset
+
+
 def test_a_viewer_sees_no_write_buttons_and_a_refused_action_explains_itself(
-    signed_in: Callable[[str], Any], live_server: Any, personas: Any
+    signed_in: Callable[[str], Any], live_server: Any, personas: Any, tmp_path: Path
 ) -> None:
     acme = personas["acme"]
     acme.add_member(personas["charlie"], Role.VIEWER)
@@ -37,9 +51,16 @@ def test_a_viewer_sees_no_write_buttons_and_a_refused_action_explains_itself(
     running = Run.objects.create(
         experiment=experiment, team=acme, seed=1, name="live", status=RunStatus.RUNNING
     )
+    valid, unmapped = (
+        adopt(acme, tmp_path, name, source) for name, source in (("ok", "exact"), ("new", "mine/x"))
+    )
+    tool = TeamTool.objects.create(team=acme, name="lookup", parameters={"type": "object"}, kind="http",
+                                   url="http://127.0.0.1:9/x", status=ToolStatus.READY)  # fmt: skip
+    reward = TeamReward.objects.create(team=acme, name="strict", rule="exact")
     base = f"{live_server.url}/t/{acme.slug}"
-    pages = ["/", "/datasets/", "/tools/", "/tools/builtin/calculator/", "/experiments/", f"/experiments/{experiment.pk}/",
-             "/runs/", f"/runs/{running.pk}/", "/members/"]  # fmt: skip
+    pages = ["/", "/datasets/", f"/datasets/{valid.pk}/", f"/datasets/{unmapped.pk}/", "/tools/",
+             "/tools/builtin/calculator/", f"/tools/{tool.pk}/", f"/tools/rewards/{reward.pk}/", "/experiments/",
+             f"/experiments/{experiment.pk}/", "/runs/", f"/runs/{running.pk}/", "/members/"]  # fmt: skip
     owner = signed_in("alice")
     owner.goto(base + f"/runs/{running.pk}/")
     assert "Cancel run…" in _write_controls(owner)  # the same page shows them to someone who may
@@ -66,7 +87,10 @@ def test_an_owner_changes_a_role_and_removes_a_member(
     page.click("tr[data-user=bob] button:text('Change')")
     page.wait_for_selector("text=bob is now a viewer of Acme.")
     assert Membership.objects.get(pk=bob.pk).role == Role.VIEWER
-    page.click("button[aria-label='Remove bob']")
+    page.click("a[aria-label='Remove bob']")
+    assert page.inner_text("h1") == "Remove bob from Acme?"  # asked first
+    assert Membership.objects.filter(pk=bob.pk).exists()
+    page.click("#confirm-delete")
     page.wait_for_selector("text=Removed bob from Acme.")
     assert not Membership.objects.filter(pk=bob.pk).exists()
     assert page.locator("tr[data-user=bob]").count() == 0

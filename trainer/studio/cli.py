@@ -17,10 +17,20 @@ from typing import Any
 import click
 from tqdm import tqdm
 
+from trainer.config import RunConfig, section_model
 from trainer.contract import REWARD_MEAN
 from trainer.studio.client import FINISHED, Settings, StudioClient, StudioError, sha256_of, write_config
 
 EXIT_REFUSED, EXIT_FAILED_OUTCOME, EXIT_UNREACHABLE = 1, 3, 4
+CONFIG_SECTIONS = [name for name in RunConfig.model_fields if section_model(RunConfig, name)]
+# How --set names a field (docs/cli.md#field-paths); the server names a path it does not know, and the
+# known paths it may mean.
+SET_HELP = (
+    "PATH is a config field's dotted path, section.field: rollout.tools, rollout.n, optim.lr, "
+    f"trainer.total_steps (the sections: {', '.join(CONFIG_SECTIONS)}; top-level fields such as "
+    "backend and executor have none). VALUE is read as JSON when it "
+    """can be, else as text: --set rollout.n=4, --set 'rollout.tools=["calculator"]'. Repeat for more."""
+)
 BARS = "▁▂▃▄▅▆▇█"
 
 
@@ -148,7 +158,7 @@ def experiments() -> None:
     "overrides",
     multiple=True,
     metavar="PATH=VALUE",
-    help="A RunConfig field, e.g. --set rollout.n=4 (the value is read as JSON when it can be).",
+    help=SET_HELP,
 )
 @click.option("--seed", "seeds", type=int, multiple=True, help="One run per seed.")
 @pass_context
@@ -320,7 +330,7 @@ def sweep() -> None:
     "overrides",
     multiple=True,
     metavar="PATH=VALUE",
-    help="A RunConfig field every cell shares (over the base experiment's and the file's).",
+    help="A config field every cell shares (over the base experiment's and the file's). " + SET_HELP,
 )
 @pass_context
 def sweep_create(

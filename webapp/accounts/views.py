@@ -7,7 +7,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.accounts.access import get_member_for_owner, get_membership, get_team_for_user
 from webapp.accounts.forms import (
@@ -20,6 +21,7 @@ from webapp.accounts.forms import (
 )
 from webapp.accounts.middleware import SESSION_KEY
 from webapp.accounts.models import ApiToken, LastOwner, Role, Team
+from webapp.confirm import confirm_delete
 
 
 @login_required
@@ -134,10 +136,22 @@ def member_role(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def member_remove(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    """GET: ask first; POST: remove the member from the team."""
     membership = get_member_for_owner(request, team_slug, pk)
     team = membership.team
+    if request.method != "POST":
+        leaving = "you" if membership.user == request.user else str(membership.user)
+        return confirm_delete(
+            request,
+            team,
+            title=f"Remove {leaving} from {team.name}?",
+            consequence=f"{leaving.capitalize()} no longer see{'' if leaving == 'you' else 's'} the team; "
+            "what they made (datasets, experiments, runs) stays with it. An owner can add them again.",
+            button=f"Remove {leaving}",
+            back=reverse("members", args=[team.slug]),
+        )
     removed = _owner_change(
         request, lambda: team.remove_member(membership), f"Removed {membership.user} from {team.name}."
     )

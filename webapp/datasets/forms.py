@@ -137,15 +137,34 @@ class RecipeForm(forms.Form):
 
 
 class RewardMappingForm(forms.Form):
-    """One reward per data_source value the routing table does not know (docs/datasets.md#mapping)."""
+    """A reward for each data_source of the file (docs/datasets.md#mapping): required where nothing
+    else scores it; elsewhere "no mapping" leaves it to the reward that does."""
 
-    def __init__(self, *args: Any, sources: list[str], rewards: list[tuple[str, str]], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        routes: dict[str, str | None],
+        current: dict[str, str],
+        rewards: list[tuple[str, str]],
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self.sources = sources
-        for index, source in enumerate(sources):
+        self.sources = list(routes)
+        for index, (source, default) in enumerate(routes.items()):
+            blank = f"— no mapping: {default} scores it —" if default else "— choose a reward —"
             self.fields[f"source_{index}"] = forms.ChoiceField(
-                label=source, choices=[("", "— choose a reward —"), *rewards]
+                label=source,
+                choices=[("", blank), *rewards],
+                required=default is None,
+                initial=current.get(source, ""),
+                error_messages={"required": "Choose a reward: nothing else scores this data source."},
             )
 
     def mapping(self) -> dict[str, str]:
+        """data_source → chosen reward; "" where the dataset maps it to none."""
         return {source: self.cleaned_data[f"source_{i}"] for i, source in enumerate(self.sources)}
+
+    def refuse(self, problems: list[dict[str, Any]]) -> None:
+        """Put what the validator found with these choices on the form: nothing was saved."""
+        for problem in problems:
+            self.add_error(None, f"With this mapping the file would not be valid: {problem['message']}")

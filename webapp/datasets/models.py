@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,12 @@ def _agent_rule(agent_name: str, aliases: Container[str]) -> str:
     if not agent_name:
         return "the run's default flow"
     return "another project's name for it" if agent_name in aliases else "our flow of that name"
+
+
+def reward_defaults(rewards: Iterable[Any]) -> dict[str, str]:
+    """data_source → reward name of a team's rewards registered for a data_source (TeamReward rows):
+    what scores a data_source no dataset mapping names."""
+    return {reward.data_source: reward.name for reward in rewards if reward.data_source}
 
 
 class Dataset(CreatedRecord):
@@ -179,15 +185,16 @@ class Dataset(CreatedRecord):
             enqueue_on_commit(VALIDATE_DATASET_TASK, dataset.pk)
         return dataset, True
 
-    def validation_context(self) -> Any:
-        """What the validator checks this file against: its mapping and the team's rewards and tools."""
+    def validation_context(self, reward_map: Mapping[str, str] | None = None) -> Any:
+        """What the validator checks this file against: its mapping (or ``reward_map`` in its place)
+        and the team's rewards and tools."""
         from tasks_lib.validate import Context
         from webapp.tools.models import TeamReward, TeamTool
 
         rewards = TeamReward.objects.filter(team=self.team)
-        defaults = {reward.data_source: reward.name for reward in rewards if reward.data_source}
+        mapping = self.reward_map if reward_map is None else reward_map
         return Context(
-            reward_map={**defaults, **self.reward_map},
+            reward_map={**reward_defaults(rewards), **mapping},
             team_rewards=[reward.name for reward in rewards],
             team_tools=list(TeamTool.objects.filter(team=self.team).values_list("name", flat=True)),
         )
@@ -219,13 +226,39 @@ class Dataset(CreatedRecord):
             {p["data_source"] for p in self.problems if isinstance(p, dict) and p.get("data_source")}
         )
 
+    @property
+    def data_sources(self) -> list[str]:
+        """The data_source values of the file (those no reward knew, while it waits for a mapping)."""
+        return sorted(self.stats.get("data_sources", {})) or self.unmapped_sources
+
+    def routes_without_mapping(self) -> dict[str, str | None]:
+        """Each data_source of the file → the reward that scores it when the dataset maps it to none
+        (the team's reward for it, then the routing table), or None: it must be mapped."""
+        from tasks_lib.registry import load_recipes
+        from trainer.rewards import route
+
+        load_recipes()
+        defaults = reward_defaults(self.team.rewards.all())
+        return {source: route(source, defaults).reward for source in self.data_sources}
+
+    def remapped(self, mapping: Mapping[str, str]) -> dict[str, str]:
+        """The dataset's mapping with ``mapping``'s choices over it; a choice "" removes that data_source's."""
+        changed = {**self.reward_map, **mapping}
+        return {source: reward for source, reward in changed.items() if reward}
+
+    def mapping_problems(self, mapping: Mapping[str, str]) -> list[dict[str, Any]]:
+        """What the validator finds in the file with ``mapping`` applied (:meth:`remapped`): a mapping
+        that would make a valid dataset unusable is refused before anything changes."""
+        context = self.validation_context(self.remapped(mapping))
+        return parquet.problems_in(self.path, context)[:MAX_PROBLEMS_KEPT]
+
     def map_rewards(self, mapping: dict[str, str]) -> bool:
-        """Store data_source → reward choices and validate the file again with them."""
+        """Store data_source → reward choices ("" removes one) and validate the file again with them."""
         # Race: two mapping forms sent at once, or one sent while the validator settles; only a
         # dataset that waits for (or already has) a mapping goes back to pending, once.
         changed = Dataset.objects.filter(
             pk=self.pk, status__in=(DatasetStatus.UNMAPPED, DatasetStatus.VALID)
-        ).update(reward_map={**self.reward_map, **mapping}, status=DatasetStatus.PENDING, problems=[])
+        ).update(reward_map=self.remapped(mapping), status=DatasetStatus.PENDING, problems=[])
         self.refresh_from_db()
         if changed:
             enqueue_on_commit(VALIDATE_DATASET_TASK, self.pk)
@@ -271,28 +304,42 @@ class Dataset(CreatedRecord):
         ]
         return {"data_sources": sources, "agent_names": agents}
 
-    def task_mismatch(self, task: str) -> str | None:
+    def reward_map_over(self, team_defaults: Mapping[str, str]) -> dict[str, str]:
+        """data_source → reward: this dataset's mapping over the team's rewards registered for a
+        data_source (``team_defaults``, :func:`reward_defaults`)."""
+        return {**team_defaults, **self.reward_map}
+
+    def task_mismatch(self, task: str, team_defaults: Mapping[str, str] | None = None) -> str | None:
         """Why this dataset does not fit ``task`` (its rows are scored by another recipe's reward), or
-        None when it fits. Rows scored by a reward no recipe owns (math, a team's) fit every task."""
+        None when it fits. Rows scored by a reward no recipe owns (math, a team's) fit every task.
+        ``team_defaults``: the team's :func:`reward_defaults`, when the caller read them once for many."""
+        others = self.other_tasks_rewards(task, team_defaults)
+        if not others:
+            return None
+        return (
+            f"{self.name}'s rows are scored by the {', '.join(others)} reward, not {task}'s: "
+            f"choose a {task} dataset, or the task {others[0]}"
+        )
+
+    def other_tasks_rewards(self, task: str, team_defaults: Mapping[str, str] | None = None) -> list[str]:
+        """The rewards of recipes other than ``task``'s that score rows of this dataset: the one rule
+        of whether a dataset fits a task (empty: it fits), for acceptance and the pickers alike."""
         from tasks_lib.registry import load_recipes
         from trainer.rewards import route
 
         recipes = load_recipes()
         if task not in recipes:
-            return None
+            return []
         # By the lenient rule, whose rewards are the recipes' own: a verl rule scores the same task.
         owned = {route(recipes.get(name).data_source, rule="lenient").reward for name in recipes.names()}
         wanted = route(recipes.get(task).data_source, rule="lenient").reward
-        chosen = self.validation_context().reward_map
+        if team_defaults is None:
+            chosen = self.validation_context().reward_map
+        else:
+            chosen = self.reward_map_over(team_defaults)
         routed = {route(source, chosen, "lenient").reward for source in self.stats.get("data_sources", {})}
-        others = sorted(
-            reward for reward in routed if reward is not None and reward in owned and reward != wanted
-        )
-        if not others:
-            return None
-        return (
-            f"{self.name}'s rows are scored by the {', '.join(map(str, others))} reward, not {task}'s: "
-            f"choose a {task} dataset, or the task {others[0]}"
+        return sorted(
+            str(reward) for reward in routed if reward is not None and reward in owned and reward != wanted
         )
 
     def is_used(self) -> bool:
@@ -434,6 +481,16 @@ class RecipeImport(WorkRecord):
         summary = ", ".join(f"{d.name}: {d.status}" for d in datasets) or "the recipe wrote no files"
         return self._finish(ImportStatus.DONE, summary)
 
+    def splits(self) -> dict[str, Dataset]:
+        """{split: dataset} of what this import prepared, the split read from the name it gave each
+        (a file whose content the team had before keeps that dataset's own name: no split)."""
+        found = {}
+        for dataset in self.datasets.all():
+            recipe, split, *_ = [*dataset.name.split(" ", 2), "", ""]
+            if recipe == self.task and split:
+                found[split] = dataset
+        return found
+
     def _prepare_splits(self) -> list[Dataset]:
         from tasks_lib.registry import PrepareOptions, load_recipes
 
@@ -457,7 +514,7 @@ class RecipeImport(WorkRecord):
                     self.team,
                     Path(path),
                     sha256=files.sha256_of(Path(path)),
-                    name=f"{recipe.name} {split} ({origin})",
+                    name=f"{recipe.name} {split} ({origin})",  # the split as splits() reads it back
                     source=f"recipe {recipe.name}, split {split}, from {origin}",
                     user=self.created_by,
                     validate_later=False,

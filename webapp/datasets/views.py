@@ -10,11 +10,12 @@ from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.text import slugify
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
+from webapp.confirm import confirm_delete
 from webapp.datasets.access import get_dataset_for_user
 from webapp.datasets.demonstrations import form_choices
 from webapp.datasets.files import StreamingUploadHandler, too_large_message
@@ -110,11 +111,17 @@ def dataset_url(dataset: Dataset) -> str:
 
 
 def _mapping_form(dataset: Dataset, data: Any = None) -> RewardMappingForm | None:
-    if dataset.status != DatasetStatus.UNMAPPED:
+    """The dataset's reward mapping: asked for while it waits for one, editable once it is valid."""
+    if dataset.status not in (DatasetStatus.UNMAPPED, DatasetStatus.VALID):
         return None
     from webapp.tools.models import reward_choices
 
-    return RewardMappingForm(data, sources=dataset.unmapped_sources, rewards=reward_choices(dataset.team))
+    return RewardMappingForm(
+        data,
+        routes=dataset.routes_without_mapping(),
+        current=dataset.reward_map,
+        rewards=reward_choices(dataset.team),
+    )
 
 
 @login_required
@@ -164,9 +171,14 @@ def download(request: HtmxHttpRequest, team_slug: str, pk: int) -> FileResponse:
 @login_required
 @require_POST
 def map_rewards(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
-    """The mapping form: a reward for each data_source value no reward knew; then validate again."""
+    """The mapping form: a reward for each data_source (one no reward knew must get one; a valid
+    dataset's mapping can change); then validate again."""
     dataset = get_dataset_for_user(request, team_slug, pk, write=True)
     form = _mapping_form(dataset, request.POST)
+    if form is not None and form.is_valid() and dataset.status == DatasetStatus.VALID:
+        # A valid dataset is checked with the new mapping first: one that would make it unusable
+        # changes nothing, and the page says why (the file of an invalid dataset is deleted).
+        form.refuse(dataset.mapping_problems(form.mapping()))
     if form is not None and form.is_valid():
         dataset.map_rewards(form.mapping())
         messages.success(request, "Mapping saved; the dataset is being checked again.")
@@ -176,6 +188,7 @@ def map_rewards(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpRespon
         return redirect(dataset_url(dataset))
     context = {"team": dataset.team, "dataset": dataset, "mapping_form": form, "routing": dataset.routing()}
     context.update(_preview_context(dataset, None))
+    messages.error(request, "The mapping was not saved: see the reward mapping below.")
     return render(request, "datasets/detail.html", context, status=400)
 
 
@@ -191,9 +204,23 @@ def archive(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def delete(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    """GET: ask first (what goes, or why it cannot); POST: delete."""
     dataset = get_dataset_for_user(request, team_slug, pk, write=True)
+    if request.method != "POST":
+        return confirm_delete(
+            request,
+            dataset.team,
+            title=f"Delete {dataset.name}?",
+            consequence="The dataset and its file go for good; uploading the same file again makes it anew.",
+            button="Delete the dataset",
+            back=dataset_url(dataset),
+            refusal=f"{dataset.name} is used by experiments or runs: archive it instead (it leaves the "
+            "pickers, and the runs keep it)."
+            if dataset.is_used()
+            else "",
+        )
     try:
         dataset.delete_unused()
     except DatasetInUse as exc:

@@ -30,7 +30,7 @@ def import_recipe(
     recipe_import.run()  # the queued task finds it done and does nothing
     if recipe_import.status != "done":
         return {}, recipe_import.message
-    return {d.name.split()[1]: d for d in recipe_import.datasets.all() if d.is_usable}, ""
+    return {split: d for split, d in recipe_import.splits().items() if d.is_usable}, ""
 
 
 def demo_config(team: Team, datasets: dict[str, Dataset]) -> RunConfig:

@@ -175,10 +175,30 @@ class ExperimentForm(RetentionForm):
         self.team = team  # the team whose datasets, tools and rewards the config may name
         for name in ("task", "train_dataset", "tools"):
             self.fields[name].choices = choices[name]  # type: ignore[attr-defined]
+        # No dataset is chosen for the user unless the view preselects one: an empty first choice.
+        self.fields["train_dataset"].choices = [("", "— choose a dataset —"), *choices["train_dataset"]]  # type: ignore[attr-defined]
         self.fields["val_dataset"].choices = [("", "— none —"), *choices["train_dataset"]]  # type: ignore[attr-defined]
         for path in BASIC_PATHS + ADVANCED_PATHS:
             self.fields[path] = form_field(path)
         self.fields["preset"].choices = preset_choices(self._chosen("model_path"), self._chosen("backend"))  # type: ignore[attr-defined]
+
+    def allow_preview(self) -> None:
+        """A preview needs no name yet (RunConfig's default stands in): it is often the first thing
+        someone new tries."""
+        self.fields["name"].required = False
+
+    def labelled_errors(self) -> list[str]:
+        """Every error of the sent form, each after its field's label."""
+        return [
+            f"{self.fields[name].label}: {message}" if name in self.fields else str(message)
+            for name, messages in self.errors.items()
+            for message in messages
+        ]
+
+    def explain_datasets(self, hint: str) -> None:
+        """Say under each dataset picker what it lists and why it lists no other dataset."""
+        for name in ("train_dataset", "val_dataset"):
+            self.fields[name].help_text = hint
 
     def _chosen(self, name: str) -> str:
         """The model folder (or alias) or the backend the form shows: sent, else initial."""
@@ -253,7 +273,6 @@ class ExperimentForm(RetentionForm):
         fields.update(
             {
                 "preset": data["preset"],
-                "name": data["name"],
                 "task": data["task"],
                 "model.path": data["model_path"] if data["model_choice"] == "path" else data["model_choice"],
                 "data.train_path": f"dataset:{data['train_dataset']}",
@@ -262,6 +281,8 @@ class ExperimentForm(RetentionForm):
                 "trainer.seed": data["seeds"][0],
             }
         )
+        if data["name"]:  # always, but for a preview
+            fields["name"] = data["name"]
         try:
             return accept(self.team, fields)
         except Refused as refused:

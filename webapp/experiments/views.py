@@ -16,6 +16,7 @@ from trainer.config import RunConfig, validation_errors
 from trainer.registry import RegistryError
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
+from webapp.datasets.picker import DatasetPicker
 from webapp.experiments.acceptance import Refused
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
 from webapp.experiments.demo import start_demo
@@ -61,21 +62,26 @@ def stored_config(config: dict[str, Any]) -> tuple[RunConfig | None, str, str]:
     return None, raw, problems
 
 
-def form_choices(team: Team, task: str | None = None) -> dict[str, list[tuple[str, str]]]:
-    """The form's choices. Loads the task recipes, whose defaults RunConfig.from_preset layers.
-
-    With a ``task`` (the page's, before anything is sent), only the datasets that fit it are listed;
-    a sent form is checked against every dataset, so a mismatch gets a message, not "invalid choice"."""
+def form_choices(team: Team, picker: DatasetPicker) -> dict[str, list[tuple[str, str]]]:
+    """The form's choices: the recipes, the datasets ``picker`` lists for the task, the team's tools.
+    Loads the task recipes, whose defaults RunConfig.from_preset layers."""
     from tasks_lib.registry import load_recipes
-    from webapp.datasets.models import Dataset
     from webapp.tools.models import tool_choices
 
-    datasets = [d for d in Dataset.offered_to(team) if task is None or d.task_mismatch(task) is None]
     return {
         "task": [(name, name) for name in load_recipes().names()],
-        "train_dataset": [(str(d.pk), str(d)) for d in datasets],
+        "train_dataset": picker.choices(),
         "tools": tool_choices(team),
     }
+
+
+def dataset_picker(request: HttpRequest, team: Team, initial: dict[str, Any]) -> DatasetPicker:
+    """The dataset pickers for the task the form shows (sent, else the one it opens with); the
+    datasets a sent form (or a clone) names stay listed, so a misfit is refused by acceptance."""
+    data = request.POST if request.method == "POST" else initial
+    task = str(data.get("task") or "")
+    named = [str(data.get(name) or "") for name in ("train_dataset", "val_dataset")]
+    return DatasetPicker.for_task(team, task, keep=[pk for pk in named if pk])
 
 
 @login_required
@@ -106,12 +112,19 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
     source = _clone_source(request, team_slug)
     initial = _initial(request, source)
-    choices = form_choices(team, None if request.method == "POST" else initial.get("task"))
+    picker = dataset_picker(request, team, initial)
+    if source is None:  # a new form (or a task switch): the task recipe's own datasets, else none
+        initial.update(train_dataset=picker.train, val_dataset=picker.val)
+    choices = form_choices(team, picker)
     form = ExperimentForm(request.POST or None, initial=initial, choices=choices, team=team)
+    form.explain_datasets(picker.hint)
+    previewing = "preview" in request.POST
+    if previewing:
+        form.allow_preview()
     preview = None
     if request.method == "POST" and form.is_valid():
         config = form.build_config()
-        if config is not None and "preview" in request.POST:
+        if config is not None and previewing:
             preview = config.to_yaml()
         elif config is not None:
             return _create(request, team, form, config, source)
@@ -120,6 +133,8 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
         "form": form,
         "source": source,
         "preview": preview,
+        # The preview button swaps only its own section: it lists what stops a preview, or nothing shows.
+        "preview_refused": form.labelled_errors() if previewing and preview is None else [],
         "launch_key": _form_key(request),
     }
     partials = {"advanced": "refill", "id_task": "task-defaults"}
@@ -205,7 +220,7 @@ def _initial(request: HttpRequest, source: Experiment | None) -> dict[str, Any]:
     chosen = {"model.path": model_path, "backend": request.GET.get("backend") or "torch"}
     config = _defaults(preset, task, chosen)
     initial = initial_from_config(config)
-    initial.update(name="", task=task, model_choice=model, train_dataset="", val_dataset="")
+    initial.update(name="", task=task, model_choice=model)
     # The retention policy depends on nothing the refill changes: the user's choice stays.
     initial.update(
         {name: request.GET[name] for name in ExperimentForm.RETENTION_FIELDS if name in request.GET}

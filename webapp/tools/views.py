@@ -8,12 +8,13 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from trainer.tools import BaseTool
 from webapp.accounts.access import get_team_for_user, is_site_admin
 from webapp.accounts.models import Role, Team
+from webapp.confirm import confirm_delete
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
 from webapp.tools.access import (
     get_builtin_for_user,
@@ -187,14 +188,25 @@ def trial(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def delete(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     tool = get_tool_for_user(request, team_slug, pk, write=True)
-    return _deleted(request, tool, tool.name)
+    return _deleted(request, tool, f"the tool {tool.name}", reverse("tool", args=[team_slug, pk]))
 
 
-def _deleted(request: HtmxHttpRequest, found: TeamTool | TeamReward, what: str) -> HttpResponse:
-    """Delete a team's tool or reward and go back to the tools page, saying ``what`` went."""
+def _deleted(request: HtmxHttpRequest, found: TeamTool | TeamReward, what: str, back: str) -> HttpResponse:
+    """GET: ask first; POST: delete a team's tool or reward and go back to the tools page, saying
+    ``what`` went."""
+    if request.method != "POST":
+        return confirm_delete(
+            request,
+            found.team,
+            title=f"Delete {what}?",
+            consequence="Runs that have started keep what they were given; new experiments that name "
+            "it are refused.",
+            button=f"Delete {what}",
+            back=back,
+        )
     found.delete()
     messages.success(request, f"Deleted {what}.")
     return redirect("tools", team_slug=found.team.slug)
@@ -254,7 +266,8 @@ def reward_try(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpRespons
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def reward_delete(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     reward = get_reward_for_user(request, team_slug, pk, write=True)
-    return _deleted(request, reward, f"the reward {reward.name}")
+    back = reverse("reward", args=[team_slug, pk])
+    return _deleted(request, reward, f"the reward {reward.name}", back)

@@ -10,6 +10,7 @@ from django.test import Client
 from tests.webapp.experiments.conftest import dataset_from_recipe
 from trainer.config import RunConfig
 from webapp.datasets.models import Dataset, RecipeImport
+from webapp.datasets.picker import DatasetPicker
 from webapp.experiments.models import Experiment
 from webapp.experiments.views import form_choices
 
@@ -55,13 +56,21 @@ def test_archived_datasets_leave_the_pickers_and_only_unused_ones_can_be_deleted
     hotpot = dataset_from_recipe(team, "hotpotqa", tmp_path)
     client.force_login(personas["bob"])
     train = arithmetic["train"]
-    assert str(train.pk) in dict(form_choices(team)["train_dataset"])
+    assert str(train.pk) in dict(
+        form_choices(team, DatasetPicker.for_task(team, "arithmetic"))["train_dataset"]
+    )
     client.post(f"/t/acme/datasets/{train.pk}/archive/", {"archived": "1"})
     train.refresh_from_db()
-    assert train.archived and str(train.pk) not in dict(form_choices(team)["train_dataset"])
+    assert train.archived and str(train.pk) not in dict(
+        form_choices(team, DatasetPicker.for_task(team, "arithmetic"))["train_dataset"]
+    )
     # The form lists only what fits the task: HotpotQA rows are not offered to a GSM8K experiment.
-    assert str(hotpot["train"].pk) not in dict(form_choices(team, "gsm8k")["train_dataset"])
-    assert str(hotpot["train"].pk) in dict(form_choices(team, "hotpotqa")["train_dataset"])
+    assert str(hotpot["train"].pk) not in dict(
+        form_choices(team, DatasetPicker.for_task(team, "gsm8k"))["train_dataset"]
+    )
+    assert str(hotpot["train"].pk) in dict(
+        form_choices(team, DatasetPicker.for_task(team, "hotpotqa"))["train_dataset"]
+    )
     config = RunConfig.from_preset(
         "grpo", name="uses it", task="arithmetic", **{"data.train_path": train.reference}
     )

@@ -13,6 +13,7 @@ from django.test import Client
 from tests.webapp.experiments.conftest import dataset_from_recipe
 from trainer.config import RunConfig
 from webapp.accounts.models import ApiToken
+from webapp.datasets.picker import DatasetPicker
 from webapp.experiments.forms import ExperimentForm
 from webapp.experiments.models import Experiment
 from webapp.experiments.views import form_choices
@@ -122,7 +123,8 @@ def test_the_apis_defaults_equal_the_forms_for_the_same_preset_and_task(
     posted = QueryDict(mutable=True)
     for key, value in {**opened, **initial}.items():
         posted.setlist(key, [str(item) for item in value] if isinstance(value, list) else [str(value)])
-    form = ExperimentForm(posted, choices=form_choices(team), team=team)
+    picker = DatasetPicker.for_task(team, "arithmetic")
+    form = ExperimentForm(posted, choices=form_choices(team, picker), team=team)
     assert form.is_valid(), form.errors
     from_form = form.build_config()
     assert from_form is not None, form.errors
@@ -130,6 +132,16 @@ def test_the_apis_defaults_equal_the_forms_for_the_same_preset_and_task(
     assert response.status_code == 201, response.content
     from_api = RunConfig.model_validate(Experiment.objects.get(pk=response.json()["id"]).config)
     assert from_api.model_dump() == from_form.model_dump()
+
+
+def test_a_field_given_without_its_section_is_refused_with_the_path_it_may_mean(
+    client: Client, alice_token: str, good: dict[str, Any]
+) -> None:
+    """`studio experiments create --set tools=[…]` was refused as "Extra inputs are not permitted"."""
+    response = create(client, alice_token, {**good, "tools": ["calculator"]})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error.startswith("config.tools: 'tools' is not a field of the config: did you mean rollout.tools?")
 
 
 def test_the_api_stores_the_reward_rule_it_is_given_and_refuses_one_that_does_not_exist(

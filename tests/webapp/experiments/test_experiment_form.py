@@ -255,7 +255,8 @@ def test_switching_the_task_refills_its_max_steps_and_tools(personas: Any, arith
     assert '<details id="advanced"' in page and "<form" not in page
     # The dataset lists follow the task: only the datasets that fit WebShop (none here) are offered.
     train = re.search(r'<div [^>]*id="field-train_dataset" hx-swap-oob="true">.*?</div>', page, re.S)
-    assert train and "arithmetic" not in train.group(0)
+    assert train and not re.search(r'<option value="\d+"', train.group(0))
+    assert "2 do not fit the task webshop" in train.group(0)  # and it says why they are not listed
 
 
 def test_labels_are_in_sentence_case_above_their_fields(personas: Any, arithmetic: Any) -> None:

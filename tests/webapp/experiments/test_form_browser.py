@@ -53,3 +53,21 @@ def test_a_save_pressed_while_the_model_refill_is_on_its_way_saves_that_models_d
     assert (config.model.path, config.optim.lr) == ("tiny-test", SMALL_MODEL_LR)  # not the plain lr
     kept = Experiment.objects.get(team=acme, name="saved at once").retention
     assert (kept.retention, kept.sample_fraction) == ("sample", 0.25)
+
+
+def test_preview_config_shows_the_config_on_the_first_click(
+    signed_in: Callable[[str], Any], live_server: Any, personas: Any, arithmetic: Any
+) -> None:
+    """A new user previews before naming the experiment: that showed nothing, not even why."""
+    acme = personas["acme"]
+    page = signed_in("alice")
+    page.goto(f"{live_server.url}/t/{acme.slug}/experiments/new/?task=arithmetic&preset=grpo")
+    page.click("button[name=preview]")  # no training dataset chosen yet: it says so
+    page.wait_for_selector("#preview-refused")
+    assert "Training dataset: This field is required." in page.inner_text("#preview")
+    page.select_option("#id_train_dataset", str(arithmetic["train"].pk))
+    page.click("button[name=preview]")  # no name yet: the preview does not need one
+    page.wait_for_selector("#preview pre.config")
+    assert "estimator: grpo" in page.inner_text("#preview pre.config")
+    assert page.locator("#preview-refused").count() == 0
+    assert not Experiment.objects.filter(team=acme).exists()
