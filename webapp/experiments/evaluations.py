@@ -35,6 +35,7 @@ from trainer.contract import (
     EVAL_PASS_AT_K,
     EVAL_PROMPTS,
     EVAL_REWARD_MEAN,
+    POLICY_FOLDER,
 )
 from webapp.accounts.models import Team
 from webapp.experiments.acceptance import MAX_NAME_LENGTH, Refused, accept
@@ -181,7 +182,7 @@ def _checkpoint_folder(experiment: Experiment, source: Run, step: int | None) ->
         )
         raise EvaluationRefused([("step", deleted)])
     folder = checkpoint_folder(checkpoint)
-    if folder is None or not (folder / "policy").is_dir():
+    if folder is None or not (folder / POLICY_FOLDER).is_dir():
         raise EvaluationRefused([("step", f"the checkpoint of step {step} has no weights on disk any more")])
     return folder
 
