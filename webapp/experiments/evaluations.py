@@ -74,7 +74,7 @@ def split_choices(experiment: Experiment) -> list[tuple[str, str]]:
     choices: list[tuple[str, str]] = []
     others: list[tuple[str, str]] = []
     for dataset in Dataset.offered_to(experiment.team).order_by("-created", "-id"):
-        if dataset.task_mismatch(experiment.task) is not None:
+        if dataset.task_mismatch(experiment.task) is not None or dataset.holds_demonstrations:
             continue
         role = own.get(dataset.reference)
         label = (
@@ -103,6 +103,7 @@ def evaluation_config(
         {
             "evaluation.enabled": True,
             "evaluation.checkpoint": checkpoint,
+            "sft.enabled": False,  # an SFT run's checkpoint is evaluated as any model: by its rollouts
             # Both data paths name the split: the trainer reads and downloads data.val_path only.
             "data.train_path": settings.dataset,
             "data.val_path": settings.dataset,

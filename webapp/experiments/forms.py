@@ -25,6 +25,9 @@ from webapp.retention.forms import RetentionForm
 
 # Shown in the main form; everything else of RunConfig keeps the preset's value.
 BASIC_PATHS = [
+    "sft.enabled",
+    "start_from.run",
+    "start_from.step",
     "rollout.max_steps",
     "rollout.context_policy",
     "executor",
@@ -64,7 +67,16 @@ ADVANCED_PATHS = [
     "data.max_prompt_length",
     "data.max_response_length",
     "model.dtype",
+    "model.lora_rank",
+    "sft.max_length",
 ]
+# Labels a field's last name does not say well enough on its own.
+LABELS = {
+    "sft.enabled": "Supervised fine-tuning (SFT) on demonstrations",
+    "start_from.run": "Start from run",
+    "start_from.step": "Start from checkpoint step",
+    "sft.max_length": "SFT packed length",
+}
 
 MODEL_CHOICES = [
     ("smollm2-135m-instruct", "SmolLM2-135M-Instruct (built in, offline)"),
@@ -110,6 +122,8 @@ LABEL_WORDS = {
 
 def field_label(path: str) -> str:
     """A RunConfig path's last name as a label in sentence case: rollout.max_steps → "Max steps"."""
+    if path in LABELS:
+        return LABELS[path]
     words = [LABEL_WORDS.get(word, word) for word in path.split(".")[-1].split("_")]
     text = " ".join(words)
     return text[:1].upper() + text[1:]
@@ -126,6 +140,8 @@ def form_field(path: str) -> forms.Field:
     if annotation is bool:
         return forms.BooleanField(**common)
     bounds = {m.__class__.__name__: m for m in info.metadata}
+    if annotation == int | None:  # optional whole numbers: start_from.run and .step
+        return forms.IntegerField(min_value=getattr(bounds.get("Ge"), "ge", None), **common)
     if annotation is int:
         lower = getattr(bounds.get("Ge"), "ge", None)
         return forms.IntegerField(min_value=lower, **common)

@@ -23,6 +23,7 @@ from webapp.experiments.forms import ExperimentForm, initial_from_config
 from webapp.experiments.models import (
     ACTIVE,
     LAUNCH_KEY,
+    LAUNCHED_KINDS,
     Experiment,
     LaunchRefused,
     NameTaken,
@@ -82,7 +83,7 @@ def form_choices(team: Team, task: str | None = None) -> dict[str, list[tuple[st
 def index(request: HttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug)
     # An experiment's runs are its seeds' training runs; its evaluations are counted apart.
-    trains = Q(runs__kind=RunKind.TRAINING)  # launched or external; not an evaluation
+    trains = Q(runs__kind__in=LAUNCHED_KINDS)  # RL or SFT, launched or external; not an evaluation
     experiments = Experiment.objects.filter(team=team).annotate(
         run_count=Count("runs", filter=trains),
         active_count=Count("runs", filter=trains & Q(runs__status__in=ACTIVE)),
