@@ -41,7 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     prepare.add_argument("--seed", type=int, default=0)
     prepare.add_argument("--val-fraction", type=float, default=0.1)
     prepare.add_argument("--limit", type=int, help="keep at most this many rows per split")
-    prepare.add_argument("--size", type=int, help="generated tasks (arithmetic, webshop): how many items")
+    prepare.add_argument(
+        "--size", type=int, help="generated tasks (arithmetic, webshop, lookup): how many items"
+    )
+    prepare.add_argument(
+        "--level", help="arithmetic: 'small' sums (default) or 'multiply' (3-4-digit products)"
+    )
     check = commands.add_parser("validate", help="check a parquet file against the data contract")
     check.add_argument("file", type=Path)
     check.add_argument("--max-problems", type=int, default=100)
@@ -77,6 +82,7 @@ def _prepare(args: argparse.Namespace) -> int:
         val_fraction=args.val_fraction,
         limit=args.limit,
         size=args.size,
+        extra={"level": args.level} if args.level else {},
     )
     source = recipe.fixtures if args.fixtures else args.input
     written = recipe.prepare(source, args.output, options)

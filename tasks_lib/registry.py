@@ -15,13 +15,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from tasks_lib.demo_rules import DemoRule
 from trainer.config import RECIPE_DEFAULTS
 from trainer.plugins import load_plugins
 from trainer.registry import Registry
 
 # The recipes that ship with tasks_lib; load_recipes() imports them even when the package was not
 # installed (so its entry points are not registered), as in a fresh checkout used from source.
-BUILTIN_RECIPES = ("arithmetic", "gsm8k", "hotpotqa", "alfworld", "webshop")
+BUILTIN_RECIPES = ("arithmetic", "gsm8k", "hotpotqa", "alfworld", "webshop", "lookup")
 # Not recipes, but loaded with them: the data_source routing table and the rewards it adds.
 BUILTIN_MODULES = (*BUILTIN_RECIPES, "sources")
 
@@ -35,7 +36,7 @@ class PrepareOptions:
     seed: int = 0
     val_fraction: float = 0.1  # when the raw data has no validation split of its own
     limit: int | None = None  # keep at most this many rows per split (smoke runs)
-    size: int | None = None  # generated tasks (arithmetic, webshop): how many items to make
+    size: int | None = None  # generated tasks (arithmetic, webshop, lookup): how many items to make
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -69,6 +70,9 @@ class Recipe:
     needs_input: bool = True  # False when the recipe generates its data or has --from-package
     generates: bool = False  # True when, given a size and no input, it makes that many items (seeded)
     run_overrides: Mapping[str, Any] = field(default_factory=dict)  # further RunConfig settings that suit it
+    # The calls that solve a row with the recipe's tools, for generated demonstrations
+    # (docs/demonstrations.md#rules); None: the recipe has no such rule.
+    demonstrate: DemoRule | None = None
 
     def run_defaults(self) -> dict[str, Any]:
         """This task's RunConfig defaults (dotted paths): over the preset's, under the user's values."""

@@ -123,6 +123,13 @@ class RolloutConfig(Section):
     env_kwargs: dict[str, JsonValue] = Field(
         default_factory=dict, description="Default environment settings; a row's env_kwargs override them."
     )
+    tool_warmup_steps: int = Field(
+        default=0,
+        ge=0,
+        description="Training steps before the tool-use health checks (malformed calls, tool avoidance, "
+        "tools dropped while reward rose) judge the run: a policy still learning the call format starts "
+        "malformed (docs/health.md#tool-use).",
+    )
 
 
 class AlgorithmConfig(Section):

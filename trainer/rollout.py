@@ -23,9 +23,12 @@ from trainer.contract import (
     REWARD_STD,
     ROLLOUT_EMPTY_TRAJECTORIES,
     ROLLOUT_ZERO_VARIANCE_GROUPS,
+    TOOLS_CALL_RATE,
     TOOLS_CALLS_PER_TRAJ,
     TOOLS_ERROR_RATE,
     TOOLS_MALFORMED_RATE,
+    TOOLS_SUCCESS_RATE,
+    TOOLS_WELL_FORMED_RATE,
     val_key,
 )
 from trainer.flows import FLOWS, AgentFlowBase, flow_for_row
@@ -143,7 +146,21 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         ROLLOUT_EMPTY_TRAJECTORIES: float(sum(not t.steps for t in trajectories)),
         REWARD_ERRORS: float(sum("reward_error" in s.info for t in trajectories for s in t.steps)),
         ROLLOUT_ZERO_VARIANCE_GROUPS: zero_variance_share(trajectories),
+        **tool_use_metrics(trajectories),
     }
+
+
+def tool_use_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Call rate, well-formed-call rate and tool success rate of one batch (docs/health.md#tool-use)."""
+    attempts = [t.metrics.get("tool_calls", 0.0) for t in trajectories]
+    calls = sum(attempts)
+    metrics = {TOOLS_CALL_RATE: sum(a > 0 for a in attempts) / max(len(trajectories), 1)}
+    if calls:
+        malformed = sum(t.metrics.get("malformed_calls", 0.0) for t in trajectories)
+        errors = sum(t.metrics.get("tool_errors", 0.0) for t in trajectories)
+        metrics[TOOLS_WELL_FORMED_RATE] = (calls - malformed) / calls
+        metrics[TOOLS_SUCCESS_RATE] = (calls - errors) / calls
+    return metrics
 
 
 def zero_variance_share(trajectories: Sequence[Trajectory]) -> float:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tasks_lib.arithmetic import tools as tools
-from tasks_lib.arithmetic.data import DATA_SOURCE, FIXTURES, prepare
+from tasks_lib.arithmetic.data import DATA_SOURCE, FIXTURES, demonstrate, prepare
 from tasks_lib.arithmetic.reward import compute_score
 from tasks_lib.registry import Recipe, register
 from trainer.rewards import REWARDS
@@ -31,5 +31,6 @@ RECIPE = register(
         input_help="optional JSON Lines of {question, answer}; without --input the problems are generated",
         needs_input=False,
         generates=True,
+        demonstrate=demonstrate,
     ),
 )

@@ -16,6 +16,8 @@ from typing import Any
 from tasks_lib.arithmetic import prompts
 from tasks_lib.arithmetic.reward import TOOL
 from tasks_lib.common import Row, make_row, read_json_records, split_off, write_splits
+from tasks_lib.demo_rules import Plan, PlannedCall, answer_with_last_result, extra_info
+from tasks_lib.demo_rules import Row as RuleRow
 from tasks_lib.gsm8k.reward import normalize_number
 from tasks_lib.gsm8k.tools import evaluate, format_number
 from tasks_lib.registry import PrepareOptions
@@ -24,6 +26,9 @@ DATA_SOURCE = "arithmetic"
 FIXTURES = Path(__file__).parent / "fixtures"
 ENV_KWARGS = {"env_type": "tool", "tools": ["calculator"]}
 DEFAULT_SIZE = 400
+# "small": the first-run demo's sums. "multiply": one 3-4-digit number times a 3-digit one, which a
+# 135M model gets wrong unaided and the calculator gets right (docs/recipes.md#arithmetic-levels).
+LEVELS = ("small", "multiply")
 
 
 @dataclass(frozen=True)
@@ -48,8 +53,14 @@ def _expression(rng: random.Random, max_operand: int) -> str:
     return f"{a % 10 + 2} * {b % 10 + 2} + {c}"
 
 
-def generate(count: int, *, seed: int = 0, max_operand: int = 20) -> list[Item]:
-    """``count`` distinct problems; the same (count, seed, max_operand) always gives the same list."""
+def _multiplication(rng: random.Random) -> str:
+    return f"{rng.randint(100, 9999)} * {rng.randint(100, 999)}"
+
+
+def generate(count: int, *, seed: int = 0, max_operand: int = 20, level: str = "small") -> list[Item]:
+    """``count`` distinct problems; the same (count, seed, max_operand, level) always gives the same list."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown arithmetic level {level!r}; choose one of {', '.join(LEVELS)}")
     rng = random.Random(seed)
     seen: set[str] = set()
     items: list[Item] = []
@@ -58,7 +69,7 @@ def generate(count: int, *, seed: int = 0, max_operand: int = 20) -> list[Item]:
         attempts += 1
         if attempts > count * 50:
             raise ValueError(f"cannot make {count} distinct problems with operands up to {max_operand}")
-        expression = _expression(rng, max_operand)
+        expression = _multiplication(rng) if level == "multiply" else _expression(rng, max_operand)
         if expression in seen:
             continue
         seen.add(expression)
@@ -97,9 +108,18 @@ def read_items(path: Path) -> list[Item]:
 def prepare(source: Path | None, output: Path, options: PrepareOptions) -> dict[str, Path]:
     """Generate (or read) the problems and write train/val parquet files."""
     if source is None:
-        items = generate(options.size or DEFAULT_SIZE, seed=options.seed)
+        level = str(options.extra.get("level", "small"))
+        items = generate(options.size or DEFAULT_SIZE, seed=options.seed, level=level)
     else:
         items = read_items(source / "examples.jsonl" if source.is_dir() else source)
     train, val = split_off(items, options.val_fraction, options.seed)
     splits = {"train": to_rows(train, "train", 0), "val": to_rows(val, "val", len(train))}
     return write_splits(splits, output, limit=options.limit)
+
+
+def demonstrate(row: RuleRow) -> Plan | None:
+    """Give the row's expression to the calculator, answer with its result (docs/demonstrations.md#rules)."""
+    expression = extra_info(row).get("expression")
+    if not expression:
+        return None
+    return Plan([PlannedCall("calculator", {"expression": str(expression)})], answer_with_last_result)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tasks_lib.hotpotqa import tools as tools
-from tasks_lib.hotpotqa.data import DATA_SOURCE, FIXTURES, prepare
+from tasks_lib.hotpotqa.data import DATA_SOURCE, FIXTURES, demonstrate, prepare
 from tasks_lib.hotpotqa.reward import compute_score
 from tasks_lib.registry import Recipe, register
 from trainer.rewards import REWARDS
@@ -25,5 +25,6 @@ RECIPE = register(
         input_help="HotpotQA hotpot_train_v1.1.json / hotpot_dev_distractor_v1.json, a file or a folder; "
         "--corpus FILE.jsonl|pooled for one shared index",
         needs_input=False,
+        demonstrate=demonstrate,
     ),
 )

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from tasks_lib.common import Row, make_row, read_json_records, split_off, write_splits
+from tasks_lib.demo_rules import Plan, PlannedCall, extra_info
+from tasks_lib.demo_rules import Row as RuleRow
 from tasks_lib.hotpotqa import prompts
 from tasks_lib.hotpotqa.tools import DEFAULT_TOP_K, Passage, read_passages, write_shared_index
 from tasks_lib.registry import PrepareOptions
@@ -115,3 +117,25 @@ def prepare(source: Path | None, output: Path, options: PrepareOptions) -> dict[
     train = to_rows(train_items, "train", 0, index_dir)
     val = to_rows(val_items, "val", len(train), index_dir)
     return write_splits({"train": train, "val": val}, output, limit=options.limit)
+
+
+MAX_DEMO_SEARCHES = 3
+
+
+def demonstrate(row: RuleRow) -> Plan | None:
+    """Search the question, then each supporting title; answer with the first of the row's answers
+    that the passages returned hold (none: the row is dropped) (docs/demonstrations.md#rules)."""
+    info = extra_info(row)
+    question = str(info.get("question") or "")
+    if not question:
+        return None
+    queries = [question, *(str(title) for title in info.get("supporting_titles") or [])]
+    calls = [PlannedCall("search", {"query": query}) for query in queries[:MAX_DEMO_SEARCHES]]
+    truth = (row.get("reward_model") or {}).get("ground_truth")
+    answers = [truth] if isinstance(truth, str) else [str(a) for a in (truth if truth is not None else [])]
+
+    def answer(results: Sequence[str]) -> str | None:
+        found = "\n".join(results).lower()
+        return next((f"<answer>{a}</answer>" for a in answers if a and a.lower() in found), None)
+
+    return Plan(calls, answer)

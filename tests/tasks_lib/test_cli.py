@@ -46,7 +46,7 @@ def test_from_package_applies_to_gsm8k_only(tmp_path: Path) -> None:
 
 def test_an_unknown_task_lists_the_choices(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["prepare", "mathbench", "--output", str(tmp_path)]) == 2
-    assert "choose one of: alfworld, arithmetic, gsm8k, hotpotqa, webshop" in capsys.readouterr().err
+    assert "choose one of: alfworld, arithmetic, gsm8k, hotpotqa, lookup, webshop" in capsys.readouterr().err
 
 
 def test_a_missing_input_is_an_error_not_a_traceback(

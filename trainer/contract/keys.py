@@ -57,8 +57,12 @@ __all__ = [
     "TIMING_VALUES_S",
     "TIMING_VAL_S",
     "TOOLS_CALLS_PER_TRAJ",
+    "TOOLS_CALL_RATE",
     "TOOLS_ERROR_RATE",
     "TOOLS_MALFORMED_RATE",
+    "TOOLS_SUCCESS_RATE",
+    "TOOLS_WELL_FORMED_RATE",
+    "TOOL_USE_KEYS",
     "TRAJECTORY_ACC",
     "VAL_LOSS",
     "VAL_METRIC",
@@ -75,6 +79,13 @@ NUM_TURNS_MEAN = "num_turns/mean"
 TOOLS_CALLS_PER_TRAJ = "tools/calls_per_traj"
 TOOLS_ERROR_RATE = "tools/error_rate"
 TOOLS_MALFORMED_RATE = "tools/malformed_rate"
+# Tool use (docs/health.md#tool-use): the share of trajectories with at least one call attempt; of
+# the attempts, the share that parsed and the share that returned without an error. The two shares of
+# attempts are left out of a step that made none (a rate of nothing is not 0).
+TOOLS_CALL_RATE = "tools/call_rate"
+TOOLS_WELL_FORMED_RATE = "tools/well_formed_rate"
+TOOLS_SUCCESS_RATE = "tools/success_rate"
+TOOL_USE_KEYS = (TOOLS_CALL_RATE, TOOLS_WELL_FORMED_RATE, TOOLS_SUCCESS_RATE)
 ROLLOUT_EMPTY_TRAJECTORIES = "rollout/empty_trajectories"
 # Steps whose reward could not be computed (a remote reward that timed out or failed); they score 0.
 REWARD_ERRORS = "reward/errors"

@@ -28,6 +28,10 @@ class ToolCallFormat(ABC):
         """Every tool call in ``text`` in order; malformed ones carry ``error="malformed"``."""
 
     @abstractmethod
+    def render_call(self, name: str, arguments: dict[str, Any]) -> str:
+        """One call as the model writes it in its response (what :meth:`parse` reads back)."""
+
+    @abstractmethod
     def render_results(self, results: Sequence[str]) -> Message:
         """The single message that carries the results of one turn's calls back to the model."""
 
@@ -98,6 +102,10 @@ class HermesFormat(ToolCallFormat):
 
     def parse(self, text: str) -> list[ToolCallRecord]:
         return [_parse_hermes_block(m.group(1), bool(m.group(2))) for m in _HERMES_BLOCK.finditer(text)]
+
+    def render_call(self, name: str, arguments: dict[str, Any]) -> str:
+        call = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+        return f"<tool_call>{call}</tool_call>"
 
     def render_results(self, results: Sequence[str]) -> Message:
         blocks = [f"<tool_response>\n{result}\n</tool_response>" for result in results]

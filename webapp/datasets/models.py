@@ -87,6 +87,14 @@ class Dataset(models.Model):
     archived = models.BooleanField(
         default=False, help_text="Hidden from the pickers; runs that use it keep it."
     )
+    derived_from = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="derived",
+        help_text="The dataset this one was made from (generated demonstrations).",
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created = models.DateTimeField(auto_now_add=True)
     validated_at = models.DateTimeField(null=True, blank=True)
@@ -319,6 +327,11 @@ class Dataset(models.Model):
         if changed and later:
             enqueue_on_commit(VALIDATE_DATASET_TASK, self.pk)
         return changed
+
+    def settle_checked(self, stats: dict[str, Any]) -> bool:
+        """Valid, with ``stats``: a file its maker checked row by row as it wrote it (generated
+        demonstrations, each conversation checked against the chat-messages contract)."""
+        return self._settle(DatasetStatus.VALID, stats=stats, problems=[])
 
     def _settle(self, status: str, **changes: Any) -> bool:
         # Race: a redelivered validate task running beside the first; only one pending → settled wins.

@@ -16,6 +16,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
 from webapp.datasets.access import get_dataset_for_user
+from webapp.datasets.demonstrations import form_choices
 from webapp.datasets.files import StreamingUploadHandler, too_large_message
 from webapp.datasets.forms import RecipeForm, RewardMappingForm, UploadForm
 from webapp.datasets.models import Dataset, DatasetInUse, DatasetStatus, ImportStatus, RecipeImport
@@ -124,6 +125,7 @@ def detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
         "dataset": dataset,
         "mapping_form": _mapping_form(dataset),
         "routing": dataset.routing() if dataset.status != DatasetStatus.PENDING else None,
+        "demonstration_tools": form_choices(dataset),
     }
     if swaps(request, "dataset-status"):
         # A settled dataset adds stats and a preview, which the fragment does not hold: reload the page.

@@ -55,6 +55,7 @@ ADVANCED_PATHS = [
     "rollout.top_p",
     "rollout.max_new_tokens",
     "rollout.window",
+    "rollout.tool_warmup_steps",
     "optim.lr",
     "optim.critic_lr",
     "optim.ppo_epochs",

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from webapp.experiments import services
+from webapp.experiments import demonstrations, services
+from webapp.experiments.demonstrations import DEMONSTRATIONS_JOB, DEMONSTRATIONS_TASK
 from webapp.experiments.executors import reaped_executors
+from webapp.experiments.jobs import Job
 from webapp.experiments.models import ACTIVE, LAUNCH_RUN_TASK, Run
 
 
@@ -53,3 +55,12 @@ def resend_lost_jobs() -> list[int]:
     from webapp.experiments.jobs import resend_lost_jobs as resend
 
     return resend()
+
+
+@shared_task(name=DEMONSTRATIONS_TASK)
+def demonstrations_task(job_id: int) -> None:
+    """Generate demonstrations (docs/demonstrations.md); the job's claim makes a redelivery do nothing."""
+    job = Job.objects.select_related("team", "user").filter(pk=job_id, kind=DEMONSTRATIONS_JOB).first()
+    if job is None:
+        return
+    job.run_with(demonstrations.run)

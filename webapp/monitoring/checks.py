@@ -25,6 +25,7 @@ from trainer.contract import (
     RESPONSE_LENGTH_MEAN,
     REWARD_MEAN,
     ROLLOUT_ZERO_VARIANCE_GROUPS,
+    TOOLS_CALL_RATE,
     TOOLS_MALFORMED_RATE,
     VAL_METRIC,
     VAL_PREFIX,
@@ -44,6 +45,8 @@ class Context:
     """What a check may know about the run besides its metrics."""
 
     max_response_length: int | None = None  # data.max_response_length of the run's config
+    uses_tools: bool = False  # the run's config offers tools (rollout.tools)
+    tool_warmup_steps: int = 0  # rollout.tool_warmup_steps: steps the tool-use checks do not judge
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,11 @@ def zero_variance_groups(series: Series, threshold: float, context: Context) -> 
     return _above(series, ROLLOUT_ZERO_VARIANCE_GROUPS, threshold)
 
 
+def _warm(series: Series, key: str, context: Context) -> list[Point]:
+    """The key's points after the run's tool warm-up (docs/health.md#tool-use)."""
+    return [point for point in series.get(key, ()) if point[0] > context.tool_warmup_steps]
+
+
 @check(
     "malformed_tool_calls",
     "Malformed tool calls",
@@ -244,7 +252,44 @@ def zero_variance_groups(series: Series, threshold: float, context: Context) -> 
     window=RECENT,
 )
 def malformed_tool_calls(series: Series, threshold: float, context: Context) -> Reading | None:
-    return _above(series, TOOLS_MALFORMED_RATE, threshold)
+    return _above(
+        {TOOLS_MALFORMED_RATE: _warm(series, TOOLS_MALFORMED_RATE, context)}, TOOLS_MALFORMED_RATE, threshold
+    )
+
+
+@check(
+    "tool_avoidance",
+    "Tools not used",
+    "Fewer than the threshold's share of trajectories called a tool, though the run offers tools: "
+    "the policy answers without them.",
+    (TOOLS_CALL_RATE,),
+    threshold=0.1,
+    window=RECENT,
+)
+def tool_avoidance(series: Series, threshold: float, context: Context) -> Reading | None:
+    if not context.uses_tools:
+        return None
+    level = _recent(_warm(series, TOOLS_CALL_RATE, context))
+    return None if level is None else Reading(level.value < threshold, level.step, level.value)
+
+
+@check(
+    "tools_dropped_reward_rose",
+    "Tools dropped while reward rose",
+    "The policy stopped using its tools while its reward rose: it learned to answer without calling "
+    "them. The reward may pay for answers that need no tool, or calls that failed cost more than they "
+    "earned; read the latest trajectories.",
+    (REWARD_MEAN, TOOLS_CALL_RATE),
+    threshold=0.3,
+    window=50,
+)
+def tools_dropped_reward_rose(series: Series, threshold: float, context: Context) -> Reading | None:
+    calls = _warm(series, TOOLS_CALL_RATE, context)
+    reward = _warm(series, REWARD_MEAN, context)
+    if not context.uses_tools or len(calls) < TREND or len(reward) < TREND:
+        return None
+    drop = max(v for _, v in calls) - fmean(v for _, v in calls[-RECENT:])
+    return Reading(drop > threshold and _slope(reward) > 0, calls[-1][0], drop)
 
 
 PATIENCE = 20  # steps without improvement before the reward counts as stalled

@@ -95,9 +95,16 @@ def series_of(points: Iterable[Mapping[str, Any]], keys: Container[str]) -> dict
 
 
 def context_of(run: Run) -> Context:
-    data = run.config.get("data") if isinstance(run.config, dict) else None
+    config = run.config if isinstance(run.config, dict) else {}
+    data, rollout = config.get("data"), config.get("rollout")
     limit = data.get("max_response_length") if isinstance(data, dict) else None
-    return Context(max_response_length=limit if isinstance(limit, int) and limit > 0 else None)
+    rollout = rollout if isinstance(rollout, dict) else {}
+    warmup = rollout.get("tool_warmup_steps")
+    return Context(
+        max_response_length=limit if isinstance(limit, int) and limit > 0 else None,
+        uses_tools=bool(rollout.get("tools")),
+        tool_warmup_steps=warmup if isinstance(warmup, int) and warmup > 0 else 0,
+    )
 
 
 def observe(run: Run, points: Sequence[Mapping[str, Any]]) -> list[HealthAlert]:

@@ -1,5 +1,6 @@
 """REST reads of a run's results: metrics (latest values, downsampled curves, raw points) and tool
-analytics, plus the team's comparison table and imports (its trajectories: webapp.rollouts.api).
+analytics, plus the team's comparison table, imports and demonstrations jobs (its trajectories:
+webapp.rollouts.api).
 Personal API token; runs outside the caller's teams are 404."""
 
 from __future__ import annotations
@@ -14,9 +15,13 @@ from ninja.errors import HttpError
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role
 from webapp.accounts.token_auth import UserTokenAuth
-from webapp.api import FieldError
+from webapp.api import FieldError, StrictSchema
+from webapp.datasets.access import get_dataset_for_user
+from webapp.datasets.demonstrations import DemonstrationsRefused
+from webapp.experiments import demonstrations
 from webapp.experiments.access import get_job_for_user, get_run_for_user
 from webapp.experiments.api import RunOut
+from webapp.experiments.jobs import TooManyJobs
 from webapp.ingestion import metrics_store
 from webapp.results import analytics, import_jobs
 
@@ -179,7 +184,8 @@ class JobOut(Schema):
     total: int = Field(description="What `done` counts up to in this phase; 0: no count.")
     message: str = Field(description="Why it failed.")
     result: dict[str, Any] = Field(
-        description="What it made: an import's format, trajectories, points, steps."
+        description="What it made: an import's format, trajectories, points, steps; demonstrations' "
+        "kept, dropped (reason → rows), examples (reason → first case) and dataset (its id)."
     )
     run: RunOut | None = Field(description="The run it made (an import), once done.")
     created: datetime
@@ -220,3 +226,36 @@ def import_run(request: HttpRequest, team_slug: str) -> Any:
 @router.get("/{team_slug}/imports/{int:pk}", response=JobOut, summary="One import: its progress and run")
 def import_job(request: HttpRequest, team_slug: str, pk: int) -> Any:
     return get_job_for_user(request, team_slug, pk, import_jobs.IMPORT_JOB)
+
+
+class DemonstrationsIn(StrictSchema):
+    tools: dict[str, str] = Field(
+        default_factory=dict,
+        description="Which tool runs each recipe tool's calls (recipe tool → tool, e.g. "
+        '{"lookup": "team_kv"}); a recipe tool left out runs on itself.',
+    )
+
+
+@router.post(
+    "/{team_slug}/datasets/{int:pk}/demonstrations",
+    response={202: JobOut},
+    summary="Generate verified tool-use demonstrations of a dataset (docs/demonstrations.md): a job to poll",
+)
+def generate_demonstrations(request: HttpRequest, team_slug: str, pk: int, body: DemonstrationsIn) -> Any:
+    dataset = get_dataset_for_user(request, team_slug, pk, write=True)
+    try:
+        job = demonstrations.start(dataset, request.user, body.tools)
+    except DemonstrationsRefused as refused:
+        raise HttpError(400, str(refused)) from None
+    except TooManyJobs as refused:
+        raise HttpError(429, str(refused)) from None
+    return Status(202, job)
+
+
+@router.get(
+    "/{team_slug}/demonstrations/{int:pk}",
+    response=JobOut,
+    summary="One demonstrations job: its progress, then kept, dropped (by reason) and the new dataset",
+)
+def demonstrations_job(request: HttpRequest, team_slug: str, pk: int) -> Any:
+    return get_job_for_user(request, team_slug, pk, demonstrations.DEMONSTRATIONS_JOB)

@@ -16,6 +16,7 @@ from trainer.contract import (
     RESPONSE_LENGTH_MEAN,
     REWARD_MEAN,
     TIMING_STEP_S,
+    TOOL_USE_KEYS,
     TOOLS_ERROR_RATE,
     VAL_PREFIX,
     val_key,
@@ -36,14 +37,17 @@ class Layout(BaseModel):
 
 
 def default_keys(tasks: Iterable[str], logged: Sequence[str]) -> list[str]:
-    """Reward, validation accuracy (per task), KL, entropy, clip fraction, response length, tool
-    error rate and step time. Runs that logged none of them (an MLflow client logging its own
-    names) get their first keys instead, so the page is never a grid of empty panels."""
+    """Reward, the tool-use rates beside it when the run logged them (docs/health.md#tool-use),
+    validation accuracy (per task), KL, entropy, clip fraction, response length, tool error rate and
+    step time. Runs that logged none of them (an MLflow client logging its own names) get their first
+    keys instead, so the page is never a grid of empty panels."""
     validation = [val_key(task) for task in dict.fromkeys(tasks) if task]
     if not validation:
         validation = [key for key in logged if key.startswith(VAL_PREFIX) and key.endswith("/acc")][:2]
+    tool_use = [key for key in TOOL_USE_KEYS if key in logged]
     keys = [
         REWARD_MEAN,
+        *tool_use,
         *validation,
         ACTOR_KL,
         ACTOR_ENTROPY,

@@ -59,6 +59,7 @@ NOT_BUILT = {
     "executor": "the web app's launcher picks the executor that starts the job",
     "start_from.run": "the web app resolves it (with start_from.step) to start_from.checkpoint",
     "start_from.step": "the web app resolves it (with start_from.run) to start_from.checkpoint",
+    "rollout.tool_warmup_steps": "the web app's tool-use health checks read it (docs/health.md#tool-use)",
 }
 
 

@@ -65,6 +65,20 @@ def test_saving_the_form_stores_the_runconfig_and_one_run_per_seed(personas: Any
     assert {(s.retention, s.keep_successes) for s in map(storage_of, runs)} == {("failures", 2)}
 
 
+def test_the_tool_warm_up_the_user_sets_is_stored_and_refused_on_verl(personas: Any, arithmetic: Any) -> None:
+    acme = personas["acme"]
+    client = client_for("alice")
+    saved = client.post(
+        f"/t/{acme.slug}/experiments/new/", form_data(arithmetic, **{"rollout.tool_warmup_steps": "5"})
+    )
+    assert saved.status_code == 302, saved.context["form"].errors if saved.context else saved
+    config = RunConfig.model_validate(Experiment.objects.get(team=acme, name="arith grpo").config)
+    assert config.rollout.tool_warmup_steps == 5
+    verl = form_data(arithmetic, backend="verl", **{"rollout.tool_warmup_steps": "5", "name": "on verl"})
+    refused = client.post(f"/t/{acme.slug}/experiments/new/", verl)
+    assert "backend verl does not report the tool-use rates" in str(refused.context["form"].errors)
+
+
 def test_runconfig_errors_land_on_their_fields(personas: Any, arithmetic: Any) -> None:
     acme = personas["acme"]
     response = client_for("alice").post(

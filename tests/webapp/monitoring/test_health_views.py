@@ -20,6 +20,8 @@ from trainer.contract import (
     TIMING_GENERATE_S,
     TIMING_REWARD_S,
     TIMING_STEP_S,
+    TOOLS_CALL_RATE,
+    TOOLS_MALFORMED_RATE,
 )
 from webapp.experiments.models import Run, RunKind
 from webapp.ingestion.models import MetricPoint
@@ -107,3 +109,23 @@ def test_an_evaluation_is_never_health_checked_and_its_page_shows_what_it_scored
     row = re.search(rf'<tr data-run="{run.pk}">(.*?)</tr>', table, re.S)
     assert row and 'class="badge kind-evaluation">evaluation<' in row[1]
     assert "health-ok" not in row[1] and "firing" not in row[1]
+
+
+def test_tools_dropped_while_reward_rose_fires_after_the_runs_warm_up_and_the_run_page_says_so(
+    client: Client, trainer: Trainer, run: Any, personas: Any
+) -> None:
+    config = {"name": "r1", "rollout": {"tools": ["lookup"], "tool_warmup_steps": 5}}
+    Run.objects.filter(pk=run.pk).update(config=config)
+    # Malformed calls in the warm-up only; then the calls fade from every rollout to none as reward rises.
+    points = [{"key": TOOLS_MALFORMED_RATE, "step": s, "value": 0.9, "ts": 1.7e9 + s} for s in range(1, 6)]
+    points += [{"key": k, "step": s, "value": v, "ts": 1.7e9 + s} for s in range(6, 26)
+               for k, v in ((TOOLS_CALL_RATE, 1.0 - (s - 6) / 19), (REWARD_MEAN, 0.1 + s / 50))]  # fmt: skip
+    assert trainer.metrics(points).status_code == 200
+
+    health = {h.check_name: h for h in RunHealth.objects.filter(run=run)}
+    assert health["tools_dropped_reward_rose"].firing and health["tool_avoidance"].firing
+    assert "malformed_tool_calls" not in health or not health["malformed_tool_calls"].firing
+    client.force_login(personas["bob"])
+    page = client.get(reverse("run", args=[personas["acme"].slug, run.pk])).content.decode()
+    assert 'data-check="tools_dropped_reward_rose" class="firing"' in page
+    assert "The policy stopped using its tools while its reward rose" in page

@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 
 from tests.webapp.trainer_posts import Trainer, points, trajectory
-from trainer.contract import ACTOR_KL, REWARD_MEAN, val_key
+from trainer.contract import ACTOR_KL, REWARD_MEAN, TOOL_USE_KEYS, val_key
 from webapp.results.models import LayoutKind, SavedLayout
 from webapp.results.summary import Timing, summarize, timing
 
@@ -51,6 +51,14 @@ def test_each_user_keeps_their_panels_per_experiment(
     assert SavedLayout.objects.filter(kind=LayoutKind.CURVES).count() == 1
     alice.post("/t/acme/curves/layout/", {**form, "action": "reset", "key": ""})
     assert _panels(alice, url) == default
+
+
+def test_a_run_that_logs_tool_use_shows_its_rates_next_to_the_reward(
+    alice: Client, trainer: Trainer, run: Any
+) -> None:
+    trainer.metrics(points([REWARD_MEAN, ACTOR_KL, *TOOL_USE_KEYS], range(5)))
+    panels = _panels(alice, f"/t/acme/runs/{run.pk}/curves/")
+    assert panels[:4] == [REWARD_MEAN, *TOOL_USE_KEYS]
 
 
 def test_a_panels_csv_holds_every_raw_point_of_the_zoomed_range(

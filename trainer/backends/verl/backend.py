@@ -44,6 +44,9 @@ REFUSED: Mapping[str, str] = {
     # One verl row per trajectory: every turn must extend the previous prompt (agent_loop.py).
     "rollout.context_policy": "backend verl trains each trajectory as one growing sequence: set "
     "rollout.context_policy to append, or use backend torch for a sliding window",
+    # The tool-use rates come from the shared rollout metrics, which verl's agent loop does not pass on.
+    "rollout.tool_warmup_steps": "backend verl does not report the tool-use rates the tool-use health "
+    "checks judge: set rollout.tool_warmup_steps to 0, or use backend torch",
 }
 STALL_HINT = "verl may be waiting for GPUs or CPUs the cluster cannot give it (see the job's log)"
 
