@@ -88,7 +88,7 @@ def test_a_new_teams_checklist_guides_until_every_step_is_done(
     page.click("#start-demo")  # the one-click demo, in her own team
     page.wait_for_url("**/runs/*/")
     run = Run.objects.get(team=lab)
-    assert run.status == RunStatus.QUEUED and run.experiment.task == "arithmetic"
+    assert run.status == RunStatus.QUEUED and run.experiment.task == "lookup" and run.kind == "sft"
     page.goto(f"{live_server.url}/t/{lab.slug}/")
     assert page.locator("#welcome").count() == 0
     done = page.locator("#checklist li.done").evaluate_all("(items) => items.map((i) => i.dataset.step)")

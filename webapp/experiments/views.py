@@ -235,14 +235,19 @@ def _defaults(preset: str, task: str, chosen: dict[str, Any]) -> RunConfig:
 @login_required
 @require_POST
 def demo(request: HttpRequest, team_slug: str) -> HttpResponse:
-    """The empty dashboard's one click: the arithmetic demo, in the user's own team, launched."""
+    """The empty dashboard's one click: the tool-learning demo (SFT, then GRPO from it) in the user's
+    own team, launched."""
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
     try:
         run = start_demo(team, request.user)
     except ValueError as error:
         messages.error(request, f"The demo could not start: {error}.")
         return redirect("dashboard", team_slug=team.slug)
-    messages.success(request, "The demo is launched: its run trains for a few minutes; watch it here.")
+    messages.success(
+        request,
+        "The demo is launched: this SFT run teaches the lookup tool for a few minutes; when it succeeds, "
+        "a GRPO run starts from its checkpoint (linked below as a run started from it).",
+    )
     return redirect("run", team_slug=team.slug, pk=run.pk)
 
 
