@@ -46,6 +46,9 @@ SETTINGS = {  # env var → default
     "BENCH_TL_SFT_STEPS": "40",
     "BENCH_TL_SFT_BATCH": "8",
     "BENCH_TL_SFT_LR": "5e-5",
+    # A lookup conversation is about 250 tokens: rows of 512 pack two, and the dense packed attention
+    # mask costs memory and time in the square of this length on CPU.
+    "BENCH_TL_SFT_MAX_LENGTH": "512",
     "BENCH_TL_RL_STEPS": "30",
     "BENCH_TL_RL_BATCH": "4",
     "BENCH_TL_RL_N": "4",
@@ -105,6 +108,7 @@ def run_sft(fields: dict[str, Any], demos: Path, workdir: Path) -> tuple[Path, f
             "trainer.total_steps": int(setting("BENCH_TL_SFT_STEPS")),
             "trainer.batch_size": int(setting("BENCH_TL_SFT_BATCH")),
             "optim.lr": float(setting("BENCH_TL_SFT_LR")),
+            "sft.max_length": int(setting("BENCH_TL_SFT_MAX_LENGTH")),
             "optim.micro_batch_size": 2,
             "optim.warmup_steps": 3,
             "trainer.checkpoint_dir": str(workdir / "sft"),

@@ -35,6 +35,7 @@ SFT_SETTINGS = {
     "optim.lr": 5e-5,
     "optim.warmup_steps": 3,
     "optim.micro_batch_size": 2,
+    "sft.max_length": 512,  # two lookup conversations per packed row
 }
 RL_SETTINGS = {"trainer.total_steps": 30, "trainer.val_every": 10, "data.val_max_samples": 50}
 

@@ -75,7 +75,9 @@ def test_the_lineage_shows_on_both_run_pages_and_in_the_runs_table(
     page.wait_for_url(f"**/runs/{sft.pk}/")
     assert "sft" in page.inner_text("h1")
     assert "Runs started from it: lookup grpo · seed 1 (step 40)" in page.inner_text("#run-lineage")
-    assert "—" in page.inner_text("#run-live")  # no reward: an SFT run is not judged
+    facts = page.inner_text("#run-facts")
+    assert "sft/loss" in facts and "val/loss" in facts and "reward/mean" not in facts  # its losses
+    assert page.locator("#health").count() == 0  # no reward: an SFT run is not judged
     shoot(page, "sft-run-page")
 
     page.goto(f"{live_server.url}/t/acme/runs/")
