@@ -266,12 +266,12 @@ def default_column_ids(task: str | None) -> list[str]:
     validation accuracy."""
     from trainer.contract import REWARD_MEAN, val_key
 
-    ids = ["name", "kind", "status", "health"]
+    ids = ["name", "kind", "status", "health", "started_from"]
     ids += ["preset", "task", "seed"] if task else ["experiment", "preset", "task", "seed"]
     ids += ["started", "duration", "steps", f"last:{REWARD_MEAN}", f"max:{REWARD_MEAN}"]
     if task:
         ids.append(f"last:{val_key(task)}")
-    return [*ids, "started_from", "tags"]
+    return [*ids, "tags"]
 
 
 # -- what the column chooser offers ----------------------------------------------------------------
