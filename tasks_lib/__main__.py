@@ -11,6 +11,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -75,13 +76,9 @@ def _prepare(args: argparse.Namespace) -> int:
     recipe = load_recipes().get(args.task)
     if args.from_package and recipe.name != "gsm8k":
         raise SystemExit("--from-package applies to gsm8k only")
+    # Each PrepareOptions field has a flag of the same name (extra has none).
     options = PrepareOptions(
-        from_package=args.from_package,
-        corpus=args.corpus,
-        seed=args.seed,
-        val_fraction=args.val_fraction,
-        limit=args.limit,
-        size=args.size,
+        **{f.name: getattr(args, f.name) for f in fields(PrepareOptions) if f.name != "extra"},
         extra={"level": args.level} if args.level else {},
     )
     source = recipe.fixtures if args.fixtures else args.input

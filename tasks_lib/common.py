@@ -12,6 +12,8 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trainer.contract.wire import json_object
+
 logger = logging.getLogger(__name__)
 
 Row = dict[str, Any]
@@ -115,13 +117,7 @@ def read_json_records(path: Path) -> list[dict[str, Any]]:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path} line {number}: not valid JSON: {exc.msg}") from exc
-        if not isinstance(record, dict):
-            raise ValueError(f"{path} line {number}: expected a JSON object")
-        records.append(record)
+        records.append(json_object(line, f"{path} line {number}"))
     return records
 
 

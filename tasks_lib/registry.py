@@ -12,13 +12,14 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
+from types import MappingProxyType, ModuleType
 from typing import Any
 
 from tasks_lib.demo_rules import DemoRule
 from trainer.config import RECIPE_DEFAULTS
 from trainer.plugins import load_plugins
 from trainer.registry import Registry
+from trainer.rewards import REWARDS, RewardFn
 
 # The recipes that ship with tasks_lib; load_recipes() imports them even when the package was not
 # installed (so its entry points are not registered), as in a fresh checkout used from source.
@@ -95,6 +96,15 @@ def register(recipe: Recipe) -> Recipe:
     TASKS.add(recipe.name, recipe)
     RECIPE_DEFAULTS.add(recipe.name, MappingProxyType(recipe.run_defaults()))
     return recipe
+
+
+def register_task(data: ModuleType, compute_score: RewardFn, **fields: Any) -> Recipe:
+    """Register a recipe folder: its reward under its data module's ``DATA_SOURCE``, and the
+    :class:`Recipe` made of ``fields`` plus what every ``data.py`` declares (data_source, prepare,
+    fixtures)."""
+    REWARDS.add(data.DATA_SOURCE, compute_score)
+    recipe = Recipe(data_source=data.DATA_SOURCE, prepare=data.prepare, fixtures=data.FIXTURES, **fields)
+    return register(recipe)
 
 
 def load_recipes() -> Registry[Recipe]:

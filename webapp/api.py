@@ -124,6 +124,21 @@ api = StudioAPI(
 )
 
 
+def multipart_body(required: list[str], properties: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The OpenAPI ``requestBody`` of a file upload route (django-ninja's ``openapi_extra``): a
+    multipart form with these fields."""
+    schema = {"type": "object", "required": required, "properties": properties}
+    return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
+
+
+def text_field(description: str, max_length: int = 200) -> dict[str, Any]:
+    return {"type": "string", "maxLength": max_length, "description": description}
+
+
+def file_field(description: str) -> dict[str, Any]:
+    return {"type": "string", "format": "binary", "description": description}
+
+
 MAX_PAGE_SIZE = 500
 MAX_PAGE = INT4_MAX // MAX_PAGE_SIZE  # so that the offset of any page fits the database's integers
 
@@ -145,6 +160,11 @@ class Page(Schema, Generic[T]):
     count: int = Field(description="Items on all pages.")
     page: int
     page_size: int
+
+
+def newest_first(items: QuerySet[Any], params: PageParams) -> dict[str, Any]:
+    """One page of ``items``, the newest first (what every list of a team's records shows)."""
+    return paginate(items.order_by("-created", "-id"), params)
 
 
 def paginate(items: QuerySet[Any], params: PageParams) -> dict[str, Any]:

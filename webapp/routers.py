@@ -30,6 +30,7 @@ from webapp.results.storage_api import router as storage_router
 from webapp.rollouts.api import router as rollouts_router
 from webapp.tools.api import rewards_router
 from webapp.tools.api import router as tools_router
+from webapp.tools.outbound_api import router as outbound_router
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ api.add_router("/t", storage_router)
 api.add_router("/t", rewards_router)
 api.add_router("/t", members_router)
 api.add_router("", tokens_router)
+api.add_router("", outbound_router)
 
 
 def _error(request: HttpRequest, message: str, status: int, field: str | None = None) -> HttpResponse:

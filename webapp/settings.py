@@ -340,8 +340,8 @@ RAY_GCS_PORT = env.integer(
 TOOL_ALLOWLIST = env.string_list(
     "STUDIO_TOOL_ALLOWLIST",
     [],
-    help="Where team HTTP tools may send requests: host:port or URL prefixes, e.g. "
-    "tools.internal:8080,https://api.example.com/v1/. Empty: HTTP tools can call nothing.",
+    help="The operator's floor of outbound targets, always allowed: host:port, URL prefixes or network:port, "
+    "e.g. tools.internal:8080,https://api.example.com/v1/. Site administrators allow more in the product.",
 )
 
 

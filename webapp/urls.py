@@ -16,6 +16,7 @@ from webapp.experiments import views as experiments
 from webapp.results import experiment_page, run_page
 from webapp.results import views as results
 from webapp.routers import api
+from webapp.tools import outbound_views
 from webapp.tools import views as tools
 
 team_patterns = [
@@ -79,6 +80,8 @@ urlpatterns = [
     path("account/tokens/", accounts.api_tokens, name="api_tokens"),
     path("account/tokens/<int:pk>/revoke/", accounts.revoke_api_token, name="revoke_api_token"),
     path("teams/switch/", accounts.switch_team, name="switch_team"),
+    path("outbound/", outbound_views.targets, name="outbound_targets"),
+    path("outbound/<int:pk>/remove/", outbound_views.remove, name="outbound_target_remove"),
     path("t/<slug:team_slug>/", include(team_patterns)),
     path("t/<slug:team_slug>/", include("webapp.results.urls")),
     path("t/<slug:team_slug>/", include("webapp.rollouts.urls")),

@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-from tasks_lib.registry import Recipe, register
+from tasks_lib.registry import register_task
+from tasks_lib.webshop import data
 from tasks_lib.webshop import env as env
 from tasks_lib.webshop import tools as tools
-from tasks_lib.webshop.data import DATA_SOURCE, FIXTURES, prepare
 from tasks_lib.webshop.reward import compute_score
-from trainer.rewards import REWARDS
 
-REWARDS.add(DATA_SOURCE, compute_score)
-
-RECIPE = register(
-    Recipe(
-        name="webshop",
-        description="Shop for a product matching an instruction: search, open a result, pick options, "
-        "buy. Score from type, attribute, option and price match; reward 1 on success (score >= 0.999).",
-        data_source=DATA_SOURCE,
-        prepare=prepare,
-        fixtures=FIXTURES,
-        env_type="webshop",
-        tools=("web_action",),
-        max_steps=15,
-        input_help="a folder with products.jsonl and goals.jsonl in our catalog schema; without --input a "
-        "synthetic catalog is generated",
-        needs_input=False,
-        generates=True,
-    ),
+RECIPE = register_task(
+    data,
+    compute_score,
+    name="webshop",
+    description="Shop for a product matching an instruction: search, open a result, pick options, "
+    "buy. Score from type, attribute, option and price match; reward 1 on success (score >= 0.999).",
+    env_type="webshop",
+    tools=("web_action",),
+    max_steps=15,
+    input_help="a folder with products.jsonl and goals.jsonl in our catalog schema; without --input a "
+    "synthetic catalog is generated",
+    needs_input=False,
+    generates=True,
 )

@@ -12,6 +12,8 @@ from trainer.algos.losses import (
     AGG_MODES,
     KL_KINDS,
     POLICY_LOSSES,
+    LossInputs,
+    LossParams,
     agg_loss,
     entropy_from_logits,
     kl_penalty,
@@ -64,7 +66,7 @@ def test_vanilla_ppo_clips_and_dual_clips_by_hand() -> None:
     old = torch.zeros(1, 4)
     adv = torch.tensor([[1.0, 1.0, -1.0, 5.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
-    loss, metrics = POLICY_LOSSES.get("vanilla")(log_prob, old, adv, mask)
+    loss, metrics = POLICY_LOSSES.get("vanilla")(LossInputs(log_prob, old, adv, mask))
     assert float(loss.detach()) == pytest.approx(0.231610, abs=1e-6)
     assert float(metrics["clipfrac"]) == pytest.approx(1 / 3)
     assert float(metrics["clipfrac_lower"]) == pytest.approx(1 / 3)
@@ -78,7 +80,7 @@ def test_vanilla_ppo_clips_and_dual_clips_by_hand() -> None:
 def test_vanilla_ppo_clips_a_negative_advantage_below() -> None:
     # A = -1, log-ratio -0.5 -> ratio 0.606531 < 0.8: max(0.606531, 0.8) = 0.8, the clipped term.
     loss, metrics = POLICY_LOSSES.get("vanilla")(
-        torch.tensor([[-0.5]]), torch.zeros(1, 1), torch.tensor([[-1.0]]), torch.ones(1, 1)
+        LossInputs(torch.tensor([[-0.5]]), torch.zeros(1, 1), torch.tensor([[-1.0]]), torch.ones(1, 1))
     )
     assert float(loss.detach()) == pytest.approx(0.8)
     assert float(metrics["clipfrac"]) == 1.0
@@ -88,7 +90,8 @@ def test_vanilla_ppo_clips_a_negative_advantage_below() -> None:
 def test_vanilla_ppo_rejects_a_dual_clip_of_one_or_less() -> None:
     with pytest.raises(ValueError, match="dual_clip_c"):
         POLICY_LOSSES.get("vanilla")(
-            torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1), dual_clip_c=1.0
+            LossInputs(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1)),
+            LossParams(dual_clip_c=1.0),
         )
 
 
@@ -102,7 +105,9 @@ def test_gspo_uses_one_length_normalised_ratio_per_step() -> None:
     old = torch.zeros(2, 2)
     adv = torch.tensor([[1.0, 1.0], [-2.0, -2.0]])
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
-    loss, metrics = POLICY_LOSSES.get("gspo")(log_prob, old, adv, mask, agg_mode="seq-mean-token-mean")
+    loss, metrics = POLICY_LOSSES.get("gspo")(
+        LossInputs(log_prob, old, adv, mask), LossParams(agg_mode="seq-mean-token-mean")
+    )
     assert float(loss.detach()) == pytest.approx(0.351229, abs=1e-6)
     assert float(metrics["clipfrac"]) == pytest.approx(2 / 3)
     loss.backward()
@@ -114,7 +119,12 @@ def test_reinforce_loss_is_minus_advantage_times_log_prob() -> None:
     # token-mean of -A * logp = (0.5*1 + 0.5*2) / 2 = 0.75; gradient -A / 2 = -0.25 per token.
     log_prob = torch.tensor([[-1.0, -2.0, -3.0]], requires_grad=True)
     loss, metrics = POLICY_LOSSES.get("reinforce")(
-        log_prob, torch.tensor([[-1.5, -2.0, 0.0]]), torch.full((1, 3), 0.5), torch.tensor([[1.0, 1.0, 0.0]])
+        LossInputs(
+            log_prob,
+            torch.tensor([[-1.5, -2.0, 0.0]]),
+            torch.full((1, 3), 0.5),
+            torch.tensor([[1.0, 1.0, 0.0]]),
+        )
     )
     assert float(loss.detach()) == pytest.approx(0.75)
     assert float(metrics["clipfrac"]) == 0.0
@@ -129,14 +139,8 @@ def test_every_policy_loss_takes_the_one_signature_and_reports_clipfrac_and_ppo_
     gen = torch.Generator().manual_seed(0)
     log_prob = torch.randn(3, 4, generator=gen)
     loss, metrics = POLICY_LOSSES.get(name)(
-        log_prob,
-        log_prob + 0.1,
-        torch.randn(3, 4, generator=gen),
-        torch.ones(3, 4),
-        clip_low=0.2,
-        clip_high=0.28,
-        dual_clip_c=3.0,
-        agg_mode="seq-mean-token-sum",
+        LossInputs(log_prob, log_prob + 0.1, torch.randn(3, 4, generator=gen), torch.ones(3, 4)),
+        LossParams(clip_low=0.2, clip_high=0.28, dual_clip_c=3.0, agg_mode="seq-mean-token-sum"),
     )
     assert loss.dim() == 0 and torch.isfinite(loss)
     assert {"clipfrac", "ppo_kl"} <= set(metrics)
@@ -152,7 +156,7 @@ def test_inf_and_nan_on_padding_stay_out_of_the_loss_and_its_gradient(name: str,
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
     old = torch.tensor([[-1.1, -0.4, 0.0], [-2.2, 0.0, 0.0]])
     adv = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]])
-    loss, metrics = POLICY_LOSSES.get(name)(log_prob, old, adv, mask, agg_mode=mode)
+    loss, metrics = POLICY_LOSSES.get(name)(LossInputs(log_prob, old, adv, mask), LossParams(agg_mode=mode))
     assert torch.isfinite(loss)
     assert all(torch.isfinite(value) for value in metrics.values())
     loss.backward()
@@ -275,7 +279,7 @@ def test_vanilla_and_gspo_equal_verl_with_gradients(verl_algos: Any, mode: str) 
     for name, theirs_fn, config in pairs:
         ours_lp, theirs_lp = log_prob.clone().requires_grad_(True), log_prob.clone().requires_grad_(True)
         ours, metrics = POLICY_LOSSES.get(name)(
-            ours_lp, old, adv, mask, clip_low=0.2, clip_high=0.28, agg_mode=mode
+            LossInputs(ours_lp, old, adv, mask), LossParams(clip_low=0.2, clip_high=0.28, agg_mode=mode)
         )
         theirs, their_metrics = theirs_fn(old, theirs_lp, adv, mask, mode, config)
         torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
@@ -291,7 +295,9 @@ def test_reinforce_loss_equals_verl(verl_algos: Any) -> None:
 
     log_prob, old, adv, mask = random_inputs(1)
     config = OmegaConf.create({"global_batch_info": {}})
-    ours, _ = POLICY_LOSSES.get("reinforce")(log_prob, old, adv, mask, agg_mode="seq-mean-token-sum")
+    ours, _ = POLICY_LOSSES.get("reinforce")(
+        LossInputs(log_prob, old, adv, mask), LossParams(agg_mode="seq-mean-token-sum")
+    )
     theirs, _ = verl_algos.compute_policy_loss_reinforce(
         old, log_prob, adv, mask, "seq-mean-token-sum", config
     )

@@ -65,7 +65,8 @@ VOLATILE_TABLES = frozenset(
         "axes_accessattemptexpiration",
     }
 )
-LEVELS = ("public", "user", "read", "write", "owner")
+# staff: a site administrator's (docs/security.md#outbound), which no persona of the matrix is.
+LEVELS = ("public", "user", "read", "write", "owner", "staff")
 RANK = {"outsider": 0, "viewer": 1, "member": 2, "owner": 3}
 NEEDED = {"read": 1, "write": 2, "owner": 3}
 
@@ -183,6 +184,7 @@ def _build_world(folder: Path) -> World:
         "reward": reward.pk,
         "recipe_import": recipe_import.pk,
         "viewer_membership": acme.memberships.get(user=users["viewer"]).pk,
+        "outbound_target": 10**9,  # a site administrator's: everyone of the matrix is refused first
     }
     issued = {persona: ApiToken.issue(user, "matrix") for persona, user in users.items()}
     issued["read token"] = ApiToken.issue(users["owner"], "matrix read", scopes=["read"])
@@ -235,7 +237,7 @@ def rolled_back(send: Callable[[], Any], *, compare: bool = True) -> tuple[Any, 
 
 @dataclass(frozen=True)
 class Page:
-    level: str  # public, user (any signed-in user), read (viewer+), write (member+), owner
+    level: str  # public, user (any signed-in user), read (viewer+), write (member+), owner, staff
     kwargs: Callable[[World], dict[str, Any]] = lambda w: {}
     query: str = ""
     post: str | None = None  # the level a POST needs; None: the page takes no POST
@@ -365,6 +367,8 @@ PAGES: dict[str, Page] = {
     "sweep": Page("read", team(pk=_id("sweep"))),
     "sweep_cancel": Page("write", team(pk=_id("sweep")), post="write"),
     "run_limit": Page("read", team(), post="owner", get=False, data=lambda w: {"max_active": "3"}),
+    "outbound_targets": Page("user", post="staff", data=lambda w: {"rule": "matrix.example:443"}),
+    "outbound_target_remove": Page("user", kwargs=lambda w: {"pk": 10**9}, post="staff", get=False),
 }
 # Found by the resolver but served by other tables of this module: the JSON API (from its OpenAPI
 # schema), the MLflow endpoint (from its ENDPOINTS), and the admin (staff only, every pattern).
@@ -390,7 +394,7 @@ def client_for(world: World, persona: str) -> Client:
 def allowed(level: str, persona: str) -> bool:
     if level == "public":
         return True
-    if persona == "anonymous":
+    if persona == "anonymous" or level == "staff":
         return False
     return level == "user" or RANK[persona] >= NEEDED[level]
 
@@ -399,7 +403,7 @@ def refusal(level: str, persona: str) -> set[int]:
     """What a caller below the level gets: the login page, a 404 outside the team, a 403 inside it."""
     if persona == "anonymous":
         return {302}
-    return {404} if persona == "outsider" else {403}
+    return {404} if persona == "outsider" and level != "staff" else {403}
 
 
 def page_url(world: World, name: str, page: Page) -> str:
@@ -433,7 +437,7 @@ API_PKS = {
     "/experiments/{pk}": "experiment", "/tools/{pk}": "tool", "/datasets/{pk}": "dataset",
     "/datasets/imports/{pk}": "recipe_import", "/rewards/{pk}": "reward", "/trials/{pk}": "trial",
     "/members/{pk}": "viewer_membership", "/sweeps/{pk}": "sweep", "/evaluations/{pk}": "evaluation",
-    "{team_slug}/imports/{pk}": "import_job",
+    "{team_slug}/imports/{pk}": "import_job", "/outbound-targets/{pk}": "outbound_target",
 }  # fmt: skip
 
 
@@ -519,6 +523,7 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     "/api/t/{team_slug}/members/{pk}": lambda w: {"role": "member"},
     "/api/t/{team_slug}/imports": lambda w: {"name": "x"},
     "/api/tokens": lambda w: {"name": "ci", "scopes": ["read"], "expires_in_days": 7},
+    "/api/outbound-targets": lambda w: {"rule": "matrix.example:443"},
 }
 API_CALLERS = ("anonymous", "outsider", "viewer", "member", "owner", *SCOPED_TOKENS, *RUN_TOKENS)
 # Operations only a team's owners may make (a member gets a 403 like a viewer).
@@ -529,6 +534,8 @@ OWNER_OPERATIONS = frozenset(
         ("DELETE", "/api/t/{team_slug}/members/{pk}"),
     }
 )
+# Operations only a site administrator may make (docs/security.md#outbound): no persona here is one.
+ADMIN_OPERATIONS = frozenset({("POST", "/api/outbound-targets"), ("DELETE", "/api/outbound-targets/{pk}")})
 
 
 def api_expected(kind: str, method: str, caller: str, path: str = "") -> set[int] | None:
@@ -540,6 +547,8 @@ def api_expected(kind: str, method: str, caller: str, path: str = "") -> set[int
     if caller in RUN_TOKENS:
         return {401}
     if caller == "read token" and method != "GET":
+        return {403}
+    if (method, path) in ADMIN_OPERATIONS:
         return {403}
     if "{team_slug}" not in path:
         return None  # the caller's own things (its tokens): every signed-in persona has them

@@ -1,28 +1,34 @@
 """Policy and value losses, loss aggregation, KL penalties and entropy (docs/algorithms.md#policy-losses).
 
 Pure tensor functions. Shapes: S rows (steps), T response positions; ``mask`` is 1 on model tokens.
-Every policy loss has the same signature (:class:`PolicyLoss`) and returns ``(loss, metrics)`` where the
-metrics are detached scalar tensors and always include ``clipfrac`` and ``ppo_kl``.
+Every policy loss has the same signature (:class:`PolicyLoss`): the tensors in a :class:`LossInputs`, the
+clip ranges and aggregation in a :class:`LossParams`; it returns ``(loss, metrics)`` where the metrics are
+detached scalar tensors and always include ``clipfrac`` and ``ppo_kl``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 from torch import Tensor
 
+from trainer.config_sections import AlgorithmConfig
 from trainer.registry import Registry
 
 __all__ = [
     "AGG_MODES",
     "KL_KINDS",
     "POLICY_LOSSES",
+    "LossInputs",
+    "LossParams",
     "PolicyLoss",
     "agg_loss",
     "entropy_from_logits",
     "kl_penalty",
+    "loss_params",
     "masked_mean",
     "value_loss",
 ]
@@ -88,25 +94,49 @@ def agg_loss(loss_mat: Tensor, mask: Tensor, mode: str = "token-mean") -> Tensor
 # -------------------------------------------------------------------------------------------- policy
 
 
+@dataclass(frozen=True)
+class LossInputs:
+    """The tensors of one policy-loss call, all [S, T]; ``token_out``, when given, receives the per-token
+    ratio and whether the clipped term was taken (the trajectory page's token view,
+    docs/rollouts.md#token-signals)."""
+
+    log_prob: Tensor
+    old_log_prob: Tensor
+    advantages: Tensor
+    response_mask: Tensor
+    token_out: dict[str, Tensor] | None = None
+
+
+@dataclass(frozen=True)
+class LossParams:
+    """The algorithm settings a policy loss reads (algorithm.clip_low, clip_high, dual_clip_c, loss_agg_mode)."""
+
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip_c: float = 3.0
+    agg_mode: str = "token-mean"
+
+
+DEFAULT_LOSS_PARAMS = LossParams()
+LossResult = tuple[Tensor, dict[str, Tensor]]
+
+
+def loss_params(algorithm: AlgorithmConfig) -> LossParams:
+    """The LossParams of a run's ``algorithm`` config section."""
+    return LossParams(algorithm.clip_low, algorithm.clip_high, algorithm.dual_clip_c, algorithm.loss_agg_mode)
+
+
 class PolicyLoss(Protocol):
     """The one signature of every entry in :data:`POLICY_LOSSES`."""
 
-    def __call__(
-        self,
-        log_prob: Tensor,
-        old_log_prob: Tensor,
-        advantages: Tensor,
-        response_mask: Tensor,
-        *,
-        clip_low: float = 0.2,
-        clip_high: float = 0.2,
-        dual_clip_c: float = 3.0,
-        agg_mode: str = "token-mean",
-        token_out: dict[str, Tensor] | None = None,
-    ) -> tuple[Tensor, dict[str, Tensor]]: ...
+    def __call__(self, inputs: LossInputs, params: LossParams = DEFAULT_LOSS_PARAMS) -> LossResult: ...
 
 
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
+
+
+def _tensors(inputs: LossInputs) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return inputs.log_prob, inputs.old_log_prob, inputs.advantages, inputs.response_mask
 
 
 def _tokens(token_out: dict[str, Tensor] | None, ratio: Tensor, clipped: Tensor) -> None:
@@ -118,18 +148,7 @@ def _tokens(token_out: dict[str, Tensor] | None, ratio: Tensor, clipped: Tensor)
 
 
 @POLICY_LOSSES.register("vanilla")
-def vanilla(
-    log_prob: Tensor,
-    old_log_prob: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    dual_clip_c: float = 3.0,
-    agg_mode: str = "token-mean",
-    token_out: dict[str, Tensor] | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def vanilla(inputs: LossInputs, params: LossParams = DEFAULT_LOSS_PARAMS) -> LossResult:
     """PPO clipped surrogate with dual clip, per token.
 
     ratio = exp(clamp(log_prob - old_log_prob, +-20));
@@ -139,6 +158,8 @@ def vanilla(
     the clipped term was taken), clipfrac_lower (dual clip active), ppo_kl (mean old - new log-prob).
     Papers: Schulman et al. 2017 (arXiv 1707.06347); dual clip: Ye et al. 2020 (arXiv 1912.09729).
     """
+    log_prob, old_log_prob, advantages, response_mask = _tensors(inputs)
+    clip_low, clip_high, dual_clip_c = params.clip_low, params.clip_high, params.dual_clip_c
     if dual_clip_c <= 1.0:
         raise ValueError(
             f"dual_clip_c must be > 1 (got {dual_clip_c}): set algorithm.dual_clip_c to e.g. 3.0"
@@ -158,23 +179,12 @@ def vanilla(
         "ppo_kl": masked_mean(-log_ratio, response_mask).detach(),
     }
     # A token is clipped when either clip took its gradient away (the clipped term, or the dual clip).
-    _tokens(token_out, ratio, (clipped > unclipped) | ((pessimistic > lower_bound) & (advantages < 0)))
-    return agg_loss(losses, response_mask, agg_mode), metrics
+    _tokens(inputs.token_out, ratio, (clipped > unclipped) | ((pessimistic > lower_bound) & (advantages < 0)))
+    return agg_loss(losses, response_mask, params.agg_mode), metrics
 
 
 @POLICY_LOSSES.register("gspo")
-def gspo(
-    log_prob: Tensor,
-    old_log_prob: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    dual_clip_c: float = 3.0,
-    agg_mode: str = "token-mean",
-    token_out: dict[str, Tensor] | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def gspo(inputs: LossInputs, params: LossParams = DEFAULT_LOSS_PARAMS) -> LossResult:
     """GSPO: one importance ratio per step (row), the length-normalised sequence ratio.
 
     log s = mean over the row's tokens of (log_prob - old_log_prob);
@@ -184,7 +194,8 @@ def gspo(
     StepPPO preset sets; clip ranges are much tighter than PPO's (GSPO uses 3e-4 / 4e-4).
     All inputs [S, T]. Paper: Zheng et al. 2025, "Group Sequence Policy Optimization" (arXiv 2507.18071).
     """
-    mask = response_mask
+    log_prob, old_log_prob, advantages, mask = _tensors(inputs)
+    clip_low, clip_high = params.clip_low, params.clip_high
     log_ratio = log_prob - old_log_prob
     seq_log_ratio = _on_mask(log_ratio, mask).sum(-1) / (mask > 0).sum(-1).clamp(min=1).to(log_ratio.dtype)
     combined = log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1)
@@ -196,34 +207,26 @@ def gspo(
         "clipfrac": masked_mean((clipped > unclipped).float(), mask).detach(),
         "ppo_kl": masked_mean(-log_ratio, mask).detach(),
     }
-    _tokens(token_out, ratio, clipped > unclipped)
-    return agg_loss(losses, mask, agg_mode), metrics
+    _tokens(inputs.token_out, ratio, clipped > unclipped)
+    return agg_loss(losses, mask, params.agg_mode), metrics
 
 
 @POLICY_LOSSES.register("reinforce")
-def reinforce(
-    log_prob: Tensor,
-    old_log_prob: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    dual_clip_c: float = 3.0,
-    agg_mode: str = "token-mean",
-    token_out: dict[str, Tensor] | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def reinforce(inputs: LossInputs, params: LossParams = DEFAULT_LOSS_PARAMS) -> LossResult:
     """Plain policy gradient: L = -A * log_prob per token, no ratio and no clipping.
 
     ``old_log_prob`` only feeds the ppo_kl metric; clipfrac is always 0. All inputs [S, T].
     Paper: Williams 1992, "Simple statistical gradient-following algorithms".
     """
+    log_prob, old_log_prob, advantages, response_mask = _tensors(inputs)
     metrics = {
         "clipfrac": torch.zeros((), dtype=log_prob.dtype, device=log_prob.device),
         "ppo_kl": masked_mean(old_log_prob - log_prob, response_mask).detach(),
     }
-    _tokens(token_out, torch.exp(log_prob - old_log_prob), torch.zeros_like(log_prob, dtype=torch.bool))
-    return agg_loss(-advantages * log_prob, response_mask, agg_mode), metrics
+    _tokens(
+        inputs.token_out, torch.exp(log_prob - old_log_prob), torch.zeros_like(log_prob, dtype=torch.bool)
+    )
+    return agg_loss(-advantages * log_prob, response_mask, params.agg_mode), metrics
 
 
 # ------------------------------------------------------------------------------------------------ KL

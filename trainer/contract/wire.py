@@ -343,6 +343,17 @@ def to_floats(values: Mapping[str, Any]) -> dict[str, float]:
     return {str(key): float(value) for key, value in values.items()}
 
 
+def json_object(text: str, where: str) -> dict[str, Any]:
+    """``text`` parsed as one JSON object, or a ValueError that names ``where`` (a file's line, a column)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where} is not valid JSON: {exc.msg}") from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be a JSON object, not {type(value).__name__}")
+    return value
+
+
 def to_jsonable(value: Any) -> Any:
     """Info dicts may hold numpy or torch scalars, tuples or other objects; make them plain JSON values."""
 

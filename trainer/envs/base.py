@@ -7,11 +7,11 @@ with the reward function" (the final answer), a number is the env's own reward f
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
+from trainer.contract.wire import json_object
 from trainer.mdp import Action, Message, Observation
 from trainer.registry import Registry
 
@@ -66,10 +66,7 @@ def parse_env_kwargs(value: Any) -> dict[str, Any]:
     if value is None or value == "":
         return {}
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"row 'env_kwargs' is not valid JSON: {exc.msg}") from exc
+        value = json_object(value, "row 'env_kwargs'")
     if not isinstance(value, Mapping):
         raise ValueError(f"row 'env_kwargs' must be a JSON object, not {type(value).__name__}")
     return {key: item for key, item in value.items() if item is not None}

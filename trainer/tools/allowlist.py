@@ -2,15 +2,17 @@
 
 The one check every outbound request a member can aim runs through (docs/security.md#outbound):
 
-- an :class:`AllowRule` names a host **and** a port (``tools.internal:8080``) or a URL prefix
-  (``https://tools.internal/v1/``: scheme, host, port and the start of the path);
+- an :class:`AllowRule` names a host **and** a port (``tools.internal:8080``), a URL prefix
+  (``https://tools.internal/v1/``: scheme, host, port and the start of the path), or a network on a
+  port (``93.184.216.0/24:443``: URLs whose host is an address in it);
 - an :class:`OutboundPolicy` is the rules plus the product's own service endpoints (web server,
   Postgres, Valkey, the Ray dashboard and GCS), which no rule can open;
 - :func:`check_url` matches a URL against the rules (no I/O), and :func:`choose_address` checks the
   addresses the host name resolved to *at call time*: the request is then sent to that very address
   (see :func:`pinned`), so a name that resolves elsewhere a second later (DNS rebinding) changes
-  nothing. Loopback addresses are reached only through a rule that itself names a loopback host;
-  unspecified, link-local (cloud metadata), multicast and reserved addresses never.
+  nothing. A private, loopback or link-local address is reached only through a rule that names an
+  exact host and port (never a network): loopback only when that host is a loopback one, link-local
+  (cloud metadata) only when it is that very address; unspecified, multicast and reserved never.
 
 Redirects are never followed by the callers: a 3xx is an error, not a result.
 """
@@ -28,10 +30,20 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class OutboundRefused(PermissionError):
     """The URL or the address it resolved to is not one a member's request may reach."""
+
+
+class NotAllowed(OutboundRefused):
+    """No rule names the URL's host and port: ``target`` (``host:port``) is what a rule would have to
+    allow."""
+
+    def __init__(self, message: str, target: str) -> None:
+        super().__init__(message)
+        self.target = target
 
 
 def _port_of(parts: SplitResult) -> int:
@@ -55,9 +67,17 @@ def is_loopback_host(host: str) -> bool:
     return address.is_loopback if address is not None else host.lower() in _LOOPBACK_NAMES
 
 
+def _network(host: str) -> IpNetwork | None:
+    try:
+        return ipaddress.ip_network(host) if "/" in host else None
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True)
 class AllowRule:
-    """``host:port`` (any scheme, any path) or a URL prefix (that scheme, host, port, path start)."""
+    """``host:port`` (any scheme, any path), a URL prefix (that scheme, host, port, path start), or
+    ``network:port`` (any URL whose host is an address in the network, on that port)."""
 
     host: str
     port: int
@@ -85,17 +105,31 @@ class AllowRule:
         host = host.strip("[]").lower()
         if not colon or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
             raise ValueError(
-                f"{text!r}: name a host and a port (tools.internal:8080, [::1]:9000) or a URL prefix "
-                "(https://tools.internal/v1/); a host alone would open every port on it"
+                f"{text!r}: name a host and a port (tools.internal:8080, [::1]:9000), a URL prefix "
+                "(https://tools.internal/v1/) or a network and a port (93.184.216.0/24:443); a host "
+                "alone would open every port on it"
             )
-        return cls(host, int(port_text))
+        return cls(_network_text(text, host), int(port_text))
+
+    @property
+    def network(self) -> IpNetwork | None:
+        """The network of a ``network:port`` rule (None: the rule names one exact host)."""
+        return _network(self.host)
 
     def matches(self, parts: SplitResult, port: int) -> bool:
-        if (parts.hostname or "").lower() != self.host or port != self.port:
+        host = (parts.hostname or "").lower()
+        if port != self.port or not self.names_host(host):
             return False
         if self.scheme is not None and parts.scheme != self.scheme:
             return False
         return _path_within(parts.path or "/", self.path_prefix)
+
+    def names_host(self, host: str) -> bool:
+        """Whether ``host`` is the rule's host, or an address inside its network."""
+        network, address = self.network, _address(host)
+        if network is None:
+            return host.lower() == self.host
+        return address is not None and address.version == network.version and address in network
 
     def __str__(self) -> str:
         shown = f"[{self.host}]" if ":" in self.host else self.host
@@ -103,6 +137,18 @@ class AllowRule:
             return f"{shown}:{self.port}"
         default = DEFAULT_PORTS[self.scheme] == self.port
         return f"{self.scheme}://{shown}{'' if default else f':{self.port}'}{self.path_prefix}"
+
+
+def _network_text(text: str, host: str) -> str:
+    """``host`` as a rule stores it: a network in its canonical form, one address as that address."""
+    if "/" not in host:
+        return host
+    try:
+        network = ipaddress.ip_network(host)
+    except ValueError as error:
+        raise ValueError(f"{text!r}: {error} (write the network's first address, e.g. 10.1.0.0/16)") from None
+    # A network of one address is that exact host: it then counts as naming it (private addresses).
+    return str(network.network_address) if network.num_addresses == 1 else str(network)
 
 
 def _path_within(path: str, prefix: str) -> bool:
@@ -159,9 +205,7 @@ class OutboundPolicy:
         found = []
         for rule in self.rules:
             for host, port in self.services:
-                same_host = rule.host == host.lower() or (
-                    is_loopback_host(rule.host) and is_loopback_host(host)
-                )
+                same_host = rule.names_host(host) or (is_loopback_host(rule.host) and is_loopback_host(host))
                 if same_host and rule.port == port:
                     found.append(f"{rule} is the product's own service at {host}:{port}")
         return found
@@ -199,9 +243,10 @@ def check_url(url: str, policy: OutboundPolicy) -> Target:
     for rule in policy.rules:
         if rule.matches(parts, port):
             return Target(url, parts.hostname.lower(), port, rule)
-    raise OutboundRefused(
-        f"{parts.hostname}:{port}{parts.path or '/'} is not allowed; STUDIO_TOOL_ALLOWLIST allows: "
-        f"{policy.describe()}"
+    host = parts.hostname.lower()
+    raise NotAllowed(
+        f"{host}:{port}{parts.path or '/'} is not allowed; the outbound targets are: {policy.describe()}",
+        f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
     )
 
 
@@ -225,12 +270,18 @@ def _address_refusal(text: str, target: Target, policy: OutboundPolicy) -> str |
     address = ipaddress.ip_address(text.split("%", 1)[0])
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
-    if address.is_loopback and not is_loopback_host(target.rule.host):
-        return f"{address} is this machine, which the rule {target.rule} does not name"
-    # (::1 lies in a reserved block too: loopback is judged above, by the rule alone.)
-    odd = address.is_unspecified or address.is_link_local or address.is_multicast or address.is_reserved
-    if odd and not address.is_loopback:
+    rule, exact = target.rule, target.rule.network is None
+    if address.is_loopback:
+        # (::1 lies in a reserved block too: loopback is judged here, by the rule alone.)
+        if not (exact and is_loopback_host(rule.host)):
+            return f"{address} is this machine, which the rule {rule} does not name"
+    elif address.is_link_local:
+        if not (exact and _address(rule.host) == address):
+            return f"{address} is link-local (cloud metadata lives there): only a rule naming {address} reaches it"
+    elif address.is_unspecified or address.is_multicast or address.is_reserved:
         return f"{address} is not an address a tool may call"
+    elif address.is_private and not exact:
+        return f"{address} is private: only a rule naming its exact host and port reaches it, not the network {rule}"
     for host, port in (*policy.services, *policy.service_addresses):
         if port != target.port:
             continue

@@ -6,7 +6,10 @@ A member whose role is too low for a write gets a 403.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import PermissionDenied
+from django.db.models import Model, QuerySet
 from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
 
@@ -32,6 +35,11 @@ def get_team_for_user(request: HttpRequest, team_slug: str, *, role: str = Role.
     return membership.team
 
 
+def team_objects(request: HttpRequest, team_slug: str, model: type[Model]) -> QuerySet[Any]:
+    """Every ``model`` row of the team named by the URL, when the user may read that team."""
+    return model._default_manager.filter(team=get_team_for_user(request, team_slug))
+
+
 class ReadOnlyToken(PermissionDenied):
     """A change asked of a personal token that lacks the write scope."""
 
@@ -49,3 +57,17 @@ def get_member_for_owner(request: HttpRequest, team_slug: str, pk: int) -> Membe
     """A membership (with its user and team) of the team named by the URL, for one of its owners to change."""
     team = get_team_for_user(request, team_slug, role=Role.OWNER)
     return get_object_or_404(Membership.objects.select_related("user", "team"), pk=pk, team=team)
+
+
+def is_site_admin(user: object) -> bool:
+    """A site administrator: an active staff user or superuser. Settings of the whole installation
+    (where team requests may go, docs/security.md#outbound) are theirs, never a team owner's: any
+    signed-in user can create a team and own it."""
+    active = bool(getattr(user, "is_active", False))
+    return active and bool(getattr(user, "is_staff", False) or getattr(user, "is_superuser", False))
+
+
+def require_site_admin(request: HttpRequest) -> None:
+    """PermissionDenied (a 403 naming who can) unless the request's user is a site administrator."""
+    if not is_site_admin(request.user):
+        raise PermissionDenied("Only a site administrator (a staff user) can do this.")

@@ -14,10 +14,19 @@ from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from trainer.contract import INT4_MAX
-from webapp.accounts.access import get_team_for_user
+from webapp.accounts.access import get_team_for_user, team_objects
 from webapp.accounts.models import Role
 from webapp.accounts.token_auth import UserTokenAuth
-from webapp.api import Page, PageParams, StrictSchema, form_error, paginate
+from webapp.api import (
+    Page,
+    PageParams,
+    StrictSchema,
+    file_field,
+    form_error,
+    multipart_body,
+    newest_first,
+    text_field,
+)
 from webapp.datasets.access import get_dataset_for_user
 from webapp.datasets.files import UPLOAD_FIELD, StreamingUploadHandler, parquet_download
 from webapp.datasets.forms import RecipeForm, UploadForm
@@ -49,11 +58,10 @@ class DatasetFilters(Schema):
 def datasets(
     request: HttpRequest, team_slug: str, filters: Query[DatasetFilters], paging: Query[PageParams]
 ) -> dict[str, Any]:
-    team = get_team_for_user(request, team_slug)
-    chosen = Dataset.objects.filter(team=team)
+    chosen = team_objects(request, team_slug, Dataset)
     if filters.sha256:
         chosen = chosen.filter(sha256=filters.sha256.lower())
-    return paginate(chosen.order_by("-created", "-id"), paging)
+    return newest_first(chosen, paging)
 
 
 @team_router.get("/{team_slug}/datasets/{int:pk}", response=DatasetOut, summary="One dataset")
@@ -61,31 +69,10 @@ def dataset(request: HttpRequest, team_slug: str, pk: int) -> Dataset:
     return get_dataset_for_user(request, team_slug, pk)
 
 
-_UPLOAD_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": [UPLOAD_FIELD],
-                    "properties": {
-                        UPLOAD_FIELD: {
-                            "type": "string",
-                            "format": "binary",
-                            "description": "The parquet file.",
-                        },
-                        "name": {
-                            "type": "string",
-                            "maxLength": 200,
-                            "description": "Blank: the file's name.",
-                        },
-                    },
-                }
-            }
-        },
-    }
-}
+_UPLOAD_BODY = multipart_body(
+    [UPLOAD_FIELD],
+    {UPLOAD_FIELD: file_field("The parquet file."), "name": text_field("Blank: the file's name.")},
+)
 
 
 @team_router.post(

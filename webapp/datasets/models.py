@@ -17,7 +17,6 @@ from collections.abc import Callable, Container
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, models, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -26,6 +25,7 @@ from webapp.accounts.models import Team
 from webapp.celery import enqueue_on_commit
 from webapp.datasets import files, parquet
 from webapp.guarded import guarded_update
+from webapp.records import CreatedRecord, WorkRecord
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def _agent_rule(agent_name: str, aliases: Container[str]) -> str:
     return "another project's name for it" if agent_name in aliases else "our flow of that name"
 
 
-class Dataset(models.Model):
+class Dataset(CreatedRecord):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="datasets")
     name = models.CharField(max_length=200)
     sha256 = models.CharField(max_length=64, help_text="SHA-256 of the file: the dataset's identity.")
@@ -95,8 +95,6 @@ class Dataset(models.Model):
         related_name="derived",
         help_text="The dataset this one was made from (generated demonstrations).",
     )
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    created = models.DateTimeField(auto_now_add=True)
     validated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -375,7 +373,7 @@ class ImportStatus(models.TextChoices):
     FAILED = "failed"
 
 
-class RecipeImport(models.Model):
+class RecipeImport(WorkRecord):
     """One "create from a built-in recipe": the recipe's prepare, run by a Celery worker."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="recipe_imports")
@@ -391,12 +389,6 @@ class RecipeImport(models.Model):
     status = models.CharField(max_length=10, choices=ImportStatus.choices, default=ImportStatus.PENDING)
     message = models.TextField(blank=True)
     datasets = models.ManyToManyField(Dataset, blank=True, related_name="imports")
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    created = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created"]
 
     def __str__(self) -> str:
         return f"{self.task} from {self.origin}"

@@ -15,9 +15,9 @@ from ninja.errors import HttpError
 
 from trainer.config import RunConfig, flatten_paths
 from trainer.contract import IDEMPOTENCY_HEADER, INT4_MAX
-from webapp.accounts.access import get_team_for_user
+from webapp.accounts.access import get_team_for_user, team_objects
 from webapp.accounts.token_auth import UserTokenAuth
-from webapp.api import FieldError, Page, PageParams, StrictSchema, paginate
+from webapp.api import FieldError, Page, PageParams, StrictSchema, newest_first
 from webapp.datasets.models import DATASET_REF_PREFIX
 from webapp.experiments import services
 from webapp.experiments.acceptance import (
@@ -162,8 +162,7 @@ class ExperimentClone(StrictSchema):
 
 @router.get("/{team_slug}/experiments", response=Page[ExperimentOut], summary="The team's experiments")
 def experiments(request: HttpRequest, team_slug: str, paging: Query[PageParams]) -> dict[str, Any]:
-    team = get_team_for_user(request, team_slug)
-    return paginate(Experiment.objects.filter(team=team).order_by("-created", "-id"), paging)
+    return newest_first(team_objects(request, team_slug, Experiment), paging)
 
 
 @router.post("/{team_slug}/experiments", response={201: ExperimentOut}, summary="Create an experiment")
@@ -284,13 +283,12 @@ def launch(request: HttpRequest, team_slug: str, pk: int, response: HttpResponse
 def runs(
     request: HttpRequest, team_slug: str, filters: Query[RunFilters], paging: Query[PageParams]
 ) -> dict[str, Any]:
-    team = get_team_for_user(request, team_slug)
-    chosen = Run.objects.filter(team=team)
+    chosen = team_objects(request, team_slug, Run)
     if filters.status:
         chosen = chosen.filter(status=filters.status)
     if filters.experiment is not None:
         chosen = chosen.filter(experiment_id=filters.experiment)
-    return paginate(chosen.order_by("-created", "-id"), paging)
+    return newest_first(chosen, paging)
 
 
 @router.get(

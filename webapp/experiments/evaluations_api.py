@@ -11,9 +11,9 @@ from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
 
-from webapp.accounts.access import get_team_for_user
+from webapp.accounts.access import get_team_for_user, team_objects
 from webapp.accounts.token_auth import UserTokenAuth
-from webapp.api import FieldError, Page, PageParams, StrictSchema, paginate
+from webapp.api import FieldError, Page, PageParams, StrictSchema, newest_first
 from webapp.experiments.access import get_run_for_user
 from webapp.experiments.evaluations import (
     MAX_K,
@@ -105,11 +105,10 @@ class EvaluationFilters(Schema):
 def evaluations(
     request: HttpRequest, team_slug: str, filters: Query[EvaluationFilters], paging: Query[PageParams]
 ) -> dict[str, Any]:
-    team = get_team_for_user(request, team_slug)
-    chosen = Run.objects.filter(team=team, kind=RunKind.EVALUATION).select_related("evaluated_run")
+    chosen = team_objects(request, team_slug, Run).filter(kind=RunKind.EVALUATION)
     if filters.experiment is not None:
         chosen = chosen.filter(experiment_id=filters.experiment)
-    return paginate(chosen.order_by("-created", "-id"), paging)
+    return newest_first(chosen.select_related("evaluated_run"), paging)
 
 
 @router.get(

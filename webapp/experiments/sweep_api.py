@@ -9,9 +9,9 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 
-from webapp.accounts.access import get_team_for_user
+from webapp.accounts.access import get_team_for_user, team_objects
 from webapp.accounts.token_auth import UserTokenAuth
-from webapp.api import FieldError, Page, PageParams, StrictSchema, paginate
+from webapp.api import FieldError, Page, PageParams, StrictSchema, newest_first
 from webapp.experiments import sweeps
 from webapp.experiments.access import get_sweep_for_user
 from webapp.experiments.api import RunOut
@@ -73,8 +73,7 @@ def _detail(sweep: Sweep) -> dict[str, Any]:
 
 @router.get("/{team_slug}/sweeps", response=Page[SweepOut], summary="The team's sweeps")
 def sweep_list(request: HttpRequest, team_slug: str, paging: Query[PageParams]) -> dict[str, Any]:
-    team = get_team_for_user(request, team_slug)
-    return paginate(Sweep.objects.filter(team=team).order_by("-created", "-id"), paging)
+    return newest_first(team_objects(request, team_slug, Sweep), paging)
 
 
 @router.post("/{team_slug}/sweeps", response={201: SweepDetailOut}, summary="Create and launch a sweep")

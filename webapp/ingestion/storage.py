@@ -70,14 +70,7 @@ def apply_retention(run_id: int) -> None:
             _delete_trajectories(run_id, *dropped)
         sizes = run_sizes(run_id)
         kept = Trajectory.objects.filter(run_id=run_id).count()
-        RunStorage.objects.filter(pk=run_id).update(
-            kept=kept,
-            trajectory_bytes=sizes.trajectory_bytes,
-            step_bytes=sizes.step_bytes,
-            token_signal_bytes=sizes.token_signal_bytes,
-            tool_call_bytes=sizes.tool_call_bytes,
-            applied_at=started,
-        )
+        RunStorage.objects.filter(pk=run_id).update(kept=kept, applied_at=started, **sizes.of_rows())
     freed = sweep_texts()
     if freed:
         # The texts that went were this run's (its steps referred to them last); clamped, since a text

@@ -15,7 +15,7 @@ from ninja.errors import HttpError
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role
 from webapp.accounts.token_auth import UserTokenAuth
-from webapp.api import FieldError, StrictSchema
+from webapp.api import FieldError, StrictSchema, file_field, multipart_body, text_field
 from webapp.datasets.access import get_dataset_for_user
 from webapp.datasets.demonstrations import DemonstrationsRefused
 from webapp.experiments import demonstrations
@@ -140,37 +140,19 @@ def compare(request: HttpRequest, team_slug: str) -> dict[str, Any]:
 
 # -- runs trained elsewhere -------------------------------------------------------------------------
 
-_IMPORT_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["dump"],
-                    "properties": {
-                        "dump": {
-                            "type": "array",
-                            "items": {"type": "string", "format": "binary"},
-                            "description": "{global_step}.jsonl files of Agent-R1 or verl (docs/imports.md).",
-                        },
-                        "metrics": {
-                            "type": "string",
-                            "format": "binary",
-                            "description": "Optional JSONL metrics.",
-                        },
-                        "experiment": {
-                            "type": "string",
-                            "maxLength": 200,
-                            "description": "Default: imports.",
-                        },
-                        "name": {"type": "string", "maxLength": 200, "description": "The run's name."},
-                    },
-                }
-            }
+_IMPORT_BODY = multipart_body(
+    ["dump"],
+    {
+        "dump": {
+            "type": "array",
+            "items": {"type": "string", "format": "binary"},
+            "description": "{global_step}.jsonl files of Agent-R1 or verl (docs/imports.md).",
         },
-    }
-}
+        "metrics": file_field("Optional JSONL metrics."),
+        "experiment": text_field("Default: imports."),
+        "name": text_field("The run's name."),
+    },
+)
 
 
 class JobOut(Schema):

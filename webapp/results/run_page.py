@@ -1,5 +1,6 @@
 """A run's page: its status (polled while it runs), summary, log tail, config, params and tags,
-artifacts, checkpoints, health and storage; and the edit of its name, note and tags."""
+artifacts, checkpoints, health and storage; the edit of its name, note and tags; and the change of its
+retention (docs/rollouts.md#retention)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from webapp.experiments.models import Run, RunStatus, places_in_line
 from webapp.experiments.sweeps import ordinal
 from webapp.experiments.views import stored_config
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps
+from webapp.ingestion.tasks import change_retention
 from webapp.results.summary import summarize
+from webapp.retention.forms import RetentionForm
 
 
 @login_required
@@ -70,4 +73,27 @@ def run_edit(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
         name=form.cleaned_data["name"], note=form.cleaned_data["note"], labels=form.cleaned_data["tags"]
     )
     messages.success(request, "Saved.")
+    return redirect("run", team_slug=team_slug, pk=run.pk)
+
+
+@login_required
+@require_POST
+def run_retention(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse:
+    """Set the run's retention policy; what it drops of the stored trajectories goes in the background."""
+    run = get_run_for_user(request, team_slug, run_id, write=True)
+    form = RetentionForm(request.POST)
+    if not form.is_valid():
+        problems = "; ".join(
+            f"{form.fields[name].label}: {' '.join(str(e) for e in errors)}"
+            for name, errors in form.errors.items()
+        )
+        messages.error(request, f"Retention not changed: {problems}")
+        return redirect("run", team_slug=team_slug, pk=run.pk)
+    policy = form.retention_policy()
+    change_retention(run, policy)
+    messages.success(
+        request,
+        f"This run now keeps {policy.describe()}. What the policy drops of the stored trajectories is being "
+        "deleted and its space reclaimed; it does not bring back what an earlier policy dropped.",
+    )
     return redirect("run", team_slug=team_slug, pk=run.pk)

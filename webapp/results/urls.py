@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from webapp.results import checkpoints, import_views, storage_views, sweep_page, views
+from webapp.results import checkpoints, import_views, run_page, sweep_page, views
 
 urlpatterns = [
     path("runs/", views.runs, name="runs"),
@@ -28,6 +28,6 @@ urlpatterns = [
     path(
         "runs/<int:run_id>/checkpoints/<int:step>/download/", checkpoints.download, name="checkpoint_download"
     ),
-    path("runs/<int:run_id>/retention/", storage_views.run_retention, name="run_retention"),
+    path("runs/<int:run_id>/retention/", run_page.run_retention, name="run_retention"),
     path("sweeps/<int:pk>/", sweep_page.sweep_detail, name="sweep"),
 ]

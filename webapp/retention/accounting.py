@@ -8,7 +8,7 @@ tables. A run's row is made, with its experiment's policy, by the run's first ba
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.db.models import F, Sum
@@ -31,6 +31,14 @@ class Sizes:
     token_signal_bytes: int = 0
     tool_call_bytes: int = 0
     text_bytes: int = 0
+
+    def of_rows(self) -> dict[str, int]:
+        """The bytes of the run's own rows, by counter name (texts are counted apart: runs share them)."""
+        return {name: value for name, value in asdict(self).items() if name != "text_bytes"}
+
+    def added(self) -> dict[str, Any]:
+        """UPDATE values that add these sizes to a storage row's counters."""
+        return {name: F(name) + value for name, value in asdict(self).items()}
 
 
 def storage_row(run: Run) -> RunStorage:
@@ -60,11 +68,7 @@ def count_batch(storage: RunStorage, received: int, kept: int, sizes: Sizes) -> 
     RunStorage.objects.filter(pk=storage.pk).update(
         received=F("received") + received,
         kept=F("kept") + kept,
-        trajectory_bytes=F("trajectory_bytes") + sizes.trajectory_bytes,
-        step_bytes=F("step_bytes") + sizes.step_bytes,
-        token_signal_bytes=F("token_signal_bytes") + sizes.token_signal_bytes,
-        tool_call_bytes=F("tool_call_bytes") + sizes.tool_call_bytes,
-        text_bytes=F("text_bytes") + sizes.text_bytes,
+        **sizes.added(),
     )
 
 

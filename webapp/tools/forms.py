@@ -22,11 +22,25 @@ from webapp.tools.models import (
     ToolKind,
     builtin_rewards,
     builtin_tools,
-    url_refusal,
 )
+from webapp.tools.outbound import parse_target, refusal_of
 
 EXAMPLE_SCHEMA = one_string_parameter("query", "What to look up.")
 _HTTP_FIELDS = ("url", "method", "timeout_s", "secret_header", "secret")
+
+
+class OutboundUrlMixin:
+    """A form with a URL that the outbound rules must allow: an error for a refused URL, and the
+    ``host:port`` an administrator could allow for it (the page's "allow this" button)."""
+
+    missing_target: str | None = None
+
+    def url_error(self, url: str) -> str | None:
+        refusal = refusal_of(url)
+        if refusal is None:
+            return None
+        self.missing_target = refusal.target
+        return f"{refusal.message}."
 
 
 def clean_team_name(
@@ -53,7 +67,7 @@ def clean_team_name(
     return name
 
 
-class ToolForm(forms.Form):
+class ToolForm(OutboundUrlMixin, forms.Form):
     name = forms.CharField(
         max_length=64, help_text="Letters, digits, '_' or '-': the function name the model calls."
     )
@@ -132,8 +146,8 @@ class ToolForm(forms.Form):
             self.add_error("url", "An HTTP tool needs the URL it is served at.")
         elif urlsplit(url).scheme not in ("http", "https"):
             self.add_error("url", "The URL must start with http:// or https://.")
-        elif (refusal := url_refusal(url)) is not None:
-            self.add_error("url", f"{refusal}.")
+        elif (refusal := self.url_error(url)) is not None:
+            self.add_error("url", refusal)
 
     def registration(self) -> dict[str, Any]:
         """The fields TeamTool.register takes, only those the chosen kind uses."""
@@ -196,7 +210,7 @@ def example_arguments(parameters: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class RewardForm(forms.Form):
+class RewardForm(OutboundUrlMixin, forms.Form):
     """A team reward: a rule kind (with an optional format bonus) or a remote endpoint (docs/rewards.md)."""
 
     name = forms.CharField(
@@ -286,8 +300,8 @@ class RewardForm(forms.Form):
             url = cleaned.get("url") or ""
             if not url:
                 self.add_error("url", "A remote reward needs the URL of its endpoint.")
-            elif (refusal := url_refusal(url)) is not None:
-                self.add_error("url", f"{refusal}.")
+            elif (refusal := self.url_error(url)) is not None:
+                self.add_error("url", refusal)
         return cleaned
 
     def registration(self) -> dict[str, Any]:
@@ -340,3 +354,20 @@ class RewardTryForm(forms.Form):
 
     def arguments(self) -> dict[str, Any]:
         return {key: self.cleaned_data[key] for key in ("response", "ground_truth", "extra_info")}
+
+
+class OutboundTargetForm(forms.Form):
+    """A target a site administrator allows (docs/security.md#outbound); the page and the API share it."""
+
+    rule = forms.CharField(
+        max_length=300,
+        help_text="host:port (tools.internal:8080), a URL prefix (https://api.example.com/v1/) or a network "
+        "on a port (93.184.216.0/24:443).",
+    )
+    note = forms.CharField(max_length=200, required=False, help_text="Why it is allowed, for the record.")
+
+    def clean_rule(self) -> str:
+        try:
+            return str(parse_target(self.cleaned_data["rule"]))
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None

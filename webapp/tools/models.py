@@ -1,7 +1,7 @@
 """The tool registry: the trainer's built-in tools plus each team's own tools, and the team's rewards.
 
-A team tool is either ``http`` (an endpoint STUDIO_TOOL_ALLOWLIST allows, called through the trainer's
-HttpTool, with an optional secret header stored encrypted) or ``python`` (a ``module:Class``
+A team tool is either ``http`` (an endpoint the outbound rules of webapp/tools/outbound.py allow,
+called through the trainer's HttpTool, with an optional secret header stored encrypted) or ``python`` (a ``module:Class``
 BaseTool subclass already installed on the workers; staff only). No code is ever accepted from the
 browser: a python tool names code that an administrator installed.
 
@@ -19,7 +19,6 @@ import socket
 import time
 from typing import Any
 
-from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -29,12 +28,14 @@ from trainer.mdp import ToolCallRecord
 from trainer.rewards import REWARDS
 from trainer.team_rewards import build_reward
 from trainer.tools import TOOLS, BaseTool, HttpTool, HttpToolSpec, run_tool_call
-from trainer.tools.allowlist import OutboundPolicy, OutboundRefused, check_url
+from trainer.tools.allowlist import check_url
 from trainer.tools.base import load_tool_class
 from webapp.accounts.models import Team
 from webapp.celery import enqueue_on_commit
 from webapp.guarded import guarded_update
+from webapp.records import CreatedRecord, WorkRecord
 from webapp.tools import crypto
+from webapp.tools.outbound import outbound_policy, url_refusal  # (and registers its OutboundTarget model)
 
 # The tasks this module queues, by name (webapp.celery.enqueue_on_commit): webapp/tools/tasks.py
 # imports this module.
@@ -50,20 +51,6 @@ def builtin_tools() -> list[type[BaseTool]]:
 
     load_recipes()  # loads the entry-point plugins too; recipes register their tools on import
     return [TOOLS.get(name) for name in TOOLS.names()]
-
-
-def outbound_policy() -> OutboundPolicy:
-    """STUDIO_TOOL_ALLOWLIST with the product's own service endpoints closed (docs/security.md#outbound)."""
-    return OutboundPolicy.from_texts(settings.TOOL_ALLOWLIST, settings.SERVICE_ENDPOINTS)
-
-
-def url_refusal(url: str) -> str | None:
-    """Why a team tool may not call ``url`` (None: the rules allow it; the address is checked per call)."""
-    try:
-        check_url(url, outbound_policy())
-    except OutboundRefused as refused:
-        return str(refused)
-    return None
 
 
 def builtin_rewards() -> list[str]:
@@ -88,7 +75,7 @@ class ToolStatus(models.TextChoices):
     FAILED = "failed"
 
 
-class TeamTool(models.Model):
+class TeamTool(CreatedRecord):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="tools")
     name = models.CharField(max_length=64, help_text="The function name the model calls.")
     description = models.TextField(blank=True)
@@ -103,8 +90,6 @@ class TeamTool(models.Model):
     entry_point = models.CharField(max_length=200, blank=True, help_text="python kind: package.module:Class")
     status = models.CharField(max_length=10, choices=ToolStatus.choices, default=ToolStatus.READY)
     status_message = models.TextField(blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["name"]
@@ -244,7 +229,7 @@ RULE_CHOICES = [
 ]
 
 
-class TeamReward(models.Model):
+class TeamReward(CreatedRecord):
     """A team's reward function for a data_source, defined through a form (docs/rewards.md)."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="rewards")
@@ -264,8 +249,6 @@ class TeamReward(models.Model):
     retries = models.PositiveSmallIntegerField(default=1)
     secret_header = models.CharField(max_length=100, default="X-Reward-Secret")
     secret_encrypted = models.TextField(blank=True)  # crypto.encrypt; the plain secret is never stored
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["name"]
@@ -374,7 +357,7 @@ class TrialStatus(models.TextChoices):
     DONE = "done"
 
 
-class ToolTrial(models.Model):
+class ToolTrial(WorkRecord):
     """One "try it" call of a tool, run by a Celery worker through the trainer's run_tool_call."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="tool_trials")
@@ -390,12 +373,6 @@ class ToolTrial(models.Model):
     error = models.CharField(max_length=20, blank=True, help_text="ToolCallRecord.error, blank on success.")
     reward = models.FloatField(null=True, blank=True)
     latency_s = models.FloatField(null=True, blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    created = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created"]
 
     def __str__(self) -> str:
         return f"try {self.tool_name} ({self.status})"

@@ -5,13 +5,14 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
 from trainer.tools import BaseTool
-from webapp.accounts.access import get_team_for_user
+from webapp.accounts.access import get_team_for_user, is_site_admin
 from webapp.accounts.models import Role, Team
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps, template_for
 from webapp.tools.access import (
@@ -30,6 +31,7 @@ from webapp.tools.models import (
     builtin_tools,
     outbound_policy,
 )
+from webapp.tools.outbound_views import allow_asked
 
 
 @login_required
@@ -49,13 +51,28 @@ def index(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
 def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
     form = ToolForm(request.POST or None, team=team, is_staff=request.user.is_staff)
+    if request.method == "POST":
+        allow_asked(request, note=f"for a tool of the team {team.name}")
     if request.method == "POST" and form.is_valid():
         tool = TeamTool.register(team, request.user, **form.registration())
         messages.success(request, f"Registered {tool.name}.")
-        return redirect("tool", team_slug=team.slug, pk=tool.pk)
-    status = 400 if form.is_bound else 200
-    context = {"team": team, "form": form, "allowlist": [str(rule) for rule in outbound_policy().rules]}
-    return render(request, "tools/new.html", context, status=status)
+        return _registered(request, reverse("tool", args=[team.slug, tool.pk]))
+    template = template_for(request, "tools/new.html", {"tool-form": "form"})
+    return render(request, template, _new_context(request, team, form), status=400 if form.is_bound else 200)
+
+
+def _new_context(request: HttpRequest, team: Team, form: ToolForm | RewardForm) -> dict[str, Any]:
+    return {
+        "team": team,
+        "form": form,
+        "allowlist": [str(rule) for rule in outbound_policy().rules],
+        "is_admin": is_site_admin(request.user),
+    }
+
+
+def _registered(request: HtmxHttpRequest, url: str) -> HttpResponse:
+    """To the new tool's or reward's page (htmx: the whole page, not the form's place)."""
+    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
 
 
 def _detail_context(
@@ -190,12 +207,14 @@ def _deleted(request: HtmxHttpRequest, found: TeamTool | TeamReward, what: str) 
 def reward_new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
     form = RewardForm(request.POST or None, team=team)
+    if request.method == "POST":
+        allow_asked(request, note=f"for a reward of the team {team.name}")
     if request.method == "POST" and form.is_valid():
         reward = TeamReward.register(team, request.user, **form.registration())
         messages.success(request, f"Registered the reward {reward.name}.")
-        return redirect("reward", team_slug=team.slug, pk=reward.pk)
-    context = {"team": team, "form": form, "allowlist": [str(rule) for rule in outbound_policy().rules]}
-    return render(request, "tools/reward_new.html", context, status=400 if form.is_bound else 200)
+        return _registered(request, reverse("reward", args=[team.slug, reward.pk]))
+    template = template_for(request, "tools/reward_new.html", {"reward-form": "form"})
+    return render(request, template, _new_context(request, team, form), status=400 if form.is_bound else 200)
 
 
 def _reward_context(

@@ -34,7 +34,7 @@ def test_a_host_port_rule_allows_that_port_only() -> None:
     assert check_url("https://TOOLS.internal:8080/", rules).host == "tools.internal"
     for url in ("http://tools.internal/", "http://tools.internal:8081/", "http://other:8080/"):
         with pytest.raises(
-            OutboundRefused, match=r"is not allowed; STUDIO_TOOL_ALLOWLIST allows: tools\.internal:8080"
+            OutboundRefused, match=r"is not allowed; the outbound targets are: tools\.internal:8080"
         ):
             check_url(url, rules)
 
@@ -102,7 +102,7 @@ def test_addresses_are_checked_where_the_name_resolved_at_call_time() -> None:
         OutboundRefused, match=r"is this machine, which the rule tools\.internal:6379 does not name"
     ):
         choose_address(target, rules, ["127.0.0.1"])
-    with pytest.raises(OutboundRefused, match=r"169\.254\.169\.254 is not an address a tool may call"):
+    with pytest.raises(OutboundRefused, match=r"169\.254\.169\.254 is link-local"):
         choose_address(target, rules, ["169.254.169.254"])
     with pytest.raises(OutboundRefused, match=r"10\.0\.0\.5:6379 is the product's own service"):
         choose_address(target, rules, ["10.0.0.5"])
@@ -133,3 +133,32 @@ def test_the_request_goes_to_the_checked_address_under_the_original_name() -> No
 def test_a_policy_travels_as_plain_json() -> None:
     rules = policy("tools.internal:8080", "https://api.example.com/v1/")
     assert OutboundPolicy.from_dict(rules.to_dict()) == rules
+
+
+def test_a_network_rule_allows_addresses_inside_it_on_its_port_only() -> None:
+    rules = policy("93.184.216.0/24:443", "[2606:4700::/32]:8443")
+    target = check_url("https://93.184.216.9/score", rules)
+    assert choose_address(target, rules, ["93.184.216.9"]) == "93.184.216.9"
+    assert check_url("https://[2606:4700::5]:8443/", rules).port == 8443
+    # A name is never matched by a network rule (it could resolve anywhere); nor another port.
+    for url in ("https://93.184.217.9/", "http://93.184.216.9:80/", "https://tools.example/"):
+        with pytest.raises(OutboundRefused, match="is not allowed"):
+            check_url(url, rules)
+    assert str(AllowRule.parse("93.184.216.7/32:443")) == "93.184.216.7:443"  # one address: that exact host
+    with pytest.raises(ValueError, match="has host bits set"):
+        AllowRule.parse("93.184.216.7/24:443")
+
+
+def test_private_loopback_and_link_local_addresses_need_a_rule_naming_that_exact_host_and_port() -> None:
+    network = policy("0.0.0.0/0:8080")
+    for address in ("10.1.2.3", "192.168.1.4", "127.0.0.1", "169.254.169.254"):
+        with pytest.raises(OutboundRefused, match=r"private|this machine|link-local"):
+            choose_address(check_url(f"http://{address}:8080/", network), network, [address])
+    exact = policy("10.1.2.3:8080", "127.0.0.1:8080", "169.254.169.254:8080", "tools.internal:8080")
+    for address in ("10.1.2.3", "127.0.0.1", "169.254.169.254"):
+        assert choose_address(check_url(f"http://{address}:8080/", exact), exact, [address]) == address
+    # A name the rule names exactly may resolve to a private address, never to link-local.
+    named = check_url("http://tools.internal:8080/", exact)
+    assert choose_address(named, exact, ["10.9.9.9"]) == "10.9.9.9"
+    with pytest.raises(OutboundRefused, match="link-local"):
+        choose_address(named, exact, ["169.254.169.254"])

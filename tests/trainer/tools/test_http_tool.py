@@ -180,7 +180,7 @@ def test_with_a_policy_the_url_must_match_a_rule_on_every_call(tool_server: Tool
     assert call(allowed, {"query": "a"}).result == "results for a"
     other_path = HttpTool(spec(f"{tool_server.url}/plain", policy=_policy(f"http://127.0.0.1:{port}/search")))
     record = call(other_path, {"query": "a"})
-    assert record.error == "execution" and "is not allowed; STUDIO_TOOL_ALLOWLIST allows" in record.result
+    assert record.error == "execution" and "is not allowed; the outbound targets are" in record.result
     assert [r["path"] for r in tool_server.requests] == ["/search"]
 
 

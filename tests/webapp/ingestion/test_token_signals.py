@@ -62,10 +62,10 @@ class UpdateSpy:
         def losses_get(name: str) -> Any:
             loss = real_losses_get(name)
 
-            def recorded(log_prob: Any, old: Any, advantages: Any, mask: Any, **kw: Any) -> Any:
-                out = loss(log_prob, old, advantages, mask, **kw)
-                token_out = kw["token_out"]
-                self._pending.update(log_prob=old.detach(), advantage=advantages, **token_out)
+            def recorded(inputs: Any, params: Any) -> Any:
+                out = loss(inputs, params)
+                old, advantages = inputs.old_log_prob, inputs.advantages
+                self._pending.update(log_prob=old.detach(), advantage=advantages, **inputs.token_out)
                 return out
 
             return recorded

@@ -57,12 +57,12 @@ def tool_allowlist(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def tool_server(settings: Any, monkeypatch: pytest.MonkeyPatch, tool_allowlist: None) -> Iterator[ToolServer]:
+def loopback_endpoint() -> Iterator[ToolServer]:
+    """A loopback tool endpoint that no outbound rule allows yet."""
     holder = ToolServer(url="")
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(holder))
     httpd.daemon_threads = True
     holder.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    allow_tools_at(settings, monkeypatch, f"127.0.0.1:{httpd.server_address[1]}")
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield holder
@@ -70,3 +70,12 @@ def tool_server(settings: Any, monkeypatch: pytest.MonkeyPatch, tool_allowlist: 
     httpd.shutdown()
     httpd.server_close()
     thread.join()
+
+
+@pytest.fixture
+def tool_server(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, tool_allowlist: None, loopback_endpoint: ToolServer
+) -> ToolServer:
+    """A loopback tool endpoint that STUDIO_TOOL_ALLOWLIST allows."""
+    allow_tools_at(settings, monkeypatch, loopback_endpoint.url.removeprefix("http://"))
+    return loopback_endpoint

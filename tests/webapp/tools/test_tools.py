@@ -71,7 +71,7 @@ def test_a_secret_encrypted_under_another_secret_key_is_reported_unreadable(sett
 def test_a_host_outside_the_allowlist_is_refused(personas: dict[str, Any], settings: Any) -> None:
     response = _register(_client("alice"), personas["acme"].slug, url="https://example.com/lookup")
     assert response.status_code == 400
-    assert "example.com:443/lookup is not allowed; STUDIO_TOOL_ALLOWLIST allows: 127.0.0.1:9." in (
+    assert "example.com:443/lookup is not allowed; the outbound targets are: 127.0.0.1:9;" in (
         response.content.decode()
     )
     assert not TeamTool.objects.exists()
@@ -87,7 +87,7 @@ def test_a_host_removed_from_the_allowlist_later_is_no_longer_called(
 ) -> None:
     _register(_client("alice"), personas["acme"].slug)
     settings.TOOL_ALLOWLIST = ["tools.internal:8080"]
-    with pytest.raises(PermissionError, match=r"127\.0\.0\.1:9/lookup is not allowed; STUDIO_TOOL_ALLOWLIST"):
+    with pytest.raises(PermissionError, match=r"127\.0\.0\.1:9/lookup is not allowed; the outbound targets"):
         TeamTool.objects.get().build()
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.algos.advantages import ESTIMATORS, EstimatorParams
-from trainer.algos.losses import POLICY_LOSSES, agg_loss, kl_penalty, value_loss
+from trainer.algos.losses import POLICY_LOSSES, LossInputs, agg_loss, kl_penalty, loss_params, value_loss
 from trainer.backends.torch.batch import Inputs, PackedInputs, StepRows, micro_batches, model_inputs
 from trainer.backends.torch.forward import (
     log_probs_and_entropy,
@@ -326,16 +326,9 @@ def actor_micro_loss(
         else _rows_slice(prepared.old_log_probs, row_ids, width, device)
     )
     captured: dict[str, torch.Tensor] | None = None if prepared.tokens is None else {}
+    advantages = _rows_slice(prepared.advantages, row_ids, width, device)
     loss, metrics = POLICY_LOSSES.get(algorithm.policy_loss)(
-        log_prob,
-        old,
-        _rows_slice(prepared.advantages, row_ids, width, device),
-        mask,
-        clip_low=algorithm.clip_low,
-        clip_high=algorithm.clip_high,
-        dual_clip_c=algorithm.dual_clip_c,
-        agg_mode=algorithm.loss_agg_mode,
-        token_out=captured,
+        LossInputs(log_prob, old, advantages, mask, token_out=captured), loss_params(algorithm)
     )
     metrics = {key: value.detach() for key, value in metrics.items()}
     metrics["pg_loss"] = loss.detach()

@@ -23,7 +23,7 @@ from typing import Any, TypedDict
 
 from torch import Tensor
 
-from trainer.algos.losses import POLICY_LOSSES, masked_mean, value_loss
+from trainer.algos.losses import POLICY_LOSSES, LossInputs, LossParams, masked_mean, value_loss
 from trainer.backends.verl import signals
 from trainer.backends.verl.command import verl_loss_name
 from trainer.backends.verl.estimators import StepLayout, step_layout
@@ -119,15 +119,15 @@ class VerlPolicyLoss:
         layout = step_layout(response_mask)
         captured = _CAPTURED.get()
         token_out: dict[str, Tensor] | None = None if captured is None else {}
-        loss, metrics = POLICY_LOSSES.get(self.name)(
+        inputs = LossInputs(
             layout.gather(log_prob),
             layout.gather(old_log_prob),
             layout.gather(advantages),
             layout.valid.to(log_prob.dtype),
-            agg_mode=loss_agg_mode,
             token_out=token_out,
-            **clip_parameters(config),
         )
+        params = LossParams(agg_mode=loss_agg_mode, **clip_parameters(config))
+        loss, metrics = POLICY_LOSSES.get(self.name)(inputs, params)
         if captured is not None and token_out is not None:
             captured.update({name: layout.scatter(token_out[name]) for name in signals.UPDATE_SIGNALS})
         scale = micro_batch_scale(layout, loss_agg_mode, config.global_batch_info)

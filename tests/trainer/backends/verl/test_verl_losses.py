@@ -22,7 +22,15 @@ from verl.workers import engine_workers
 from verl.workers.config import ActorConfig, PolicyLossConfig
 from verl.workers.utils.losses import ppo_loss
 
-from trainer.algos.losses import AGG_MODES, POLICY_LOSSES, agg_loss, kl_penalty, value_loss
+from trainer.algos.losses import (
+    AGG_MODES,
+    POLICY_LOSSES,
+    LossInputs,
+    agg_loss,
+    kl_penalty,
+    loss_params,
+    value_loss,
+)
 from trainer.algos.presets import PRESETS
 from trainer.backends.torch.update import VALUE_CLIP
 from trainer.backends.verl import signals
@@ -177,14 +185,7 @@ def torch_actor_loss(
     plus the KL term when the KL is a loss (trainer.backends.torch.update.actor_micro_loss)."""
     mask, mode = steps["response_mask"], algorithm.loss_agg_mode
     loss, _ = POLICY_LOSSES.get(algorithm.policy_loss)(
-        log_prob,
-        steps["old_log_prob"],
-        steps["advantages"],
-        mask,
-        clip_low=algorithm.clip_low,
-        clip_high=algorithm.clip_high,
-        dual_clip_c=algorithm.dual_clip_c,
-        agg_mode=mode,
+        LossInputs(log_prob, steps["old_log_prob"], steps["advantages"], mask), loss_params(algorithm)
     )
     if algorithm.kl_mode == "loss" and algorithm.kl_coef > 0:
         loss = loss + algorithm.kl_coef * agg_loss(
@@ -358,16 +359,9 @@ def test_the_actor_update_sends_each_marked_steps_ratio_and_clip_as_the_torch_lo
         torch.testing.assert_close(loss, plain)  # the loss itself is verl's, untouched
     expected: dict[str, torch.Tensor] = {}
     algorithm = config.algorithm
-    POLICY_LOSSES.get(policy_loss)(
-        found.steps["log_prob"],
-        found.steps["old_log_prob"],
-        found.steps["advantages"],
-        found.steps["response_mask"],
-        clip_low=algorithm.clip_low,
-        clip_high=algorithm.clip_high,
-        dual_clip_c=algorithm.dual_clip_c,
-        token_out=expected,
-    )
+    names = ("log_prob", "old_log_prob", "advantages", "response_mask")
+    inputs = LossInputs(*(found.steps[name] for name in names), token_out=expected)
+    POLICY_LOSSES.get(policy_loss)(inputs, loss_params(algorithm))
     sent = {(s.trajectory_id, s.step_index): s for batch_ in memory.token_signals for s in batch_}
     wanted = {}
     for step, (row, _, length) in enumerate(found.places):
