@@ -6,6 +6,7 @@ real tool, then GRPO from the SFT run's checkpoint, started when that run succee
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from tasks_lib import demonstrations
@@ -13,8 +14,10 @@ from trainer.config import RunConfig
 from webapp.accounts.models import Team
 from webapp.datasets.demonstrations import adopt, source_rows
 from webapp.datasets.models import Dataset, RecipeImport
-from webapp.experiments.acceptance import accept
+from webapp.experiments.acceptance import Refused, accept
 from webapp.experiments.models import Experiment, Run, RunKind
+
+logger = logging.getLogger(__name__)
 
 DEMO_RECIPE = "arithmetic"
 DEMO_NAME = "Arithmetic demo (GRPO, SmolLM2-135M)"
@@ -136,6 +139,10 @@ def continue_demo(sender: Any, run: Run, **signal_args: Any) -> None:
         return
     datasets, _ = import_recipe(team, TOOL_DEMO_RECIPE, run.experiment.created_by, TOOL_DEMO_DATA)
     fields = {**tool_demo_fields(RL_DEMO_NAME, datasets), "start_from.run": run.pk, **RL_SETTINGS}
-    config = accept(team, fields)
+    try:
+        config = accept(team, fields)
+    except Refused as refused:  # the trainer's status report must not fail for it: say so in the log
+        logger.warning("the demo's GRPO could not start from run %s: %s", run.pk, refused)
+        return
     note = f"GRPO from the checkpoint of the demo's SFT run {run.pk}: tool use and reward rise together."
     Experiment.create(team, run.experiment.created_by, config, [1], description=note).launch()
