@@ -76,7 +76,7 @@ def _prepare(args: argparse.Namespace) -> int:
     recipe = load_recipes().get(args.task)
     if args.from_package and recipe.name != "gsm8k":
         raise SystemExit("--from-package applies to gsm8k only")
-    # Each PrepareOptions field has a flag of the same name (extra has none).
+    # Each PrepareOptions field has a flag of the same name; extra has none (--level fills it).
     options = PrepareOptions(
         **{f.name: getattr(args, f.name) for f in fields(PrepareOptions) if f.name != "extra"},
         extra={"level": args.level} if args.level else {},

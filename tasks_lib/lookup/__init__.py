@@ -2,28 +2,22 @@
 
 from __future__ import annotations
 
+from tasks_lib.lookup import data
 from tasks_lib.lookup import tools as tools
-from tasks_lib.lookup.data import DATA_SOURCE, FIXTURES, demonstrate, prepare
 from tasks_lib.lookup.reward import compute_score
-from tasks_lib.registry import Recipe, register
-from trainer.rewards import REWARDS
+from tasks_lib.registry import register_task
 
-REWARDS.add(DATA_SOURCE, compute_score)
-
-RECIPE = register(
-    Recipe(
-        name="lookup",
-        description="Questions about the value stored under a key, in a table that only the lookup tool "
-        "reads (a small HTTP service the recipe runs on loopback): without the tool the reward is about 0.",
-        data_source=DATA_SOURCE,
-        prepare=prepare,
-        fixtures=FIXTURES,
-        tools=("lookup",),
-        max_steps=3,
-        run_overrides={"rollout.max_new_tokens": 48, "rollout.temperature": 0.8},
-        input_help="optional JSON Lines of {key}; without --input the keys are drawn from the table of --seed",
-        needs_input=False,
-        generates=True,
-        demonstrate=demonstrate,
-    ),
+RECIPE = register_task(
+    data,
+    compute_score,
+    name="lookup",
+    description="Questions about the value stored under a key, in a table that only the lookup tool "
+    "reads (a small HTTP service the recipe runs on loopback): without the tool the reward is about 0.",
+    tools=("lookup",),
+    max_steps=3,
+    run_overrides={"rollout.max_new_tokens": 48, "rollout.temperature": 0.8},
+    input_help="optional JSON Lines of {key}; without --input the keys are drawn from the table of --seed",
+    needs_input=False,
+    generates=True,
+    demonstrate=data.demonstrate,
 )

@@ -22,6 +22,7 @@ from webapp.accounts.models import ApiToken, Role
 from webapp.datasets import files
 from webapp.datasets.models import Dataset, ImportStatus, RecipeImport
 from webapp.experiments.artifacts import artifact_root
+from webapp.experiments.demonstrations import DEMONSTRATIONS_JOB, DEMONSTRATIONS_TASK
 from webapp.experiments.jobs import Job, JobStatus
 from webapp.experiments.models import Experiment, Run, RunKind, RunStatus, Sweep
 from webapp.experiments.run_files import checkpoint_dir
@@ -167,9 +168,17 @@ def _build_world(folder: Path) -> World:
     import_job = Job.objects.create(
         kind=IMPORT_JOB, task=IMPORT_TASK, team=acme, user=users["member"], status=JobStatus.DONE
     )
+    demonstrations_job = Job.objects.create(
+        kind=DEMONSTRATIONS_JOB,
+        task=DEMONSTRATIONS_TASK,
+        team=acme,
+        user=users["member"],
+        status=JobStatus.DONE,
+    )
     ids = {
         "sweep": sweep.pk,
         "import_job": import_job.pk,
+        "demonstrations_job": demonstrations_job.pk,
         "dataset": dataset.pk,
         "tool": tool.pk,
         "trial": trial.pk,
@@ -360,6 +369,8 @@ PAGES: dict[str, Page] = {
     "runs_compare": Page("read", team(), query="?run={run}"),
     "run_import": Page("read", team(), post="write", data=lambda w: {"experiment": "imports"}),
     "import_job": Page("read", team(pk=_id("import_job"))),
+    "dataset_demonstrations": Page("read", team(pk=_id("dataset")), post="write", get=False),
+    "demonstrations_job": Page("read", team(pk=_id("demonstrations_job"))),
     "experiment_curves": Page("read", team(experiment_id=_id("experiment"))),
     "curves_layout": Page("read", team(), post="read", get=False),
     "curves_csv": Page("read", team(), query="?run={run}&key=reward/mean"),
@@ -438,6 +449,7 @@ API_PKS = {
     "/datasets/imports/{pk}": "recipe_import", "/rewards/{pk}": "reward", "/trials/{pk}": "trial",
     "/members/{pk}": "viewer_membership", "/sweeps/{pk}": "sweep", "/evaluations/{pk}": "evaluation",
     "{team_slug}/imports/{pk}": "import_job", "/outbound-targets/{pk}": "outbound_target",
+    "{team_slug}/demonstrations/{pk}": "demonstrations_job",
 }  # fmt: skip
 
 
@@ -509,6 +521,7 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     "/api/t/{team_slug}/datasets": lambda w: {"name": "x"},
     "/api/t/{team_slug}/datasets/from-recipe": lambda w: {"task": "arithmetic", "size": 8},
     "/api/t/{team_slug}/datasets/{pk}/archive": lambda w: {"archived": True},
+    "/api/t/{team_slug}/datasets/{pk}/demonstrations": lambda w: {"tools": {}},
     "/api/t/{team_slug}/tools": lambda w: {
         "name": "api_tool",
         "parameters": {"type": "object"},

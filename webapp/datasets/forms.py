@@ -64,7 +64,7 @@ class RecipeForm(forms.Form):
         max_value=100_000,
         initial=64,
         required=False,
-        help_text="Items to make (generated recipes: arithmetic, webshop; others use at most what their "
+        help_text="Items to make (generated recipes: arithmetic, webshop, lookup; others use at most what their "
         "source holds).",
     )
     val_size = forms.IntegerField(
@@ -75,6 +75,12 @@ class RecipeForm(forms.Form):
         help_text="How many of them go to the validation split.",
     )
     seed = forms.IntegerField(initial=0, required=False, help_text="The same seed makes the same split.")
+    level = forms.ChoiceField(
+        required=False,
+        choices=[("", "small sums"), ("multiply", "3-4-digit multiplication")],
+        label="Arithmetic: level",
+        help_text="multiply: products a small model gets wrong without its calculator (arithmetic only).",
+    )
     from_package = forms.BooleanField(
         required=False,
         label="GSM8K: the packaged real items",
@@ -101,6 +107,8 @@ class RecipeForm(forms.Form):
             self.add_error("val_size", "Keep at least one row for training: make it smaller than the size.")
         if cleaned.get("from_package") and cleaned.get("task") != "gsm8k":
             self.add_error("from_package", "Only the gsm8k recipe has packaged items.")
+        if cleaned.get("level") and cleaned.get("task") != "arithmetic":
+            self.add_error("level", "Only the arithmetic recipe has levels.")
         return cleaned
 
     def options(self) -> dict[str, Any]:
@@ -115,6 +123,8 @@ class RecipeForm(forms.Form):
             options["size"] = size
         if size and val_size:
             options["val_fraction"] = val_size / size
+        if data.get("level"):
+            options["extra"] = {"level": data["level"]}
         return options
 
     def clean_input_path(self) -> str:

@@ -405,7 +405,8 @@ class RecipeImport(WorkRecord):
         )
         if self.options.get("size"):
             origin += f", size {self.options['size']}, seed {self.options.get('seed', 0)}"
-        return origin
+        level = (self.options.get("extra") or {}).get("level")
+        return f"{origin}, level {level}" if level else origin
 
     @classmethod
     def start(

@@ -38,10 +38,11 @@ def generate(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
 def job(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     """A generation's progress, polled until it is done (the new dataset, the counts) or failed."""
     job = get_job_for_user(request, team_slug, pk, demonstrations.DEMONSTRATIONS_JOB)
-    made = job.result.get("dataset")
+    made, source = job.result.get("dataset"), job.options.get("dataset")
     context = {
         "team": job.team,
         "job": job,
+        "source": Dataset.objects.filter(pk=source, team=job.team).first() if source else None,
         "dataset": Dataset.objects.filter(pk=made, team=job.team).first() if made else None,
         "dropped": sorted((job.result.get("dropped") or {}).items()),
         "examples": job.result.get("examples") or {},

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from django.conf import settings
 from django.test import Client
@@ -13,6 +15,7 @@ from django.urls import reverse
 from tests.conftest import PASSWORD
 from tests.webapp.datasets.conftest import contract_row, write_parquet
 from tests.webapp.polling import poll_until
+from webapp.accounts.models import ApiToken
 from webapp.datasets.models import Dataset, DatasetStatus, ImportStatus, RecipeImport
 from webapp.datasets.parquet import compute_stats, read_rows
 
@@ -247,6 +250,26 @@ def test_a_recipe_is_prepared_on_a_worker_into_valid_datasets(
     assert all(d.status == DatasetStatus.VALID and d.stats["rows"] > 0 for d in datasets.values())
     assert all(d.team == acme and d.created_by == personas["bob"] for d in datasets.values())
     assert {d.stats["data_sources"].popitem()[0] for d in datasets.values()} == {"arithmetic"}
+
+
+def test_the_api_prepares_arithmetic_at_its_multiply_level(personas: dict[str, Any]) -> None:
+    token = ApiToken.issue(personas["bob"], "tests")[1]
+    body = {"task": "arithmetic", "size": 20, "val_size": 4, "level": "multiply"}
+    answer = Client().post("/api/t/acme/datasets/from-recipe", body, content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {token}")  # fmt: skip
+    assert answer.status_code == 202, answer.content
+    recipe_import = RecipeImport.objects.get()
+    assert recipe_import.run()
+    train = recipe_import.datasets.get(name__startswith="arithmetic train")
+    assert train.name == "arithmetic train (generated, size 20, seed 0, level multiply)"
+    rows = pq.read_table(train.path).to_pylist()
+    assert all(re.fullmatch(r"\d{3,4} \* \d{3}", row["extra_info"]["expression"]) for row in rows)
+    refused = Client().post("/api/t/acme/datasets/from-recipe", {**body, "task": "lookup"},
+                            content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")  # fmt: skip
+    assert (
+        refused.status_code in (400, 422)
+        and "Only the arithmetic recipe has levels" in refused.content.decode()
+    )
 
 
 @pytest.mark.django_db(transaction=True)
