@@ -95,7 +95,7 @@ def test_a_new_teams_checklist_guides_until_every_step_is_done(
     assert done == ["dataset", "experiment", "run"]
     page.click("#checklist a:text('Register or try a tool')")
     page.click("text=Register a tool")
-    page.fill("#id_name", "lookup")
+    page.fill("#id_name", "kv_lookup")  # "lookup" is the lookup recipe's built-in tool
     page.fill("#id_url", "http://127.0.0.1:9/lookup")
     page.click("form.tool-form button[type=submit]")
     page.wait_for_url("**/tools/*/")
