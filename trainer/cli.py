@@ -315,7 +315,7 @@ def _train_and_report(
             load_plugins()
             # The backend imports its libraries (torch, verl) only now, inside train.
             train = train or BACKENDS.get(config.backend).train
-            with run_scope(specs, config.data.rewards):
+            with run_scope(specs, config.data.rewards, config.data.reward_rule):
                 # A tool that is gone fails the run here, before any model is loaded.
                 check_run_tools(config.rollout.tools)
                 reporter.set_status("running")

@@ -19,6 +19,8 @@ PolicyLoss = Literal["vanilla", "gspo", "reinforce"]
 KlKind = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]
 KlMode = Literal["loss", "reward", "none"]  # where the KL to the reference goes
+# How the data sources verl scores are scored (docs/rewards.md#verl-and-lenient-rules).
+RewardRule = Literal["verl", "lenient"]
 
 CRITIC_ESTIMATORS = frozenset({"gae", "token_gae"})
 # Estimators that compare steps sharing an anchor observation (StepBatch.anchor_index).
@@ -91,6 +93,14 @@ class DataConfig(Section):
         default_factory=dict,
         description="data_source → reward function for this run (built in or the team's), ahead of the "
         "routing table: the datasets' mappings, frozen when the experiment is made.",
+    )
+    reward_rule: RewardRule = Field(
+        default="verl",
+        description="How rows of the data sources verl 0.9.1 scores (openai/gsm8k, lighteval/MATH, "
+        "math_dapo, aime*, searchR1_*, ...) are scored. verl: exactly as verl's default_compute_score "
+        "scores them (GSM8K wants '#### 72'), so curves compare with published verl runs. lenient: our "
+        "lenient rewards (they also accept 'The answer is 72'). Other data sources, our recipes' among "
+        "them, have one reward either way, and data.rewards wins over both.",
     )
 
 

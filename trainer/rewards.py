@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from trainer.config_sections import RewardRule
 from trainer.registry import Registry, RegistryError
 
 logger = logging.getLogger(__name__)
@@ -49,24 +50,32 @@ class UnroutedDataSource(RegistryError):
 
 # -- routing ----------------------------------------------------------------------------------------
 
+DEFAULT_REWARD_RULE: RewardRule = "verl"  # RunConfig's data.reward_rule default, outside any run too
+
 
 @dataclass(frozen=True)
 class Route:
     """Where the routing table sends a data_source: a reward function's name, or None with the reason
-    it cannot be scored here (``why``)."""
+    it cannot be scored here (``why``); ``verl``: the reward that scores it exactly as verl 0.9.1's
+    ``default_compute_score`` does, when verl scores it and ``reward`` is our lenient one."""
 
     reward: str | None
     why: str = ""
+    verl: str | None = None
 
 
 @dataclass(frozen=True)
 class Routing:
-    """How one data_source is scored: ``reward`` (None: it cannot be) and ``rule``, in words."""
+    """How one data_source is scored: ``reward`` (None: it cannot be) and ``rule``, in words.
+    ``reward_rule``: "verl" or "lenient" when the source has both (docs/rewards.md#verl-and-lenient-rules),
+    "" when it has one reward; ``other``: the reward of the rule not taken."""
 
     data_source: str
     reward: str | None
     rule: str
     why: str = ""
+    reward_rule: str = ""
+    other: str | None = None
 
     @property
     def message(self) -> str:
@@ -91,12 +100,13 @@ class RouteTable:
         self._mapping: ContextVar[Mapping[str, str]] = ContextVar(
             "data_source mapping", default=MappingProxyType({})
         )
+        self._rule: ContextVar[RewardRule] = ContextVar("reward rule", default=DEFAULT_REWARD_RULE)
 
-    def add(self, data_source: str, reward: str) -> None:
-        self.exact.add(data_source, Route(reward))
+    def add(self, data_source: str, reward: str, *, verl: str | None = None) -> None:
+        self.exact.add(data_source, Route(reward, verl=verl))
 
-    def add_prefix(self, prefix: str, reward: str) -> None:
-        self._add_prefix(prefix, Route(reward))
+    def add_prefix(self, prefix: str, reward: str, *, verl: str | None = None) -> None:
+        self._add_prefix(prefix, Route(reward, verl=verl))
 
     def add_unscorable(self, data_source: str, why: str, *, prefix: bool = False) -> None:
         """A source we recognise but cannot score here (code sandboxes, images): ``why`` says so."""
@@ -114,36 +124,54 @@ class RouteTable:
         return dict(sorted(self._prefixes.items()))
 
     @contextlib.contextmanager
-    def mapped(self, mapping: Mapping[str, str]) -> Iterator[None]:
-        """data_source → reward name, for this block only (a run's ``data.rewards``); it comes first."""
+    def mapped(self, mapping: Mapping[str, str], rule: RewardRule | None = None) -> Iterator[None]:
+        """data_source → reward name, for this block only (a run's ``data.rewards``); it comes first.
+        ``rule`` (a run's ``data.reward_rule``) picks verl's or our lenient reward where both exist."""
         token = self._mapping.set(MappingProxyType({**self._mapping.get(), **mapping}))
+        rule_token = self._rule.set(rule or self._rule.get())
         try:
             yield
         finally:
+            self._rule.reset(rule_token)
             self._mapping.reset(token)
 
-    def route(self, data_source: str, mapping: Mapping[str, str] | None = None) -> Routing:
-        """How ``data_source`` is scored; ``mapping`` (a dataset's) comes before everything else."""
+    def route(
+        self, data_source: str, mapping: Mapping[str, str] | None = None, rule: RewardRule | None = None
+    ) -> Routing:
+        """How ``data_source`` is scored; ``mapping`` (a dataset's) comes before everything else, then
+        verl's reward when ``rule`` (default: the block's, see :meth:`mapped`) is verl and verl scores it."""
         chosen = {**self._mapping.get(), **dict(mapping or {})}
         if data_source in chosen:
             return Routing(data_source, chosen[data_source], "mapped on the dataset")
+        found, how = self._lookup(data_source)
+        if found is not None and found.verl is not None:
+            verl = (rule or self._rule.get()) == "verl"
+            reward, other = (found.verl, found.reward) if verl else (found.reward, found.verl)
+            rule_name = "verl" if verl else "lenient"
+            return Routing(data_source, reward, how, found.why, reward_rule=rule_name, other=other)
         if data_source in REWARDS:
             return Routing(data_source, data_source, "the reward function of that name")
+        if found is not None:
+            return Routing(data_source, found.reward, how, found.why)
+        return Routing(data_source, None, "unknown")
+
+    def _lookup(self, data_source: str) -> tuple[Route | None, str]:
+        """The table's route for ``data_source`` (an exact name, else the longest prefix) and how it matched."""
         if data_source in self.exact:
-            found = self.exact.get(data_source)
-            return Routing(data_source, found.reward, "known data_source name", found.why)
+            return self.exact.get(data_source), "known data_source name"
         for prefix in sorted(self._prefixes, key=len, reverse=True):
             if data_source.startswith(prefix):
-                found = self._prefixes[prefix]
-                return Routing(data_source, found.reward, f"names starting {prefix!r}", found.why)
-        return Routing(data_source, None, "unknown")
+                return self._prefixes[prefix], f"names starting {prefix!r}"
+        return None, ""
 
 
 DATA_SOURCES = RouteTable()
 
 
-def route(data_source: str, mapping: Mapping[str, str] | None = None) -> Routing:
-    return DATA_SOURCES.route(data_source, mapping)
+def route(
+    data_source: str, mapping: Mapping[str, str] | None = None, rule: RewardRule | None = None
+) -> Routing:
+    return DATA_SOURCES.route(data_source, mapping, rule)
 
 
 def reward_for(data_source: str) -> RewardFn:

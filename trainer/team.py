@@ -2,8 +2,8 @@
 (:class:`~trainer.contract.RunSpecs`) and registered for that run only.
 
 :func:`run_scope` puts them in the TOOLS and REWARDS registries' scoped overlays, and the run's
-``data.rewards`` mapping in front of the data_source routing table, for the duration of a ``with``
-block: the torch backend trains inside one, and the verl agent loop runs each sample inside one in
+``data.rewards`` mapping in front of the data_source routing table and its ``data.reward_rule``, for
+the duration of a ``with`` block: the torch backend trains inside one, and the verl agent loop runs each sample inside one in
 its Ray worker (docs/tools.md#team-tools-in-runs). :func:`check_run_tools` is the check that makes a
 run whose tool became unavailable fail before training, naming the tool.
 """
@@ -14,9 +14,10 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from trainer.config_sections import RewardRule
 from trainer.contract import RunSpecs, TeamToolSpec
 from trainer.registry import RegistryError
-from trainer.rewards import DATA_SOURCES, REWARDS, RewardFn
+from trainer.rewards import DATA_SOURCES, DEFAULT_REWARD_RULE, REWARDS, RewardFn
 from trainer.team_rewards import build_reward
 from trainer.tools import TOOLS, BaseTool, HttpTool, HttpToolSpec
 from trainer.tools.allowlist import OutboundPolicy
@@ -94,8 +95,13 @@ def check_run_tools(tool_names: Sequence[str]) -> None:
 
 
 @contextlib.contextmanager
-def run_scope(specs: RunSpecs | None, reward_map: Mapping[str, str] | None = None) -> Iterator[None]:
-    """The run's team tools and rewards, and its data_source → reward mapping, for this block only."""
+def run_scope(
+    specs: RunSpecs | None,
+    reward_map: Mapping[str, str] | None = None,
+    reward_rule: RewardRule = DEFAULT_REWARD_RULE,
+) -> Iterator[None]:
+    """The run's team tools and rewards, its data_source → reward mapping and its reward rule
+    (``data.reward_rule``), for this block only."""
     specs = specs or RunSpecs()
     try:
         tools, rewards = build_tools(specs), build_rewards(specs)
@@ -107,5 +113,5 @@ def run_scope(specs: RunSpecs | None, reward_map: Mapping[str, str] | None = Non
             stack.enter_context(REWARDS.scoped(rewards))
         except RegistryError as exc:  # a team name that a recipe installed since took for itself
             raise UnavailableTool(f"a team entry clashes with a built-in one: {exc}") from exc
-        stack.enter_context(DATA_SOURCES.mapped(dict(reward_map or {})))
+        stack.enter_context(DATA_SOURCES.mapped(dict(reward_map or {}), reward_rule))
         yield

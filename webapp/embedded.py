@@ -129,6 +129,10 @@ class EmbeddedServer(ABC):
         if self.proc is not None:
             _stop(self.proc, self.stop_signal, self.what)
 
+    def last_words(self) -> str:
+        """What the supervisor's watch logs when the server died."""
+        return f"Its log ({self.log}) ends with:\n{_tail(self.log)}"
+
 
 @dataclass
 class EmbeddedPostgres(EmbeddedServer):

@@ -1,4 +1,6 @@
-"""GET /healthz: the database, the broker and at least one live Celery worker (a real ping).
+"""GET /healthz: the database, the broker and at least one live Celery worker (a real ping), and,
+under `make run`'s supervisor, its children: one restarting makes the answer 503 and says which
+(docs/reliability.md#supervisor).
 
 The ping's answer is kept for ``settings.HEALTH_PING_CACHE_S`` per web process, and a ping returns as
 soon as as many workers answered as last time: a probe every few seconds costs milliseconds, not
@@ -17,6 +19,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 
 from webapp.celery import app as celery_app
+from webapp.service_watch import RUNNING, read_status
 
 PING_TIMEOUT_S = 1.0
 
@@ -77,16 +80,32 @@ def _ping_workers(expected: int | None) -> dict[str, Any]:
     return result
 
 
+def _check_supervised() -> dict[str, Any] | None:
+    """The supervisor's children as it last wrote them; None when no supervisor of ours runs."""
+    status = read_status(settings.VAR_DIR)
+    if status is None:
+        return None
+    children = status.get("children") or {}
+    down = sorted(what for what, child in children.items() if child.get("state") != RUNNING)
+    result: dict[str, Any] = {"ok": not down, "children": children}
+    if down:
+        result["error"] = f"restarting: {', '.join(down)}"
+    return result
+
+
 @never_cache
 def healthz(request: HttpRequest) -> JsonResponse:
     database = _check_database()
     broker = _check_broker()
     workers = _check_workers() if broker["ok"] else {"ok": False, "count": 0, "error": "broker is down"}
-    healthy = database["ok"] and broker["ok"] and workers["ok"]
+    supervised = _check_supervised()
+    healthy = database["ok"] and broker["ok"] and workers["ok"] and (supervised or {"ok": True})["ok"]
     body = {
         "status": "ok" if healthy else "unavailable",
         "database": database,
         "broker": broker,
         "workers": workers,
     }
+    if supervised is not None:
+        body["supervisor"] = supervised
     return JsonResponse(body, status=200 if healthy else 503)

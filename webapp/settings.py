@@ -448,6 +448,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "reap-runs": {"task": "webapp.experiments.tasks.reap_runs", "schedule": float(REAP_EVERY_S)},
     "resend-lost-dataset-work": {"task": "webapp.datasets.tasks.resend_lost_work", "schedule": 60.0},
     "resend-lost-jobs": {"task": "webapp.experiments.tasks.resend_lost_jobs", "schedule": 60.0},
+    "give-up-waiting-signals": {
+        "task": "webapp.ingestion.tasks.give_up_waiting_signals_task",
+        "schedule": 300.0,
+    },
 }
 
 LOGGING = {

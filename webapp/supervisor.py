@@ -1,8 +1,9 @@
 """The supervisor behind `make run` and `make test`.
 
 ``python -m webapp.supervisor run`` starts the embedded services that are not configured, migrates,
-creates the first admin, then supervises the web server, a Celery worker and Celery beat as one
-process tree (honcho): when one child dies or we get SIGINT/SIGTERM, all of them stop.
+creates the first admin, then supervises the web server, a Celery worker and Celery beat beside the
+embedded servers: a child that dies is started again with a backoff (webapp/service_watch.py); on
+SIGINT/SIGTERM, or when one keeps dying, all of them stop.
 
 ``python -m webapp.supervisor test [PYTEST ARGS]`` starts throwaway embedded services (unless
 DATABASE_URL / REDIS_URL are given) and runs pytest against them.
@@ -13,7 +14,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 
 from webapp.embedded import ServiceError, embedded_services, free_port, process_alive, require_free_port
-from webapp.service_watch import ServiceWatch, Watched
+from webapp.service_watch import STOP_TIMEOUT_S, Command, ServiceWatch, Watched, stop_commands
 
 logger = logging.getLogger("studio")
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,29 +87,37 @@ def web_command(port: int, workers: int | None = None) -> list[str]:
     return argv if workers is None else [*argv, "--workers", str(workers)]
 
 
-def _supervise(
-    env: dict[str, str], port: int, web_workers: int | None, var_dir: Path, embedded: Sequence[Watched] = ()
-) -> int:
-    from honcho.manager import Manager
-
+def _commands(env: dict[str, str], port: int, web_workers: int | None, var_dir: Path) -> list[Command]:
     celery = [str(Path(PYTHON).parent / "celery"), "-A", "webapp"]
     worker = ["worker", "--loglevel", "INFO", "--concurrency", "2", "--hostname", f"worker-{port}@%h"]
     beat = ["beat", "--loglevel", "INFO", "--schedule", str(var_dir / "celerybeat-schedule"), "--pidfile", ""]
-    commands = {"web": web_command(port, web_workers), "worker": [*celery, *worker], "beat": [*celery, *beat]}
-    manager = Manager()
-    for name, argv in commands.items():
-        manager.add_process(name, "exec " + shlex.join(argv), env=env, cwd=str(ROOT))
-    # The embedded services are ours, not honcho's: the watch restarts one that dies, and stops
-    # everything when it cannot (webapp/service_watch.py).
-    watch = ServiceWatch(embedded, on_give_up=lambda reason: manager.terminate())
+    argvs = {"web server": web_command(port, web_workers), "Celery worker": [*celery, *worker],
+             "Celery beat": [*celery, *beat]}  # fmt: skip
+    return [Command(what, argv, env, ROOT) for what, argv in argvs.items()]
+
+
+def _supervise(
+    env: dict[str, str], port: int, web_workers: int | None, var_dir: Path, embedded: Sequence[Watched] = ()
+) -> int:
+    """Run web, worker and beat beside the embedded servers until a signal stops us, restarting any
+    child that dies (webapp/service_watch.py); 1 when one died too often and everything stopped."""
+    commands = _commands(env, port, web_workers, var_dir)
+    for command in commands:
+        command.start()
+    watch = ServiceWatch([*embedded, *commands], on_give_up=lambda reason: None, status_dir=var_dir)
     watch.start()
     logger.info("Agent-R1 Studio is starting on http://127.0.0.1:%s/ (Ctrl-C stops everything)", port)
-    manager.loop()
-    watch.stop()
+    try:
+        while watch.is_alive():
+            watch.join(0.5)
+    finally:
+        watch.stop()
+        watch.join(STOP_TIMEOUT_S)
+        stop_commands(commands)
     if watch.failure:
         logger.error("%s", watch.failure)
         return 1
-    return int(manager.returncode or 0)
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:

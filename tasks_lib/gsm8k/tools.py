@@ -147,13 +147,17 @@ class CalculatorTool(BaseTool):
         return ToolResult(text=text, reward=float(reward))
 
 
+VERL_DATA_SOURCE = "openai/gsm8k"  # the data source of verl's GSM8K rows, which this tool scores as
+
+
 @TOOLS.register("calc_gsm8k_reward")
 class Gsm8kRewardTool(BaseTool):
     """verl's GSM8K tool (``verl/tools/gsm8k_tool.py`` and its ``gsm8k_tool_config.yaml``): the model
     submits its answer and reads back its score (docs/datasets.md#calc_gsm8k_reward).
 
     Same name, parameters, response text and reward semantics: the answer is scored as ``#### <answer>``
-    by the GSM8K rule (1.0 right, 0.0 otherwise); the text the model sees is ``Current parsed
+    the way the run scores ``openai/gsm8k`` rows (verl's rule or our lenient one, ``data.reward_rule``;
+    1.0 right, 0.0 otherwise); the text the model sees is ``Current parsed
     answer='...' reward=...``; the call's own reward is 0.0 when the score beats the previous
     submission's (0.0 before the first) and -0.05 otherwise. The ground truth comes from the row's
     ``extra_info.tools_kwargs.calc_gsm8k_reward.create_kwargs.ground_truth``, as verl's data has it
@@ -183,7 +187,7 @@ class Gsm8kRewardTool(BaseTool):
     async def execute(
         self, args: dict[str, Any], *, create_kwargs: dict[str, Any] | None = None, **ctx: Any
     ) -> ToolResult:
-        from tasks_lib.gsm8k.reward import compute_score
+        from trainer.rewards import score_step
 
         answer = args.get("answer", "")
         answer = answer if isinstance(answer, str) else str(answer)
@@ -191,7 +195,7 @@ class Gsm8kRewardTool(BaseTool):
         if truth is None:
             raise ValueError("no ground truth: the row's tools_kwargs give calc_gsm8k_reward none")
         response = answer if answer.startswith("#### ") else "#### " + answer
-        reward = compute_score(response, truth, {})["score"]
+        reward, _ = score_step(VERL_DATA_SOURCE, response, truth)
         tool_reward = 0.0 if reward > self.last else -0.05
         self.last = reward
         return ToolResult(text=f"Current parsed {answer=} {reward=}", reward=tool_reward)

@@ -1,9 +1,10 @@
-"""Other projects' names and rewards: MATH equivalence, search-R1 exact match, verl's GSM8K tool."""
+"""Other projects' names and our lenient rewards: MATH equivalence, search-R1 exact match, verl's GSM8K tool."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,12 +12,16 @@ import pytest
 from tasks_lib.registry import load_recipes
 from trainer.envs import ToolEnv
 from trainer.mdp import Action
-from trainer.rewards import score_step
+from trainer.rewards import DATA_SOURCES, score_step
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _recipes() -> None:
+def _recipes() -> Iterator[None]:
+    """The recipes loaded, and our lenient rule: this file is about our rewards for these names (verl's
+    rule is tests/tasks_lib/test_verl_rules.py's)."""
     load_recipes()
+    with DATA_SOURCES.mapped({}, "lenient"):
+        yield
 
 
 @pytest.mark.parametrize(

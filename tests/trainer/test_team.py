@@ -126,9 +126,11 @@ def test_routing_goes_mapping_then_name_then_exact_then_longest_prefix(temp_regi
     from tasks_lib.registry import load_recipes
 
     load_recipes()
-    assert route("openai/gsm8k").reward == "gsm8k"
-    assert (route("aime2025").reward, route("aime2025").rule) == ("math", "names starting 'aime'")
-    assert route("alfworld_valid_unseen").reward == "alfworld" and route("searchR1_nq").reward == "search_r1"
+    assert route("openai/gsm8k").reward == "verl_gsm8k"  # verl's own name: verl's rule by default
+    assert route("openai/gsm8k", rule="lenient").reward == "gsm8k"
+    assert (route("aime2025").reward, route("aime2025").rule) == ("verl_math_dapo", "names starting 'aime'")
+    assert route("alfworld_valid_unseen").reward == "alfworld"
+    assert route("searchR1_nq", rule="lenient").reward == "search_r1"
     assert route("hiyouga/geometry3k").reward is None and "image" in route("hiyouga/geometry3k").message
     assert "sandbox" in route("codeforces").message and "map it" in route("codeforces").message
     assert route("my_own_task").reward is None

@@ -24,10 +24,11 @@ from webapp.datasets.models import Dataset, ImportStatus, RecipeImport
 from webapp.experiments.artifacts import artifact_root
 from webapp.experiments.demonstrations import DEMONSTRATIONS_JOB, DEMONSTRATIONS_TASK
 from webapp.experiments.jobs import Job, JobStatus
-from webapp.experiments.models import Experiment, Run, RunKind, RunStatus, Sweep
+from webapp.experiments.models import Experiment, LoggedValue, Run, RunKind, RunStatus, Sweep
 from webapp.experiments.run_files import checkpoint_dir
 from webapp.ingestion.models import Checkpoint, Trajectory
-from webapp.mlflow_api.traces import TRACE_ENDPOINTS
+from webapp.mlflow_api.models import ExperimentTag
+from webapp.mlflow_api.trace_reads import ENDPOINTS as TRACE_ENDPOINTS
 from webapp.mlflow_api.views import ENDPOINTS
 from webapp.results.import_jobs import IMPORT_JOB, IMPORT_TASK
 from webapp.tools.models import TeamReward, TeamTool, ToolTrial
@@ -164,6 +165,9 @@ def _build_world(folder: Path) -> World:
         total_reward=1.0,
         success=True,
     )
+    # A run tag and an experiment tag for the MLflow calls that delete one.
+    LoggedValue.set_tags(runs["own run"], {"t": "v"})
+    ExperimentTag.objects.create(experiment=experiment, key="k", value="v")
     sweep = Sweep.objects.create(team=acme, name="sweep", spec={"seeds": [1], "params": []})
     import_job = Job.objects.create(
         kind=IMPORT_JOB, task=IMPORT_TASK, team=acme, user=users["member"], status=JobStatus.DONE
@@ -448,8 +452,8 @@ API_PKS = {
     "/experiments/{pk}": "experiment", "/tools/{pk}": "tool", "/datasets/{pk}": "dataset",
     "/datasets/imports/{pk}": "recipe_import", "/rewards/{pk}": "reward", "/trials/{pk}": "trial",
     "/members/{pk}": "viewer_membership", "/sweeps/{pk}": "sweep", "/evaluations/{pk}": "evaluation",
-    "{team_slug}/imports/{pk}": "import_job", "/outbound-targets/{pk}": "outbound_target",
-    "{team_slug}/demonstrations/{pk}": "demonstrations_job",
+    "{team_slug}/imports/{pk}": "import_job", "{team_slug}/demonstrations/{pk}": "demonstrations_job",
+    "/outbound-targets/{pk}": "outbound_target",
 }  # fmt: skip
 
 
@@ -594,6 +598,27 @@ MLFLOW_BODIES: dict[str, Callable[[World], dict[str, Any]]] = {
     "runs/log-parameter": lambda w: {"run_id": w.ids["mlflow_run"], "key": "p", "value": "v"},
     "runs/set-tag": lambda w: {"run_id": w.ids["mlflow_run"], "key": "t", "value": "v"},
     "metrics/get-history": lambda w: {"run_id": w.ids["mlflow_run"], "metric_key": "m"},
+    "runs/delete": lambda w: {"run_id": w.ids["mlflow_run"]},
+    "runs/restore": lambda w: {"run_id": w.ids["mlflow_run"]},
+    "runs/delete-tag": lambda w: {"run_id": w.ids["mlflow_run"], "key": "t"},
+    "runs/log-inputs": lambda w: {
+        "run_id": w.ids["mlflow_run"],
+        "datasets": [{"dataset": {"name": "d", "digest": "1", "source_type": "local", "source": "{}"}}],
+    },
+    "runs/outputs": lambda w: {"run_id": w.ids["mlflow_run"], "models": []},
+    "experiments/delete": lambda w: {"experiment_id": str(w.ids["experiment"])},
+    "experiments/restore": lambda w: {"experiment_id": str(w.ids["experiment"])},
+    "experiments/update": lambda w: {"experiment_id": str(w.ids["experiment"]), "new_name": "renamed"},
+    "experiments/set-experiment-tag": lambda w: {
+        "experiment_id": str(w.ids["experiment"]),
+        "key": "k",
+        "value": "v",
+    },
+    "experiments/delete-experiment-tag": lambda w: {"experiment_id": str(w.ids["experiment"]), "key": "k"},
+    "logged-models": lambda w: {
+        "experiment_id": str(w.ids["experiment"]),
+        "source_run_id": w.ids["mlflow_run"],
+    },
 }
 # The trace calls (REST 3.0, webapp/mlflow_api/traces.py): the same callers' rules.
 TRACE_BODIES: dict[str, Callable[[World], dict[str, Any]]] = {
@@ -602,8 +627,14 @@ TRACE_BODIES: dict[str, Callable[[World], dict[str, Any]]] = {
         "trace_location": {"mlflow_experiment": {"experiment_id": str(w.ids["experiment"])}},
         "trace_metadata": {"mlflow.sourceRun": w.ids["mlflow_run"]},
     }}},
+    "traces/search": lambda w: {"locations": [{"mlflow_experiment": {"experiment_id": str(w.ids["experiment"])}}]},
 }  # fmt: skip
-CREATES = frozenset({"experiments/create", "runs/create"})
+# What a run's token may not do: create experiments and runs, or change an experiment.
+CREATES = frozenset(
+    {"experiments/create", "runs/create"}
+    | {f"experiments/{change}" for change in ("delete", "restore", "update")}
+    | {"experiments/set-experiment-tag", "experiments/delete-experiment-tag"}
+)
 
 
 def mlflow_calls() -> list[tuple[str, str, tuple[str, Any], Callable[[World], dict[str, Any]]]]:
@@ -620,6 +651,7 @@ READS_EXPERIMENTS = frozenset(
         "experiments/search",
         "runs/search",
         "logged-models/search",
+        "traces/search",
     }
 )
 

@@ -40,7 +40,7 @@ from tests.webapp.routes import (
     rolled_back,
     world,
 )
-from webapp.mlflow_api.traces import TRACE_ENDPOINTS
+from webapp.mlflow_api.trace_reads import ENDPOINTS as TRACE_ENDPOINTS
 from webapp.mlflow_api.views import ENDPOINTS
 
 __all__ = ["world"]  # the fixture

@@ -15,14 +15,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 import pytest
 
 from tests.xdist_workers import free_port
 from webapp.embedded import EmbeddedPostgres
+from webapp.service_watch import STATUS_FILE, Command, RestartPolicy, ServiceWatch
 from webapp.supervisor import pytest_args
 
 ROOT = Path(__file__).resolve().parents[2]
+ADMIN_PASSWORD = "s3cret-pass"
 
 
 def supervisor_env(var_dir: Path, **extra: str) -> dict[str, str]:
@@ -51,7 +54,7 @@ class Launched:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def wait_healthy(self, timeout: float = 120) -> dict[str, Any]:
+    def wait_healthy(self, timeout: float = 300) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -62,6 +65,42 @@ class Launched:
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 time.sleep(0.5)
         raise AssertionError(f"not healthy within {timeout} s:\n{self.log()}")
+
+    def health(self) -> dict[str, Any] | None:
+        """/healthz's body, 200 or 503; None while nothing answers."""
+        try:
+            with urllib.request.urlopen(self.url + "/healthz", timeout=10) as response:
+                return dict(json.load(response))
+        except urllib.error.HTTPError as error:
+            return dict(json.load(error))
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return None
+
+    def dashboard_answers(self) -> bool:
+        """The admin logs in and gets the dashboard: the web server, Postgres and sessions all work."""
+        try:
+            with httpx.Client(base_url=self.url, timeout=30) as client:
+                client.get("/accounts/login/")
+                form = {"username": "admin", "password": ADMIN_PASSWORD,
+                        "csrfmiddlewaretoken": client.cookies.get("csrftoken", "")}  # fmt: skip
+                return client.post("/accounts/login/", data=form, follow_redirects=True).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def wait_for(self, check: Any, what: str, timeout: float = 300) -> None:
+        """Poll ``check`` with a generous deadline; past it, fail with what the product said."""
+        deadline = time.monotonic() + timeout
+        while not check():
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"the supervisor exited with {self.proc.returncode}:\n{self.log()[-6000:]}"
+                )
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not {what} within {timeout} s: {self.health()}\n{self.log()[-6000:]}")
+            time.sleep(0.5)
+
+    def children(self) -> list[psutil.Process]:
+        return psutil.Process(self.proc.pid).children()
 
     def descendants(self) -> list[psutil.Process]:
         return psutil.Process(self.proc.pid).children(recursive=True)
@@ -137,6 +176,64 @@ def test_it_uses_the_configured_servers_instead_of_embedded_ones(
     assert not (var_dir / "postgres").exists() and not (var_dir / "valkey").exists()
     assert {"postgres", "valkey-server"}.isdisjoint({p.name() for p in run.descendants()})
     run.stop()
+
+
+# The supervisor's children as /healthz names them, and how to tell each among its processes.
+CHILDREN = {
+    "Celery worker": lambda p: p.name() == "celery" and "worker" in p.cmdline(),
+    "Celery beat": lambda p: p.name() == "celery" and "beat" in p.cmdline(),
+    "web server": lambda p: p.name() == "gunicorn",
+    "embedded Valkey": lambda p: p.name() == "valkey-server",
+    "embedded Postgres": lambda p: p.name() == "postgres",
+}
+
+
+@pytest.mark.slow
+def test_a_killed_child_is_restarted_and_the_product_answers_again(
+    tmp_path: Path, launched: list[Launched]
+) -> None:
+    var_dir = tmp_path / "var"
+    run = start(launched, supervisor_env(var_dir, STUDIO_ADMIN_PASSWORD=ADMIN_PASSWORD), tmp_path)
+    assert run.wait_healthy()["status"] == "ok"
+    for what, is_it in CHILDREN.items():
+        (victim,) = [p for p in run.children() if is_it(p)]
+        victim.kill()  # SIGKILL, as the OOM killer does
+        # /healthz reports the restart: the child runs again, restarted once, with why it ended.
+        run.wait_for(lambda what=what: _restarted(run.health(), what), f"the {what} restarted")
+        run.wait_for(run.dashboard_answers, f"the dashboard after the {what} restarted")
+        assert run.proc.poll() is None, run.log()
+        assert f"the {what} exited with code -9; restarting it in" in run.log()
+    final = run.health()
+    assert final is not None and final["status"] == "ok", final
+    run.stop()
+    assert not (var_dir / STATUS_FILE).exists()
+
+
+def _restarted(health: dict[str, Any] | None, what: str) -> bool:
+    child = ((health or {}).get("supervisor") or {}).get("children", {}).get(what, {})
+    done = child.get("state") == "running" and child.get("restarts") == 1
+    return done and child.get("last_exit") == "exited with code -9" and health["status"] == "ok"  # type: ignore[index]
+
+
+def test_a_child_that_keeps_dying_is_restarted_with_backoff_then_given_up(tmp_path: Path) -> None:
+    policy = RestartPolicy(first_delay_s=0.05, max_delay_s=0.2, max_restarts=3, window_s=60)
+    assert [policy.delay(n) for n in range(1, 6)] == [0.05, 0.1, 0.2, 0.2, 0.2]
+    crashing = Command("crasher", ["sh", "-c", "echo out of memory; exit 3"], dict(os.environ), tmp_path)
+    crashing.start()
+    reasons: list[str] = []
+    watch = ServiceWatch(
+        [crashing], on_give_up=reasons.append, every_s=0.02, policy=policy, status_dir=tmp_path
+    )
+    watch.start()
+    watch.join(60)
+    assert watch.restarts == {"crasher": 3} and not watch.is_alive()
+    assert reasons == [watch.failure]
+    assert (
+        "the crasher exited with code 3 again after 3 restarts within 60 s; stopping everything" in reasons[0]
+    )
+    assert "out of memory" in reasons[0]
+    status = json.loads((tmp_path / STATUS_FILE).read_text())  # kept: it says why everything stopped
+    assert status["children"]["crasher"]["state"] == "gave up"
 
 
 def run_to_exit(env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -248,7 +248,15 @@ class Dataset(CreatedRecord):
         chosen = self.validation_context().reward_map
         counts = dict(self.stats.get("data_sources", {})) or dict.fromkeys(self.unmapped_sources, None)
         sources = [
-            {"value": value, "rows": rows, "reward": routing.reward, "rule": routing.rule, "why": routing.why}
+            {
+                "value": value,
+                "rows": rows,
+                "reward": routing.reward,
+                "rule": routing.rule,
+                "why": routing.why,
+                "reward_rule": routing.reward_rule,  # the default, data.reward_rule's (a run may switch)
+                "other": routing.other,
+            }
             for value, rows in counts.items()
             for routing in [route(value, chosen)]
         ]
@@ -279,10 +287,11 @@ class Dataset(CreatedRecord):
         recipes = load_recipes()
         if task not in recipes:
             return None
-        owned = {route(recipes.get(name).data_source).reward for name in recipes.names()}
-        wanted = route(recipes.get(task).data_source).reward
+        # By the lenient rule, whose rewards are the recipes' own: a verl rule scores the same task.
+        owned = {route(recipes.get(name).data_source, rule="lenient").reward for name in recipes.names()}
+        wanted = route(recipes.get(task).data_source, rule="lenient").reward
         chosen = self.validation_context().reward_map
-        routed = {route(source, chosen).reward for source in self.stats.get("data_sources", {})}
+        routed = {route(source, chosen, "lenient").reward for source in self.stats.get("data_sources", {})}
         others = sorted(
             reward for reward in routed if reward is not None and reward in owned and reward != wanted
         )

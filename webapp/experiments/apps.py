@@ -12,10 +12,10 @@ class ExperimentsConfig(AppConfig):
         # A signal, not Run.delete(): queryset and cascade deletes never call a model's delete().
         from webapp.experiments import registrations
         from webapp.experiments.demo import continue_demo
-        from webapp.experiments.lifecycle import run_succeeded
         from webapp.experiments.models import Run
         from webapp.experiments.services import delete_run_files
+        from webapp.experiments.signals import run_finished
 
         post_delete.connect(delete_run_files, sender=Run, dispatch_uid="delete_run_files")
         registrations.register()
-        run_succeeded.connect(continue_demo, dispatch_uid="continue_demo")
+        run_finished.connect(continue_demo, dispatch_uid="continue_demo")

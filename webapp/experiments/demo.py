@@ -9,13 +9,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.db import transaction
+
 from tasks_lib import demonstrations
 from trainer.config import RunConfig
 from webapp.accounts.models import Team
 from webapp.datasets.demonstrations import adopt, source_rows
 from webapp.datasets.models import Dataset, RecipeImport
 from webapp.experiments.acceptance import Refused, accept
-from webapp.experiments.models import Experiment, Run, RunKind
+from webapp.experiments.models import Experiment, Run, RunKind, RunStatus
 
 logger = logging.getLogger(__name__)
 
@@ -131,8 +133,15 @@ def start_demo(team: Team, user: Any) -> Run:
 
 
 def continue_demo(sender: Any, run: Run, **signal_args: Any) -> None:
-    """When the demo's SFT run succeeds: GRPO on the lookup task from its last checkpoint (once)."""
-    if run.kind != RunKind.SFT or run.experiment.name != SFT_DEMO_NAME:
+    """When the demo's SFT run succeeds (webapp.experiments.signals.run_finished): GRPO on the
+    lookup task from its last checkpoint, once, after the commit that ended the run."""
+    if run.kind == RunKind.SFT and run.experiment.name == SFT_DEMO_NAME:
+        transaction.on_commit(lambda: _start_rl_after(run.pk))
+
+
+def _start_rl_after(run_pk: int) -> None:
+    run = Run.objects.select_related("experiment", "team").filter(pk=run_pk).first()
+    if run is None or run.status != RunStatus.SUCCEEDED:
         return
     team = run.team
     if Experiment.objects.filter(team=team, name=RL_DEMO_NAME).exists():

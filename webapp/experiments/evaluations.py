@@ -40,7 +40,7 @@ from trainer.contract import (
 from webapp.accounts.models import Team
 from webapp.experiments.acceptance import MAX_NAME_LENGTH, Refused, accept
 from webapp.experiments.access import get_experiment_for_user
-from webapp.experiments.models import LAUNCH_KEY, RUN_NAME_MAX, Experiment, Run, RunKind
+from webapp.experiments.models import LAUNCH_KEY, RUN_NAME_MAX, Experiment, Run, RunKind, RunStatus
 
 MAX_K = 64  # samples per prompt
 MAX_ROWS = 100_000
@@ -232,6 +232,8 @@ def evaluation_summary(run: Run) -> dict[str, Any]:
         "pass_at_k": metrics.get(EVAL_PASS_AT_K),
         "reward_mean": metrics.get(EVAL_REWARD_MEAN),
         "prompts": metrics.get(EVAL_PROMPTS),
+        # Kept from its stored batches when it ended early (docs/evaluations.md#a-run-that-ends-early).
+        "partial": bool(metrics) and run.is_terminal and run.status != RunStatus.SUCCEEDED,
     }
 
 

@@ -30,6 +30,7 @@ BASIC_PATHS = [
     "start_from.step",
     "rollout.max_steps",
     "rollout.context_policy",
+    "data.reward_rule",
     "executor",
     "backend",
     "resources.gpus_per_node",

@@ -13,18 +13,14 @@ from datetime import timedelta
 from typing import Any, Self
 
 from django.conf import settings
-from django.db import models, transaction
+from django.db import models
 from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Greatest
-from django.dispatch import Signal
 from django.utils import timezone
 
 from webapp.experiments.executors import outside_executors
+from webapp.experiments.signals import run_finished
 from webapp.guarded import guarded_update
-
-# Sent once, after the commit, when a run ends as succeeded (``run=``): what follows a run that
-# produced something, such as the demo's RL after its SFT run (webapp/experiments/demo.py).
-run_succeeded = Signal()
 
 
 class RunStatus(models.TextChoices):
@@ -250,10 +246,10 @@ class RunLifecycle(models.Model):
         if status == RunStatus.SUCCEEDED:
             # A run that succeeded did all its steps, whether or not its last heartbeat arrived first.
             changes["step"] = Greatest("step", "total_steps")
-        finished = self._transition(ACTIVE, **changes)
-        if finished and status == RunStatus.SUCCEEDED:
-            transaction.on_commit(lambda: run_succeeded.send(sender=type(self), run=self))
-        return finished
+        if not self._transition(ACTIVE, **changes):
+            return False
+        run_finished.send(sender=type(self), run=self)
+        return True
 
     def reopen_external(self) -> bool:
         """An ended external run running again, so its MLflow client may log to it once more: only

@@ -102,9 +102,13 @@ def reconcile(run: Run) -> None:
     """Bring the run's status in line with what its executor says (the reaper's one step)."""
     if run.is_terminal or not executor_of(run).reaped or run.status == RunStatus.QUEUED:
         return  # a queued run's lost task is resent by requeue_lost_launches
-    if not run.executor_ref and not _locate(run):
-        recover_lost_start(run)
-        return
+    if not run.executor_ref:
+        if not _locate(run):
+            recover_lost_start(run)
+            return
+        if run.cancel_requested:
+            _cancel_recovered_start(run)
+            return
     state = _poll(run)
     if state is None:
         _watch_silence(run)  # the executor cannot be asked: the run's own reports still can
@@ -218,6 +222,16 @@ def _locate(run: Run) -> bool:
         logger.warning("run %s: recovered the unrecorded start %s", run.pk, ref)
         run.record_executor_ref(ref)
     return bool(ref)
+
+
+def _cancel_recovered_start(run: Run) -> None:
+    """A cancel pressed while the start was lost never reached the trainer (there was no process
+    to signal): it trained on against the user's wish meanwhile, so it is killed now and the run
+    ends cancelled; a "succeeded" it reports later changes nothing (docs/reliability.md#lost-launch)."""
+    logger.warning("run %s: its recovered start was cancelled meanwhile; killing it", run.pk)
+    _stop_quietly(run, force=True)
+    run.finish(RunStatus.CANCELLED)
+    _clean_up(run)
 
 
 def recover_lost_start(run: Run) -> None:

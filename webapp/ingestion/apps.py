@@ -10,6 +10,9 @@ class IngestionConfig(AppConfig):
 
     def ready(self) -> None:
         from webapp.experiments.models import Run
+        from webapp.experiments.signals import run_finished
+        from webapp.ingestion.evaluation_scores import keep_partial_scores
         from webapp.ingestion.tasks import runs_deleted
 
         post_delete.connect(runs_deleted, sender=Run, dispatch_uid="sweep_texts_of_deleted_runs")
+        run_finished.connect(keep_partial_scores, dispatch_uid="keep_partial_scores_of_evaluations")

@@ -55,3 +55,11 @@ def store_token_signals_task(job_id: int) -> None:
     if job is None:
         return
     job.run_with(store_signals_job)
+
+
+@shared_task
+def give_up_waiting_signals_task() -> int:
+    """Periodic: token signals whose trajectory never came are given up (docs/rollouts.md#token-signals)."""
+    from webapp.ingestion.token_signals import give_up_waiting_signals
+
+    return give_up_waiting_signals()

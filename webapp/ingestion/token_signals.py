@@ -10,9 +10,11 @@ import zlib
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from django.db import connection, transaction
 from django.db.models import Max
+from django.utils import timezone
 
 from trainer.contract import (
     TOKEN_SIGNALS,
@@ -33,6 +35,9 @@ from webapp.retention import accounting
 # training steps newer: the trajectory was dropped by the run's retention policy, or its rollout
 # worker died before reporting it.
 PENDING_SIGNALS_STEPS = 8
+# ... or once they waited this long, whether or not anything else arrived (the run ended, or no
+# other batch came): beat gives them up on its own schedule (give_up_waiting_signals).
+PENDING_SIGNALS_GRACE = timedelta(hours=1)
 
 
 @dataclass
@@ -201,6 +206,14 @@ def _wait(run: Run, steps: Sequence[StepSignalsWire], latest: int) -> None:
         unique_fields=["run", "trajectory_uid", "step_index"],
         update_fields=["training_step", "payload"],
     )
+
+
+def give_up_waiting_signals() -> int:
+    """Forget the signals that waited for their trajectory longer than PENDING_SIGNALS_GRACE (beat's
+    periodic task; docs/rollouts.md#token-signals); how many steps' signals went."""
+    cutoff = timezone.now() - PENDING_SIGNALS_GRACE
+    deleted, _ = PendingTokenSignals.objects.filter(received__lt=cutoff).delete()
+    return deleted
 
 
 def write_pending_signals(run: Run, trajectory_ids: dict[str, int]) -> None:

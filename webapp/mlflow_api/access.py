@@ -127,13 +127,11 @@ def parse_experiment_id(experiment_id: Any) -> int:
         ) from None
 
 
-def get_experiment_for_caller(
-    caller: Caller, experiment_id: Any, *, create_default: bool = False
-) -> Experiment:
+def get_experiment_for_caller(caller: Caller, experiment_id: Any) -> Experiment:
     """The experiment, or RESOURCE_DOES_NOT_EXIST. MLflow's default experiment "0" is the team's
-    "Default" experiment, made on first use by a caller who may create experiments."""
+    "Default" experiment, there for every team from its first MLflow call on."""
     if str(experiment_id) == DEFAULT_EXPERIMENT_ID and caller.run is None:
-        return _default_experiment(caller, create_default)
+        return default_experiment(caller)
     pk = parse_experiment_id(experiment_id)
     found = caller.experiments().filter(pk=pk).first()
     if found is None:
@@ -141,14 +139,18 @@ def get_experiment_for_caller(
     return found
 
 
-def _default_experiment(caller: Caller, create: bool) -> Experiment:
-    found = Experiment.objects.filter(team=caller.team, name=DEFAULT_EXPERIMENT_NAME).first()
-    if found is not None:
-        return found
-    if not create:
-        raise not_found(f"No Experiment with id={DEFAULT_EXPERIMENT_ID} exists")
-    check_can_create(caller)
-    experiment, _ = Experiment.create_external(caller.team, DEFAULT_EXPERIMENT_NAME, caller.user)
+def searched_experiment_pk(caller: Caller, experiment_id: Any) -> int:
+    """An experiment id a search names: an id of no experiment (or of another team's) matches
+    nothing, as on MLflow, so it needs no lookup."""
+    if str(experiment_id) == DEFAULT_EXPERIMENT_ID and caller.run is None:
+        return default_experiment(caller).pk
+    return parse_experiment_id(experiment_id)
+
+
+def default_experiment(caller: Caller) -> Experiment:
+    """The team's "Default" experiment, made on first use: MLflow's server has it from the start,
+    and a client lists, reads and logs to it without creating it (docs/mlflow.md#how-close-to-mlflow)."""
+    experiment, _ = Experiment.create_external(caller.team, DEFAULT_EXPERIMENT_NAME, None)
     return experiment
 
 

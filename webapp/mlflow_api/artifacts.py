@@ -36,7 +36,7 @@ from webapp.experiments.artifacts import (
     relative_path,
 )
 from webapp.experiments.models import Run
-from webapp.mlflow_api import traces
+from webapp.mlflow_api import logged_models, traces
 from webapp.mlflow_api.access import Caller, authenticate, get_run_for_caller
 from webapp.mlflow_api.errors import MlflowError, invalid, not_found
 
@@ -49,6 +49,8 @@ def resolve(caller: Caller, uri_path: str, *, write: bool = False) -> tuple[Run,
     if len(uri_path) > MAX_PATH:
         raise invalid(f"Artifact paths are limited to {MAX_PATH} characters.")
     parts = uri_path.strip("/").split("/")
+    if len(parts) >= 4 and parts[1] == "models" and parts[3] == FOLDER:
+        return _resolve_model(caller, parts, write)
     if len(parts) < 3 or parts[2] != FOLDER:
         raise invalid(f"Invalid artifact path {uri_path!r}: expected <experiment>/<run id>/artifacts/<path>.")
     run = get_run_for_caller(caller, parts[1], write=write)
@@ -56,6 +58,23 @@ def resolve(caller: Caller, uri_path: str, *, write: bool = False) -> tuple[Run,
         raise not_found(f"Run with id={parts[1]} not found")
     try:
         return run, relative_path(parts[3:])
+    except BadArtifactPath as error:
+        raise invalid(str(error)) from None
+
+
+def _resolve_model(caller: Caller, parts: list[str], write: bool) -> tuple[Run, PurePosixPath]:
+    """``<experiment>/models/<model id>/artifacts[/<path>]``: a logged model's files, kept among its
+    source run's artifacts (docs/mlflow.md#logged-models)."""
+    model = logged_models.get_model_for_caller(caller, parts[2])
+    if str(model.experiment_id) != parts[0]:
+        raise not_found(f"Logged model with ID '{parts[2]}' not found.")
+    if model.source_run is None:
+        raise invalid(
+            f"The logged model {model.model_id} has no run, and a model's files live with its run here."
+        )
+    run = get_run_for_caller(caller, model.source_run.mlflow_run_id, write=write)
+    try:
+        return run, relative_path([logged_models.MODELS_FOLDER, model.model_id, *parts[4:]])
     except BadArtifactPath as error:
         raise invalid(str(error)) from None
 

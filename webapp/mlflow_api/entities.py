@@ -10,10 +10,14 @@ from typing import Any
 from webapp.experiments.models import Experiment, LoggedValue, Run, RunStatus
 from webapp.ingestion import metrics_store
 from webapp.mlflow_api.errors import invalid
+from webapp.mlflow_api.models import DeletedRun, RunDataset
 from webapp.mlflow_api.validation import finite_or_name
 
 RUN_NAME_TAG = "mlflow.runName"
 USER_TAG = "mlflow.user"
+# MLflow's client sends the mlflow.user tag as the run's user id, else this.
+UNKNOWN_USER = "unknown"
+ACTIVE, DELETED = "active", "deleted"
 
 # Ours → MLflow's RunStatus names.
 MLFLOW_STATUS = {
@@ -54,18 +58,22 @@ def _drop_none(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def experiment(found: Experiment) -> dict[str, Any]:
+    """With its MLflow tags and lifecycle (prefetch ``mlflow_tags`` and select ``mlflow_deleted``
+    for a list)."""
     created = ms(found.created)
-    return {
+    answer = {
         "experiment_id": str(found.pk),
         "name": found.name,
         "artifact_location": f"mlflow-artifacts:/{found.pk}",
-        "lifecycle_stage": "active",
+        "lifecycle_stage": DELETED if hasattr(found, "mlflow_deleted") else ACTIVE,
         "creation_time": created,
         "last_update_time": created,
     }
+    tags = [{"key": tag.key, "value": tag.value} for tag in found.mlflow_tags.all()]
+    return {**answer, "tags": tags} if tags else answer
 
 
-def run_info(run: Run, user_id: str = "") -> dict[str, Any]:
+def run_info(run: Run, user_id: str = UNKNOWN_USER, deleted: bool = False) -> dict[str, Any]:
     return _drop_none(
         {
             "run_id": run.mlflow_run_id,
@@ -77,7 +85,7 @@ def run_info(run: Run, user_id: str = "") -> dict[str, Any]:
             "start_time": ms(run.started_at or run.created),
             "end_time": ms(run.finished_at),
             "artifact_uri": f"mlflow-artifacts:/{run.experiment_id}/{run.mlflow_run_id}/artifacts",
-            "lifecycle_stage": "active",
+            "lifecycle_stage": DELETED if deleted else ACTIVE,
         }
     )
 
@@ -94,18 +102,31 @@ def runs(found: Iterable[Run]) -> list[dict[str, Any]]:
     params = _by_run(logged.params().values_list("run_id", "key", "value"))
     tags = _by_run(logged.tags().values_list("run_id", "key", "value"))
     metrics = _latest_metrics(ids)
+    deleted = set(DeletedRun.objects.filter(run_id__in=ids).values_list("run_id", flat=True))
+    inputs = _dataset_inputs(ids)
     out = []
     for run in found:
         run_tags = [{"key": k, "value": v} for k, v in tags.get(run.pk, [])]
         run_tags.append({"key": RUN_NAME_TAG, "value": display_name(run)})
-        user = next((t["value"] for t in run_tags if t["key"] == USER_TAG), "")
+        user = next((t["value"] for t in run_tags if t["key"] == USER_TAG), UNKNOWN_USER)
         data = {
             "metrics": metrics.get(run.pk, []),
             "params": [{"key": k, "value": v} for k, v in params.get(run.pk, [])],
             "tags": run_tags,
         }
-        out.append({"info": run_info(run, user), "data": data, "inputs": {}})
+        run_inputs = {"dataset_inputs": inputs[run.pk]} if run.pk in inputs else {}
+        out.append({"info": run_info(run, user, run.pk in deleted), "data": data, "inputs": run_inputs})
     return out
+
+
+def _dataset_inputs(run_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    grouped: dict[int, list[dict[str, Any]]] = {}
+    for found in RunDataset.objects.filter(run_id__in=run_ids):
+        fields = ("name", "digest", "source_type", "source", "schema", "profile")
+        dataset = {name: getattr(found, name) for name in fields if getattr(found, name)}
+        tags = [{"key": k, "value": v} for k, v in found.tags.items()]
+        grouped.setdefault(found.run_id, []).append({"tags": tags, "dataset": dataset})
+    return grouped
 
 
 def _by_run(rows: Iterable[tuple[int, str, str]]) -> dict[int, list[tuple[str, str]]]:

@@ -34,15 +34,12 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
-from django.views.decorators.csrf import csrf_exempt
 from pydantic import ValidationError
 
 from trainer.contract import ID_MAX, INT4_MAX, StepWire, ToolCallWire, TrajectoryBatch, TrajectoryWire
 from webapp.experiments.artifacts import FOLDER, UPLOADING, artifact_root
 from webapp.experiments.models import Run
 from webapp.ingestion import trajectories as rollouts
-from webapp.mlflow_api import views
 from webapp.mlflow_api.access import Caller, get_experiment_for_caller, get_run_for_caller
 from webapp.mlflow_api.errors import invalid
 
@@ -118,15 +115,6 @@ def run_of_trace(caller: Caller, experiment_pk: int, metadata: dict[str, str], t
             + (f" No run named {name!r} in experiment {experiment_pk}." if name else "")
         )
     return get_run_for_caller(caller, found.mlflow_run_id, write=True)
-
-
-TRACE_ENDPOINTS: dict[str, tuple[str, views.Handler]] = {"traces": ("POST", start_trace)}
-
-
-@csrf_exempt
-def endpoint(request: HttpRequest, path: str, team_slug: str | None = None) -> HttpResponse:
-    """REST 3.0: only the call that logs a trace; reading and searching traces is not served."""
-    return views.serve(request, path, team_slug, TRACE_ENDPOINTS.get(path))
 
 
 # -- the spans, through the artifact service -------------------------------------------------------

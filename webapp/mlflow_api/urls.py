@@ -5,21 +5,26 @@ from __future__ import annotations
 
 from django.urls import path, re_path
 
-from webapp.mlflow_api import artifacts, links, traces, views
+from webapp.mlflow_api import artifacts, links, trace_reads, views
+from webapp.mlflow_api.plumbing import reads_body
 
+# Every view reads the request body before it answers (docs/mlflow.md#calls-not-served).
 urlpatterns = [
     # Where the links the MLflow client prints land (MLflow's UI is not served here).
-    path("", links.browse, name="mlflow_browse"),
-    path("open/", links.open_link, name="mlflow_open"),
-    path("api/2.0/mlflow/<path:path>", views.endpoint),
-    path("t/<slug:team_slug>/api/2.0/mlflow/<path:path>", views.endpoint),
-    # Logging traces (docs/mlflow.md#traces); their spans arrive through the artifact service.
-    path("api/3.0/mlflow/<path:path>", traces.endpoint),
-    path("t/<slug:team_slug>/api/3.0/mlflow/<path:path>", traces.endpoint),
+    path("", reads_body(links.browse), name="mlflow_browse"),
+    path("open/", reads_body(links.open_link), name="mlflow_open"),
+    path("api/2.0/mlflow/<path:path>", reads_body(views.endpoint)),
+    path("t/<slug:team_slug>/api/2.0/mlflow/<path:path>", reads_body(views.endpoint)),
+    # Traces (docs/mlflow.md#traces): logging them (their spans arrive through the artifact
+    # service), reading them back.
+    path("api/3.0/mlflow/<path:path>", reads_body(trace_reads.endpoint)),
+    path("t/<slug:team_slug>/api/3.0/mlflow/<path:path>", reads_body(trace_reads.endpoint)),
     # The artifact service (docs/mlflow.md#artifacts): a folder's listing, then one file.
-    path("api/2.0/mlflow-artifacts/artifacts", artifacts.artifacts),
-    path("api/2.0/mlflow-artifacts/artifacts/<path:path>", artifacts.artifacts),
-    path("t/<slug:team_slug>/api/2.0/mlflow-artifacts/artifacts", artifacts.artifacts),
-    path("t/<slug:team_slug>/api/2.0/mlflow-artifacts/artifacts/<path:path>", artifacts.artifacts),
-    re_path(r"^", views.unknown),
+    path("api/2.0/mlflow-artifacts/artifacts", reads_body(artifacts.artifacts)),
+    path("api/2.0/mlflow-artifacts/artifacts/<path:path>", reads_body(artifacts.artifacts)),
+    path("t/<slug:team_slug>/api/2.0/mlflow-artifacts/artifacts", reads_body(artifacts.artifacts)),
+    path(
+        "t/<slug:team_slug>/api/2.0/mlflow-artifacts/artifacts/<path:path>", reads_body(artifacts.artifacts)
+    ),
+    re_path(r"^", reads_body(views.unknown)),
 ]

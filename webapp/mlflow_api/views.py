@@ -28,17 +28,21 @@ from django.views.decorators.csrf import csrf_exempt
 from trainer.contract import INT4_MAX
 from webapp.experiments.models import Experiment, LoggedValue, Run
 from webapp.ingestion import metrics_store
-from webapp.mlflow_api import entities, search
+from webapp.mlflow_api import entities, lifecycle, logged_models, search
 from webapp.mlflow_api import validation as check
 from webapp.mlflow_api.access import (
+    DEFAULT_EXPERIMENT_ID,
+    DEFAULT_EXPERIMENT_NAME,
     Caller,
     authenticate,
     check_can_create,
+    default_experiment,
     get_experiment_for_caller,
     get_run_for_caller,
     run_ended,
+    searched_experiment_pk,
 )
-from webapp.mlflow_api.entities import OUR_STATUS, RUN_NAME_TAG, USER_TAG, from_ms
+from webapp.mlflow_api.entities import OUR_STATUS, RUN_NAME_TAG, UNKNOWN_USER, USER_TAG, from_ms
 from webapp.mlflow_api.errors import (
     ENDPOINT_NOT_FOUND,
     INTERNAL_ERROR,
@@ -59,6 +63,8 @@ Handler = Callable[[Caller, Body, bytes], Body]
 
 def get_experiment_by_name(caller: Caller, body: Body, raw: bytes) -> Body:
     name = check.required_string(body, "experiment_name")
+    if name == DEFAULT_EXPERIMENT_NAME and caller.run is None:
+        default_experiment(caller)
     found = caller.experiments().filter(name=name).first()
     if found is None:
         raise not_found(f"Could not find experiment with name '{name}'")
@@ -67,12 +73,17 @@ def get_experiment_by_name(caller: Caller, body: Body, raw: bytes) -> Body:
 
 def create_experiment(caller: Caller, body: Body, raw: bytes) -> Body:
     name = check.experiment_name(check.required_string(body, "name"))
-    check.objects(body, "tags")
+    tags = [
+        check.tag(t.get("key"), t.get("value"), f"tags[{i}]")
+        for i, t in enumerate(check.objects(body, "tags"))
+    ]
     check_can_create(caller)
-    experiment, created = Experiment.create_external(caller.team, name, caller.user)
-    if not created:
-        # MLflow's client answers this by reading the experiment again (set_experiment's race).
-        raise MlflowError(f"Experiment(name={name}) already exists.", RESOURCE_ALREADY_EXISTS)
+    with transaction.atomic():
+        experiment, created = Experiment.create_external(caller.team, name, caller.user)
+        if not created:
+            # MLflow's client answers this by reading the experiment again (set_experiment's race).
+            raise MlflowError(f"Experiment(name={name}) already exists.", RESOURCE_ALREADY_EXISTS)
+        lifecycle.set_experiment_tags(experiment, tags)
     return {"experiment_id": str(experiment.pk)}
 
 
@@ -83,10 +94,21 @@ def get_experiment(caller: Caller, body: Body, raw: bytes) -> Body:
 
 def search_experiments(caller: Caller, body: Body, raw: bytes) -> Body:
     size = check.max_results(check.optional_int(body, "max_results"), default=1000)
-    experiments = search.filter_experiments(caller.experiments(), check.optional_string(body, "filter"))
+    if caller.run is None:
+        default_experiment(caller)
+    experiments = search.with_view_type(caller.experiments(), body.get("view_type"))
+    experiments = search.filter_experiments(experiments, check.optional_string(body, "filter"))
     experiments = search.order_experiments(experiments, check.array(body, "order_by"))
     found, token = search.page(experiments, check.optional_string(body, "page_token"), size)
     return _with_token({"experiments": [entities.experiment(e) for e in found]}, token)
+
+
+def _user_tag(body: Body, tags: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The client sends its mlflow.user tag as user_id too; a user_id alone is kept as that tag."""
+    user_id = check.optional_string(body, "user_id")
+    if not user_id or user_id == UNKNOWN_USER or any(key == USER_TAG for key, _ in tags):
+        return tags
+    return [*tags, (USER_TAG, user_id)]
 
 
 # -- runs ------------------------------------------------------------------------------------------
@@ -101,9 +123,8 @@ def create_run(caller: Caller, body: Body, raw: bytes) -> Body:
     ]
     name = check.run_name(run_name, tags, RUN_NAME_TAG)
     check_can_create(caller)
-    experiment = get_experiment_for_caller(caller, body.get("experiment_id") or "0", create_default=True)
-    if caller.user is not None and not any(key == USER_TAG for key, _ in tags):
-        tags = [*tags, (USER_TAG, caller.user_name)]
+    experiment = get_experiment_for_caller(caller, body.get("experiment_id") or DEFAULT_EXPERIMENT_ID)
+    tags = _user_tag(body, tags)
     with transaction.atomic():
         run = Run.create_external(experiment, name, from_ms(start_time) if start_time else None)
         _set_tags(run, tags)
@@ -139,21 +160,13 @@ def update_run(caller: Caller, body: Body, raw: bytes) -> Body:
 def search_runs(caller: Caller, body: Body, raw: bytes) -> Body:
     experiment_ids = check.array(body, "experiment_ids")
     size = check.max_results(check.optional_int(body, "max_results"), default=1000)
-    pks = [get_experiment_for_caller(caller, value).pk for value in experiment_ids]
-    runs = search.filter_runs(
-        caller.runs().filter(experiment_id__in=pks), check.optional_string(body, "filter")
-    )
+    # Ids of no experiment (or another team's) match no run, as on MLflow.
+    pks = [searched_experiment_pk(caller, value) for value in experiment_ids]
+    runs = search.with_view_type(caller.runs().filter(experiment_id__in=pks), body.get("run_view_type"))
+    runs = search.filter_runs(runs, check.optional_string(body, "filter"))
     runs = search.order_runs(runs, check.array(body, "order_by"))
     found, token = search.page(runs, check.optional_string(body, "page_token"), size)
     return _with_token({"runs": entities.runs(found)}, token)
-
-
-def search_logged_models(caller: Caller, body: Body, raw: bytes) -> Body:
-    """No logged models live here; the client asks before listing a run's artifacts by path
-    (its runs:/ repository also lists a model's files of that name), so the answer is "none"."""
-    for value in check.array(body, "experiment_ids"):
-        get_experiment_for_caller(caller, value)
-    return {"models": []}
 
 
 # -- logging ---------------------------------------------------------------------------------------
@@ -173,7 +186,9 @@ def log_batch(caller: Caller, body: Body, raw: bytes) -> Body:
     tags = [check.tag(t.get("key"), t.get("value"), f"tags[{i}]") for i, t in enumerate(tag_items)]
     check.batch_limits(len(metric_items), len(params), len(tags))
     check.unique_param_keys(params)
-    _log(get_run_for_caller(caller, run_id, write=True), metrics, params, tags, raw)
+    run = get_run_for_caller(caller, run_id, write=True)
+    _log(run, metrics, params, tags, raw)
+    logged_models.record_metrics(run, metric_items)
     return {}
 
 
@@ -182,7 +197,9 @@ def log_metric(caller: Caller, body: Body, raw: bytes) -> Body:
     for name in ("key", "value", "timestamp"):
         check.required(body, name)
     metrics = check.metrics([body], single=True)
-    _log(get_run_for_caller(caller, run_id, write=True), metrics, [], [], raw)
+    run = get_run_for_caller(caller, run_id, write=True)
+    _log(run, metrics, [], [], raw)
+    logged_models.record_metrics(run, [body])
     return {}
 
 
@@ -283,18 +300,19 @@ ENDPOINTS: dict[str, tuple[str, Handler]] = {
     "runs/get": ("GET", get_run),
     "runs/update": ("POST", update_run),
     "runs/search": ("POST", search_runs),
-    "logged-models/search": ("POST", search_logged_models),
     "runs/log-batch": ("POST", log_batch),
     "runs/log-metric": ("POST", log_metric),
     "runs/log-parameter": ("POST", log_param),
     "runs/set-tag": ("POST", set_tag),
     "metrics/get-history": ("GET", get_metric_history),
+    **lifecycle.ENDPOINTS,
+    **logged_models.ENDPOINTS,
 }
 
 
 @csrf_exempt
 def endpoint(request: HttpRequest, path: str, team_slug: str | None = None) -> HttpResponse:
-    return serve(request, path, team_slug, ENDPOINTS.get(path))
+    return serve(request, path, team_slug, ENDPOINTS.get(path) or logged_models.route(path, request.method))
 
 
 def serve(
@@ -337,11 +355,11 @@ def _request_body(request: HttpRequest) -> Body:
 
 @csrf_exempt
 def unknown(request: HttpRequest, path: str = "", team_slug: str | None = None) -> HttpResponse:
-    """Calls this server does not speak (reading traces, the model registry, ...): MLflow's
+    """Calls this server does not speak (the model registry, prompts, ...): MLflow's
     ENDPOINT_NOT_FOUND, so the client fails at once instead of retrying."""
     return MlflowError(
         f"Agent-R1 Studio's MLflow endpoint does not support {request.path}: it speaks MLflow's tracking "
-        "calls for experiments, runs, metrics, params, tags and artifacts, and logging traces "
-        "(docs/mlflow.md#traces); no models.",
+        "calls (experiments, runs, metrics, params, tags, datasets, logged models, artifacts, traces); "
+        "no model registry, prompts or evaluation (docs/mlflow.md#calls-not-served).",
         ENDPOINT_NOT_FOUND,
     ).response()

@@ -36,6 +36,11 @@ class EvalCell:
         return self.metrics.get(EVAL_REWARD_MEAN)
 
     @property
+    def partial(self) -> bool:
+        """Scores of the batches an evaluation stored before it ended early (docs/evaluations.md#a-run-that-ends-early)."""
+        return self.run.status != RunStatus.SUCCEEDED
+
+    @property
     def k(self) -> int | None:
         value = self.metrics.get(EVAL_K)
         return int(value) if value is not None else None

@@ -17,6 +17,7 @@ from webapp.ingestion.models import SUMMARY_WIDTHS, Checkpoint
 from webapp.results.runs_table import format_duration
 
 # The config values a reader of the run page asks about first, in this order.
+REWARD_RULE_PATH = "data.reward_rule"
 SUMMARY_PATHS = (
     "task",
     "preset",
@@ -30,6 +31,7 @@ SUMMARY_PATHS = (
     "trainer.total_steps",
     "optim.lr",
     "backend",
+    REWARD_RULE_PATH,
 )
 
 
@@ -73,6 +75,11 @@ class RunSummary:
     validation: MetricFact | None
     config: list[tuple[str, str]] = field(default_factory=list)
     checkpoints: list[Checkpoint] = field(default_factory=list)
+
+    @property
+    def reward_rule(self) -> str:
+        """The rule verl's data sources were scored by (docs/rewards.md#verl-and-lenient-rules), "" if none."""
+        return dict(self.config).get(REWARD_RULE_PATH, "")
 
     @property
     def duration(self) -> str:

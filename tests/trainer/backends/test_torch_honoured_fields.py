@@ -43,10 +43,11 @@ from trainer.envs.base import ENVS, AgentEnv, prompt_messages
 from trainer.mdp import Action, Observation
 from trainer.registry import Registry
 from trainer.report.reporters import MemoryReporter, MultiReporter
-from trainer.rewards import REWARDS
+from trainer.rewards import DATA_SOURCES, REWARDS, Route
 from trainer.tools.formats import FORMATS
 
 TASK = "letters"
+VERL_NAMED = "letters_as_verl_names_it"  # a data_source that verl's rule scores otherwise than ours
 ENV = LaunchEnv(run_id="7", api_url="http://web:8000/", token="r7_secret")
 # Metrics that measure time: they differ between any two runs.
 TIMED_KEYS = ("timing/", "perf/samples_per_s", "perf/tokens_per_s")
@@ -122,6 +123,8 @@ PROBES: dict[str, Probe] = {
     "data.shuffle": Probe(False, {"trainer.seed": 1}),  # seed 42 shuffles rows 0 and 1 first, as unshuffled
     "data.val_max_samples": Probe(1, VAL),
     "data.rewards": Probe({TASK: "vowels"}),
+    # Rows of a data source with a verl rule (vowels) beside its lenient one (letters).
+    "data.reward_rule": Probe("lenient", {"data.train_path": "{train_verl}"}),
     "rollout.n": Probe(4),
     "rollout.temperature": Probe(0.5),
     "rollout.top_p": Probe(0.5),
@@ -351,6 +354,7 @@ def test_entries() -> Iterator[None]:
     added: list[tuple[Registry[Any], str, Any]] = [
         (REWARDS, TASK, letters),
         (REWARDS, "vowels", vowels),
+        (DATA_SOURCES.exact, VERL_NAMED, Route(TASK, verl="vowels")),
         (ENVS, "chatter", Chatter),
         (FORMATS, "hermes-again", FORMATS.get("hermes")),
     ]
@@ -431,6 +435,7 @@ def runs(
         "train": rows("train.parquet", 6, "Say something #{i}"),
         "demos": rows("demos.parquet", 6, "Say something #{i}", demos=True),
         "train_other": rows("other.parquet", 4, "Name a colour #{i}"),
+        "train_verl": rows("verl.parquet", 6, "Say something #{i}", data_source=VERL_NAMED),
         "val": rows("val.parquet", 3, "Question {i}?"),
         "val_unnamed": rows("val_unnamed.parquet", 3, "Question {i}?", data_source=""),
         "eval_checkpoint": str(checkpoint),

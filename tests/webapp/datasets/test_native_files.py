@@ -59,9 +59,9 @@ def native_files(tmp_path: Path) -> dict[str, tuple[Path, str, str, str | None, 
     """name → (file, task, data_source, agent_name, the reward and flow the page should show)."""
     load_recipes()
     return {
-        "verl gsm8k": (verl_gsm8k(tmp_path / "verl_gsm8k.parquet"), "gsm8k", "openai/gsm8k", None, "gsm8k"),
+        "verl gsm8k": (verl_gsm8k(tmp_path / "verl_gsm8k.parquet"), "gsm8k", "openai/gsm8k", None, "verl_gsm8k"),
         "agent-r1 gsm8k": (agent_r1("gsm8k", tmp_path / "r1_gsm8k.parquet", tmp_path, "openai/gsm8k", "gsm8k_tool"),
-                           "gsm8k", "openai/gsm8k", "gsm8k_tool", "gsm8k"),
+                           "gsm8k", "openai/gsm8k", "gsm8k_tool", "verl_gsm8k"),
         "agent-r1 hotpotqa": (agent_r1("hotpotqa", tmp_path / "r1_hotpot.parquet", tmp_path, "hotpotqa_distractor",
                                        "hotpotqa_agent"), "hotpotqa", "hotpotqa_distractor", "hotpotqa_agent", "hotpotqa"),
         "agent-r1 alfworld": (agent_r1("alfworld", tmp_path / "r1_alfworld.parquet", tmp_path, "alfworld_train",

@@ -130,3 +130,17 @@ def test_the_apis_defaults_equal_the_forms_for_the_same_preset_and_task(
     assert response.status_code == 201, response.content
     from_api = RunConfig.model_validate(Experiment.objects.get(pk=response.json()["id"]).config)
     assert from_api.model_dump() == from_form.model_dump()
+
+
+def test_the_api_stores_the_reward_rule_it_is_given_and_refuses_one_that_does_not_exist(
+    client: Client, personas: Any, alice_token: str, good: dict[str, Any]
+) -> None:
+    response = create(client, alice_token, {**good, "data.reward_rule": "strict"})
+    assert response.status_code == 400 and response.json()["field"] == "config.data.reward_rule"
+    assert create(client, alice_token, {**good, "name": "default"}).status_code == 201
+    assert (
+        create(client, alice_token, {**good, "name": "eased", "data.reward_rule": "lenient"}).status_code
+        == 201
+    )
+    stored = {e.name: e.config["data"]["reward_rule"] for e in Experiment.objects.all()}
+    assert stored == {"default": "verl", "eased": "lenient"}

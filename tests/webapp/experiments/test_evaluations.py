@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import statistics
+import subprocess
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -16,13 +17,23 @@ from django.test import Client
 from tests.webapp.datasets.conftest import contract_row, write_parquet
 from tests.webapp.experiments.test_launching import launch, settled, tiny_config
 from tests.webapp.polling import poll_until
+from tests.webapp.trainer_posts import Trainer
+from tests.webapp.trainer_posts import trajectory as sample
 from trainer.config import RunConfig
-from trainer.contract import EVAL_ACC, EVAL_PASS_AT_1, EVAL_PASS_AT_K, EVAL_PROMPTS, EVAL_REWARD_MEAN
+from trainer.contract import (
+    EVAL_ACC,
+    EVAL_K,
+    EVAL_PASS_AT_1,
+    EVAL_PASS_AT_K,
+    EVAL_PROMPTS,
+    EVAL_REWARD_MEAN,
+    HEARTBEAT_PATH,
+)
 from trainer.evaluation import evaluation_metrics
 from webapp.accounts.models import ApiToken, Role
 from webapp.datasets import files
 from webapp.datasets.models import Dataset
-from webapp.experiments import run_files
+from webapp.experiments import run_files, services
 from webapp.experiments.evaluations import EvaluationRefused, EvaluationSettings, create_evaluation
 from webapp.experiments.models import Experiment, Run, RunKind, RunStatus
 from webapp.ingestion.metrics_store import latest_values
@@ -205,3 +216,64 @@ def test_an_evaluation_of_a_saved_checkpoint_reports_what_its_stored_trajectorie
     assert 'id="evaluation-acc"' in page and f"checkpoint of step {checkpoint.step}" in page
     rollouts = client.get(f"/t/{personas['acme'].slug}/runs/{evaluation.pk}/rollouts/")
     assert rollouts.status_code == 200
+
+
+def killed_evaluation(experiment: Experiment, client: Client) -> Run:
+    """An evaluation of k = 2 whose trainer stored 2 of its 13 batches, then was killed (SIGKILL)."""
+    run = Run.objects.create(experiment=experiment, team=experiment.team, seed=1, kind=RunKind.EVALUATION,
+                             name="eval · base model", config={"name": "e", "seed": 1, "rollout": {"n": 2}})  # fmt: skip
+    trainer = Trainer(client, run.pk, str(run.issue_token()))
+    accs = {"p0s0": 1.0, "p0s1": 0.0, "p1s0": 0.0, "p1s1": 0.0}
+    for step, group in ((1, "p0"), (2, "p1")):
+        sent = [sample(f"{group}s{i}", group, accs[f"{group}s{i}"], metrics={"acc": accs[f"{group}s{i}"]})
+                for i in range(2)]  # fmt: skip
+        assert trainer.trajectories(step, sent, batch_id=f"t{step}").status_code == 200
+        assert trainer.post(HEARTBEAT_PATH, {"step": step, "total_steps": 13, "ts": 1.7e9}).status_code == 200
+    process = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    process.kill()
+    process.wait()
+    run.record_executor_ref(f"pgid:{process.pid}")
+    services.reconcile(Run.objects.get(pk=run.pk))  # the reaper finds it gone
+    run.refresh_from_db()
+    return run
+
+
+def test_a_killed_evaluation_keeps_and_shows_what_its_stored_batches_scored(
+    personas: Any, experiment: Experiment, client: Client
+) -> None:
+    run = killed_evaluation(experiment, client)
+
+    assert run.status == RunStatus.FAILED
+    assert "evaluation process" in run.message and "training" not in run.message, run.message
+    scored = {key: value for key, (_step, value) in latest_values(run.pk).items()}
+    assert scored == pytest.approx(
+        {EVAL_ACC: 0.25, EVAL_PASS_AT_1: 0.25, EVAL_PASS_AT_K: 0.5, EVAL_REWARD_MEAN: 0.25}
+        | {EVAL_PROMPTS: 2, EVAL_K: 2}
+    )
+    (row,) = evaluation_table(experiment).rows
+    assert [(cell.acc, cell.partial) for cell in row.cells if cell] == [(0.25, True)]
+    client.force_login(personas["alice"])
+    page = client.get(f"/t/{personas['acme'].slug}/runs/{run.pk}/").content.decode()
+    assert 'id="evaluation-partial"' in page and "after 2 of 13 batches" in page
+    assert 'id="evaluation-acc"' in page
+
+
+@pytest.mark.browser
+def test_a_killed_evaluations_partial_scores_read_as_partial_in_the_browser(
+    personas: Any, experiment: Experiment, client: Client, login: Any, live_server: Any
+) -> None:
+    run = killed_evaluation(experiment, client)
+    page = login("alice")
+    shots = Path(__file__).resolve().parents[3] / "var" / "shots" / "a35sup"
+    shots.mkdir(parents=True, exist_ok=True)
+    slug = personas["acme"].slug
+    for width in (1440, 1024):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{live_server.url}/t/{slug}/runs/{run.pk}/")
+        partial = page.locator("#evaluation-partial")
+        assert partial.is_visible() and "partial" in partial.inner_text()
+        assert page.locator("#evaluation-acc").inner_text().strip() != ""
+        page.screenshot(path=str(shots / f"evaluation-partial-{width}.png"), full_page=True)
+        page.goto(f"{live_server.url}/t/{slug}/experiments/{experiment.pk}/")
+        assert page.locator("#evaluations .partial").is_visible()
+        page.screenshot(path=str(shots / f"evaluations-table-partial-{width}.png"), full_page=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import threading
 from typing import Any
 
@@ -92,6 +93,34 @@ def test_cancelling_a_start_that_was_lost_cancels_it(personas: Any, settings: An
     services.reconcile(run)
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
+
+
+def test_a_cancel_pressed_while_a_start_was_lost_is_applied_when_the_reaper_recovers_it(
+    personas: Any, settings: Any
+) -> None:
+    experiment = Experiment.objects.create(team=personas["acme"], name="lost", task="arithmetic")
+    run = Run.objects.create(experiment=experiment, team=experiment.team, seed=1, config={})
+    run.enqueue()
+    run.mark_starting("")
+    # The launching worker died after the trainer started and claimed the run, before recording it:
+    # only the wrapper's pgid file says where it is (a sleep stands in for the trainer).
+    trainer = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        (_run_dir(run) / "pgid").write_text(str(trainer.pid))
+        assert run.claim("w", "claimant-1")
+        assert run.request_cancel(personas["alice"]) and not run.is_terminal
+        services.stop_executor(run)  # what the cancel task does: no process recorded, nothing to signal
+
+        reconciled(run)  # the reaper finds the start, well inside STUDIO_CANCEL_GRACE_S
+
+        assert trainer.wait(30) == -signal.SIGKILL  # killed then, not when the grace period ends
+        assert (run.status, run.message) == (RunStatus.CANCELLED, "cancelled by alice")
+        assert not run.report(RunStatus.SUCCEEDED)  # a trainer's late verdict changes nothing
+        run.refresh_from_db()
+        assert run.status == RunStatus.CANCELLED
+    finally:
+        trainer.kill()
+        trainer.wait()
 
 
 def _run_dir(run: Run) -> Any:

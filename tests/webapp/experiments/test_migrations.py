@@ -80,3 +80,27 @@ def test_the_migration_to_one_table_keeps_every_param_and_tag_and_going_back_spl
 def _migrate(executor: MigrationExecutor, *targets: tuple[str, str]) -> None:
     executor.loader.build_graph()  # reread what is applied: the loader read it when the executor was made
     executor.migrate(list(targets))
+
+
+def test_configs_stored_before_the_reward_rule_keep_the_lenient_rule_and_their_run_page_says_so(
+    client: Client, personas: Any
+) -> None:
+    migration = importlib.import_module("webapp.experiments.migrations.0014_reward_rule_of_stored_configs")
+    config = RunConfig.from_preset("grpo", name="old").model_dump(mode="json")
+    del config["data"]["reward_rule"]
+    team = personas["acme"]
+    experiment = Experiment.objects.create(team=team, name="old", preset="grpo", config=config)
+    run = Run.objects.create(experiment=experiment, team=team, seed=1, config=config)
+    new = RunConfig.from_preset("grpo", name="new").model_dump(mode="json")
+    recent = Experiment.objects.create(team=team, name="new", preset="grpo", config=new)
+
+    for _ in range(2):  # a second pass changes nothing
+        migration.keep_the_lenient_rule(apps, SimpleNamespace(connection=connection))
+
+    experiment.refresh_from_db()
+    run.refresh_from_db()
+    assert experiment.config["data"]["reward_rule"] == run.config["data"]["reward_rule"] == "lenient"
+    assert Experiment.objects.get(pk=recent.pk).config["data"]["reward_rule"] == "verl"
+    client.force_login(personas["alice"])
+    page = client.get(f"/t/acme/runs/{run.pk}/").content.decode()
+    assert "<dt><code>data.reward_rule</code></dt><dd>lenient</dd>" in page

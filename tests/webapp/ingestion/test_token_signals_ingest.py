@@ -3,15 +3,19 @@ onto the stored steps, held until a late trajectory arrives, replay-safe, counte
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.test import Client
+from django.utils import timezone
 
 from tests.webapp.trainer_posts import Trainer
 from trainer.contract import TOKEN_SIGNALS_PATH, StepSignalsWire, TokenSignalsWire
 from webapp.ingestion.models import PendingTokenSignals, TrajectoryStep
-from webapp.ingestion.token_signals import PENDING_SIGNALS_STEPS, unpack_token_signals
+from webapp.ingestion.tasks import give_up_waiting_signals_task
+from webapp.ingestion.token_signals import PENDING_SIGNALS_GRACE, PENDING_SIGNALS_STEPS, unpack_token_signals
 from webapp.retention.models import RunStorage
 
 pytestmark = pytest.mark.django_db
@@ -117,6 +121,22 @@ def test_signals_whose_trajectory_never_comes_are_given_up_as_the_run_moves_on(
     trainer.trajectories(PENDING_SIGNALS_STEPS + 1, [trajectory("y")], batch_id="t2")
     send(trainer, [signals("y", 0)], "s3")
     assert not PendingTokenSignals.objects.filter(run=run).exists()
+
+
+def test_signals_whose_trajectory_never_comes_are_given_up_by_beat_with_no_other_batch(
+    trainer: Trainer, run: Any
+) -> None:
+    send(trainer, [signals("lost", 0), signals("late", 0)], "s1")  # and nothing more comes: the run ended
+    waited = timezone.now() - PENDING_SIGNALS_GRACE - timedelta(minutes=1)
+    PendingTokenSignals.objects.filter(run=run, trajectory_uid="lost").update(received=waited)
+    schedule = {entry["task"] for entry in django_settings.CELERY_BEAT_SCHEDULE.values()}
+    assert give_up_waiting_signals_task.name in schedule
+
+    assert give_up_waiting_signals_task.apply().get() == 1  # what beat's periodic run does
+
+    assert list(PendingTokenSignals.objects.filter(run=run).values_list("trajectory_uid", flat=True)) == [
+        "late"
+    ]
 
 
 def test_bad_signals_are_refused_with_the_reason(trainer: Trainer, run: Any) -> None:

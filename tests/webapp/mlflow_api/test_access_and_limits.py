@@ -215,9 +215,11 @@ def test_unknown_calls_answer_endpoint_not_found(
     tracking: Callable[[str], str], tokens: dict[str, str]
 ) -> None:
     uri = tracking(tokens["alice"])
-    # Of MLflow's 3.0 trace calls only start_trace is served (docs/mlflow.md#traces).
+    # Of MLflow's 3.0 trace calls, logging and reading traces are served (docs/mlflow.md#traces).
     headers = {"Authorization": f"Bearer {tokens['alice']}"}
-    response = requests.post(f"{uri}/api/3.0/mlflow/traces/search", json={}, headers=headers, timeout=30)
+    response = requests.post(
+        f"{uri}/api/3.0/mlflow/traces/tr-1/assessments", json={}, headers=headers, timeout=30
+    )
     assert response.status_code == 404 and response.json()["error_code"] == "ENDPOINT_NOT_FOUND"
     response = _call(uri, tokens["alice"], "POST", "registered-models/create", {"name": "m"})
     assert response.status_code == 404 and response.json()["error_code"] == "ENDPOINT_NOT_FOUND"

@@ -255,6 +255,19 @@ def test_verls_rollout_traces_land_as_trajectories_of_the_run(
         ["agent_loop"] in names and ["ToolAgentLoop", "run"] in names and ["MultiplyTool", "execute"] in names
     )
 
+    # And through MLflow's own calls: the trace info, its spans, and the trajectory's page.
+    trace = MlflowClient().get_trace(stored[0].uid)
+    page = f"/t/acme/runs/{run.pk}/rollouts/{stored[0].pk}/"
+    assert trace.info.tags["agent_r1.trajectory"] == page and Client().get(page).status_code == 302
+    assert sorted(span.name for span in trace.data.spans) == sorted(s["name"] for s in spans)
+    found = MlflowClient().search_traces(locations=[experiment_id], run_id=made.info.run_id)
+    assert [t.info.trace_id for t in found] == [
+        t.uid for t in sorted(stored, key=lambda t: -t.pk)
+    ]  # newest first
+    assert all(t.data.spans for t in found)
+    with pytest.raises(mlflow.exceptions.MlflowException, match="not found"):
+        MlflowClient().get_trace("tr-" + "0" * 32)
+
 
 def test_a_trace_with_no_run_or_unreadable_spans_is_refused_and_stores_nothing(
     personas: dict[str, Any], tokens: dict[str, str]
@@ -288,7 +301,9 @@ def test_a_trace_with_no_run_or_unreadable_spans_is_refused_and_stores_nothing(
     assert client.put(url, spans, content_type="application/json").status_code == 200
     client.put(url, spans, content_type="application/json")  # the client's retry
     assert list(Trajectory.objects.filter(run=run).values_list("uid", "training_step")) == [(trace_id, 2)]
-    unsupported = client.post("/mlflow/api/3.0/mlflow/traces/search", "{}", content_type="application/json")
+    unsupported = client.post(
+        "/mlflow/api/3.0/mlflow/traces/tr-1/assessments", "{}", content_type="application/json"
+    )
     assert (unsupported.status_code, unsupported.json()["error_code"]) == (404, "ENDPOINT_NOT_FOUND")
 
 

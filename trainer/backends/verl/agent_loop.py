@@ -257,7 +257,9 @@ class StudioAgentLoop(AgentLoopBase):
             response_length=int(self.rollout_config.response_length),
             stop_token_ids=turn_end_tokens(self.tokenizer),
         )
-        with run_scope(run_specs(self.run_config), self.run_config.data.rewards):
+        with run_scope(
+            run_specs(self.run_config), self.run_config.data.rewards, self.run_config.data.reward_rule
+        ):
             flow = make_flow(row, llm, self.tokenizer, self.run_config)
             output = await flow.run(self.sampling(sampling_params), **row)
             trajectory = output.to_trajectory(

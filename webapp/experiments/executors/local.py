@@ -102,14 +102,13 @@ class LocalExecutor:
         if _group_members(pgid):
             return ExecutorState(alive=True)
         exit_file = self.files_dir(run) / "exit_code"
+        process = "evaluation process" if run.is_evaluation else "training process"
         if exit_file.exists():
             code = int(exit_file.read_text().strip() or -1)
             return ExecutorState(
-                alive=False, exit_code=code, message=f"the training process exited with code {code}"
+                alive=False, exit_code=code, message=f"the {process} exited with code {code}"
             )
-        return ExecutorState(
-            alive=False, message="the training process disappeared (killed?) without an exit code"
-        )
+        return ExecutorState(alive=False, message=f"the {process} disappeared (killed?) without an exit code")
 
     def stop(self, run: Run, *, force: bool = False) -> None:
         pgid = _pgid(run)

@@ -163,3 +163,22 @@ def test_both_backends_end_a_turn_on_the_same_tokens(
     torch_stops = setup_run(config).engine.stop_token_ids
     verl_stops = agent_loop.turn_end_tokens(load_tokenizer(model))
     assert set(torch_stops) == verl_stops and 17 in verl_stops
+
+
+@pytest.mark.parametrize(("rule", "expected"), [("verl", 0.0), ("lenient", 1.0)])
+def test_the_agent_loop_scores_verls_data_sources_by_the_runs_reward_rule(
+    tmp_path: Path,
+    smol_tokenizer: Any,
+    reporter: MemoryReporter,
+    bonus_tool: None,
+    rule: str,
+    expected: float,
+) -> None:
+    from tasks_lib.registry import load_recipes
+
+    load_recipes()
+    server = ScriptedServer(smol_tokenizer, ["The answer is 72"])
+    loop = make_loop(tmp_path, smol_tokenizer, server, **{"data.reward_rule": rule})
+    sample = {**verl_sample(), "data_source": "openai/gsm8k", "reward_model": {"ground_truth": "72"}}
+    output = asyncio.run(loop.run(dict(SAMPLING), **sample))
+    assert output.reward_score == expected

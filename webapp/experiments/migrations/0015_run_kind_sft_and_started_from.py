@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("experiments", "0013_jobs"),
+        ("experiments", "0014_reward_rule_of_stored_configs"),
     ]
 
     operations = [
