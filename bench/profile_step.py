@@ -72,7 +72,7 @@ PHASES = [
     ("update", "response_hidden", "  decoder"),
     ("update", "actor_micro_loss", "log-softmax, entropy, loss"),
     ("autograd", "backward", "backward"),
-    ("update", "_optimizer_step", "clip + AdamW step"),
+    ("update", "optimizer_step", "clip + AdamW step"),
     ("loop", "keep_token_signals", "per-token signals for the viewer"),
 ]
 

@@ -21,7 +21,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks_lib.registry import load_recipes
-from trainer.contract import DATA_SOURCE_MAX, INT4_MAX
+from trainer.contract import (
+    DATA_SOURCE_MAX,
+    INT4_MAX,
+    MESSAGES_KEY,
+    TOOLS_KEY,
+    conversation_problems,
+    is_messages_layout,
+    tool_schemas_of,
+)
 from trainer.envs import ENVS, parse_env_kwargs
 from trainer.flows import FLOWS
 from trainer.rewards import REWARDS, route
@@ -203,12 +211,16 @@ def unrouted_data_sources(problems: list[Problem]) -> list[str]:
 def _check(
     schema: pa.Schema, batches: Iterator[pa.RecordBatch], max_problems: int, context: Context
 ) -> list[Problem]:
-    missing = [
-        Problem("missing required column", column=c) for c in REQUIRED_COLUMNS if c not in schema.names
-    ]
-    if missing:
-        return missing
-    checker = _RowChecker(context)
+    checker: _RowChecker | _MessagesChecker
+    if is_messages_layout(schema.names):  # demonstrations for an SFT run (docs/sft.md#demonstrations)
+        checker = _MessagesChecker()
+    else:
+        missing = [
+            Problem("missing required column", column=c) for c in REQUIRED_COLUMNS if c not in schema.names
+        ]
+        if missing:
+            return missing
+        checker = _RowChecker(context)
     groups: dict[tuple[str, str], _Group] = {}
     file_problems: list[Problem] = []
     offset = 0
@@ -272,6 +284,18 @@ def _is_utf8(data: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+class _MessagesChecker:
+    """The row checks of a demonstrations file: the chat-messages contract (trainer.contract.messages)."""
+
+    def check(self, row: Mapping[str, Any], number: int) -> Iterator[tuple[str, str, str | None]]:
+        for problem in conversation_problems(row.get(MESSAGES_KEY))[:1]:
+            yield MESSAGES_KEY, problem, None
+        try:
+            tool_schemas_of(row.get(TOOLS_KEY))
+        except (ValueError, TypeError) as exc:  # json.JSONDecodeError is a ValueError
+            yield TOOLS_KEY, str(exc), None
 
 
 class _RowChecker:

@@ -47,6 +47,8 @@ from trainer.config_sections import (
     ResourcesConfig,
     RolloutConfig,
     Section,
+    SftConfig,
+    StartFromConfig,
     TrainerConfig,
 )
 from trainer.model_size import parameter_count
@@ -97,6 +99,12 @@ class RunConfig(Section):
     )
     evaluation: EvaluationConfig = Field(
         default_factory=EvaluationConfig, description="Evaluate a model or checkpoint instead of training."
+    )
+    sft: SftConfig = Field(
+        default_factory=SftConfig, description="Supervised fine-tuning on demonstrations instead of RL."
+    )
+    start_from: StartFromConfig = Field(
+        default_factory=StartFromConfig, description="Another run's checkpoint the weights start from."
     )
     report: ReportConfig = Field(
         default_factory=ReportConfig, description="Where results go besides the webapp."
@@ -209,7 +217,13 @@ def cross_field_problems(config: RunConfig) -> list[Problem]:
     problems += backend_problems(config)
     problems += _checkpoint_problems(config)
     problems += _evaluation_problems(config)
+    problems += _sft_problems(config)
     return problems
+
+
+def updates_by_rl(config: RunConfig) -> bool:
+    """Whether the run makes RL updates: an evaluation makes none, an SFT run makes supervised ones."""
+    return not (config.evaluation.enabled or config.sft.enabled)
 
 
 def _preset_problems(config: RunConfig) -> list[Problem]:
@@ -241,7 +255,7 @@ def _preset_problems(config: RunConfig) -> list[Problem]:
 def _group_problems(config: RunConfig) -> list[Problem]:
     estimator, n = config.algorithm.estimator, config.rollout.n
     problems: list[Problem] = []
-    if config.evaluation.enabled:
+    if not updates_by_rl(config):
         return problems  # no advantage is computed: any k and any temperature will do
     if estimator in GROUP_NEEDS_TWO and n < 2:
         problems.append(("rollout.n", f"rollout.n must be ≥ 2 for {estimator}: set rollout.n to 2 or more"))
@@ -260,7 +274,7 @@ def _batch_problems(config: RunConfig) -> list[Problem]:
     problems = []
     trajectories = config.trainer.batch_size * config.rollout.n
     mini = config.optim.mini_batch_size
-    if trajectories % mini and not config.evaluation.enabled:  # an evaluation makes no update
+    if trajectories % mini and updates_by_rl(config):  # no RL update, no mini-batch of trajectories
         divisors = ", ".join(str(d) for d in range(1, trajectories + 1) if trajectories % d == 0)
         problems.append(
             (
@@ -329,6 +343,18 @@ def _evaluation_problems(config: RunConfig) -> list[Problem]:
     if evaluation.enabled and not config.data.val_path:
         return [("data.val_path", "an evaluation scores the rows of data.val_path: set data.val_path")]
     return []
+
+
+def _sft_problems(config: RunConfig) -> list[Problem]:
+    problems: list[Problem] = []
+    if config.sft.enabled and config.evaluation.enabled:
+        problems.append(
+            ("sft.enabled", "a run either fine-tunes or evaluates: set sft.enabled or evaluation.enabled")
+        )
+    start = config.start_from
+    if start.step is not None and start.run is None:
+        problems.append(("start_from.run", "start_from.step names a checkpoint of a run: set start_from.run"))
+    return problems
 
 
 # -- errors for forms, overrides, diffs ----------------------------------------------------------

@@ -252,6 +252,41 @@ class EvaluationConfig(Section):
     )
 
 
+class SftConfig(Section):
+    """A supervised fine-tuning run on demonstrations instead of RL (docs/sft.md#the-sft-stage)."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Fine-tune on the conversations of data.train_path (the chat-messages layout) instead "
+        "of RL: loss on the assistant's tokens only, trainer.batch_size conversations per step, validation "
+        "loss on data.val_path; reports sft/loss and val/loss.",
+    )
+    max_length: int = Field(
+        default=2048,
+        ge=16,
+        description="Tokens per packed sequence: conversations are packed back to back up to this length "
+        "(a longer conversation is cut to it).",
+    )
+
+
+class StartFromConfig(Section):
+    """The checkpoint a run's weights start from: another run's, e.g. an SFT run's (docs/sft.md#start-from)."""
+
+    run: int | None = Field(
+        default=None,
+        ge=1,
+        description="The run whose checkpoint this run starts from; none starts from model.path.",
+    )
+    step: int | None = Field(
+        default=None, ge=0, description="That run's checkpoint step; none takes its latest checkpoint."
+    )
+    checkpoint: str | None = Field(
+        default=None,
+        description="The checkpoint folder (step_*) the web app resolved start_from.run and step to; its "
+        "policy/ weights replace model.path's. Set by the server only.",
+    )
+
+
 class ResourcesConfig(Section):
     gpus_per_node: int = Field(default=0, ge=0, description="GPUs the run needs on each node.")
     nodes: int = Field(default=1, ge=1, description="Nodes the run spans (verl backend only).")

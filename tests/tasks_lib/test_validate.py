@@ -220,3 +220,33 @@ def test_it_refuses_a_footer_claiming_200_mb_before_reading_it(tmp_path: Path) -
     problem = only(validate(path))
     assert "footer is 200 MiB" in str(problem)
     assert "footer is 200 MiB" in str(only(validate(io.BytesIO(bytes(data)))))
+
+
+def demonstration(index: int) -> dict[str, Any]:
+    call = '<tool_call>{"name": "calculator", "arguments": {"expression": "2 + 3"}}</tool_call>'
+    return {
+        "messages": [
+            {"role": "user", "content": f"What is 2 + 3? ({index})"},
+            {"role": "assistant", "content": call},
+            {"role": "tool", "content": "5"},
+            {"role": "assistant", "content": "<answer>5</answer>"},
+        ],
+        "tools": json.dumps([{"name": "calculator", "parameters": {"type": "object"}}]),
+    }
+
+
+def test_a_demonstrations_file_in_the_chat_messages_layout_is_valid(tmp_path: Path) -> None:
+    assert validate(write(tmp_path, [demonstration(i) for i in range(3)])) == []
+
+
+def test_a_bad_demonstration_names_its_row_and_the_messages_column(tmp_path: Path) -> None:
+    rows = [demonstration(i) for i in range(3)]
+    rows[2]["messages"] = rows[2]["messages"][:3]  # ends with the tool result
+    problem = only(validate(write(tmp_path, rows)))
+    assert (problem.row, problem.column) == (2, "messages")
+    assert "last message must be the assistant's answer" in problem.message
+
+
+def test_demonstrations_with_tools_that_are_not_schemas_are_refused_on_tools(tmp_path: Path) -> None:
+    rows = [{**demonstration(0), "tools": '{"name": "calculator"}'}]
+    assert only(validate(write(tmp_path, rows))).column == "tools"

@@ -112,14 +112,14 @@ def test_a_new_teams_checklist_guides_until_every_step_is_done(
     page.click("#start-demo")  # the one-click demo, in her own team
     page.wait_for_url("**/runs/*/")
     run = Run.objects.get(team=lab)
-    assert run.status == RunStatus.QUEUED and run.experiment.task == "arithmetic"
+    assert run.status == RunStatus.QUEUED and run.experiment.task == "lookup" and run.kind == "sft"
     page.goto(f"{live_server.url}/t/{lab.slug}/")
     assert page.locator("#welcome").count() == 0
     done = page.locator("#checklist li.done").evaluate_all("(items) => items.map((i) => i.dataset.step)")
     assert done == ["dataset", "experiment", "run"]
     page.click("#checklist a:text('Register or try a tool')")
     page.click("text=Register a tool")
-    page.fill("#id_name", "lookup")
+    page.fill("#id_name", "kv_lookup")  # "lookup" is the lookup recipe's built-in tool
     page.fill("#id_url", "http://127.0.0.1:9/lookup")
     page.click("form.tool-form button[type=submit]")
     page.wait_for_url("**/tools/*/")

@@ -36,6 +36,10 @@ __all__ = [
     "REWARD_STD",
     "ROLLOUT_EMPTY_TRAJECTORIES",
     "ROLLOUT_ZERO_VARIANCE_GROUPS",
+    "SFT_KEYS",
+    "SFT_LOSS",
+    "SFT_TOKENS_PER_S",
+    "SFT_TRAINED_TOKENS",
     "TIME_BREAKDOWN_KEYS",
     "TIMING_ADV_S",
     "TIMING_CHECKPOINT_S",
@@ -60,6 +64,7 @@ __all__ = [
     "TOOLS_WELL_FORMED_RATE",
     "TOOL_USE_KEYS",
     "TRAJECTORY_ACC",
+    "VAL_LOSS",
     "VAL_METRIC",
     "VAL_PREFIX",
     "val_key",
@@ -127,6 +132,13 @@ PERF_GENERATED_TOKENS = "perf/generated_tokens"
 PERF_TOKENS_PER_S = "perf/tokens_per_s"  # generated tokens per second of generation time
 ROLLOUT_ZERO_VARIANCE_GROUPS = "rollout/zero_variance_groups"  # share of groups whose rewards are all equal
 VAL_PREFIX = "val/"
+# An SFT run's (docs/sft.md#metrics): the mean loss per trained (assistant) token, on the step's batch
+# and on the validation conversations; tokens per second through the forward and backward passes.
+SFT_LOSS = "sft/loss"
+SFT_TOKENS_PER_S = "sft/tokens_per_s"
+SFT_TRAINED_TOKENS = "sft/trained_tokens"
+VAL_LOSS = "val/loss"
+SFT_KEYS = (SFT_LOSS, VAL_LOSS, SFT_TOKENS_PER_S, SFT_TRAINED_TOKENS)
 VAL_METRIC = "acc"  # a trajectory's validation score: the reward function's acc, else its reward
 
 

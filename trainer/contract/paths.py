@@ -17,6 +17,7 @@ __all__ = [
     "LOGS_PATH",
     "METRICS_PATH",
     "MLFLOW_ROOT",
+    "POLICY_FOLDER",
     "SPECS_PATH",
     "STATUS_PATH",
     "TOKEN_SIGNALS_PATH",
@@ -25,6 +26,9 @@ __all__ = [
 ]
 
 API_ROOT = "/api"
+# Inside a checkpoint folder (step_*), the policy's weights as a model folder (docs/checkpoints.md):
+# what an evaluation scores and what a run that starts from the checkpoint loads.
+POLICY_FOLDER = "policy"
 MLFLOW_ROOT = "/mlflow"
 _RUN = API_ROOT + "/runs/{run_id}"
 _INGEST = API_ROOT + "/ingest/runs/{run_id}"

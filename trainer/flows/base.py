@@ -57,11 +57,17 @@ class FlowOutput:
         )
 
 
-def _with_tools_in_system(messages: list[Message], tools_text: str) -> list[Message]:
+def with_tools_in_system(messages: list[Message], tools_text: str) -> list[Message]:
+    """``messages`` with ``tools_text`` appended to the system message (one is added when none leads)."""
     if messages and messages[0].get("role") == "system":
         system = {**messages[0], "content": f"{messages[0]['content']}\n\n{tools_text}"}
         return [system, *messages[1:]]
     return [{"role": "system", "content": tools_text}, *messages]
+
+
+def template_renders_tools(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template renders ``tools=`` itself."""
+    return "tools" in str(getattr(tokenizer, "chat_template", None) or "")
 
 
 class AgentFlowBase(ABC):
@@ -97,10 +103,9 @@ class AgentFlowBase(ABC):
         self.env_type = env_type
         self.env_defaults = dict(env_defaults or {})
         self.max_response_length = max_response_length  # the trajectory's model-token budget; None: none
-        template = getattr(tokenizer, "chat_template", None) or ""
         # Templates such as SmolLM2's ignore ``tools=``; then the tool list goes into the system
         # message in the tool format's own words, or the model would never learn the tools exist.
-        self.template_renders_tools = "tools" in str(template)
+        self.template_renders_tools = template_renders_tools(tokenizer)
 
     @abstractmethod
     async def run(self, sampling: SamplingParams, **row: Any) -> FlowOutput:
@@ -126,7 +131,7 @@ class AgentFlowBase(ABC):
     ) -> list[int]:
         """Prompt token ids from the chat template, ending with the assistant generation prompt."""
         if tools and not self.template_renders_tools:
-            messages = _with_tools_in_system(
+            messages = with_tools_in_system(
                 messages, FORMATS.get(tool_format or "hermes").tools_prompt(tools)
             )
         ids = self.tokenizer.apply_chat_template(

@@ -309,6 +309,13 @@ class Dataset(CreatedRecord):
         data_source (``team_defaults``, :func:`reward_defaults`)."""
         return {**team_defaults, **self.reward_map}
 
+    @property
+    def holds_demonstrations(self) -> bool:
+        """Whether the file is SFT demonstrations (docs/sft.md#demonstrations) rather than RL rows."""
+        from trainer.contract import MESSAGES_KEY
+
+        return bool(self.stats) and self.stats.get("layout") == MESSAGES_KEY
+
     def task_mismatch(self, task: str, team_defaults: Mapping[str, str] | None = None) -> str | None:
         """Why this dataset does not fit ``task`` (its rows are scored by another recipe's reward), or
         None when it fits. Rows scored by a reward no recipe owns (math, a team's) fit every task.

@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from tasks_lib.validate import open_parquet
+from trainer.contract import MESSAGES_KEY, is_messages_layout
 
 HISTOGRAM_BINS = 20
 _STATS_BATCH_ROWS = 4096
@@ -57,6 +58,8 @@ def prompt_length(prompt: Any) -> int:
 def compute_stats(path: Path) -> dict[str, Any]:
     """Rows, rows per data source, and a prompt-length histogram, in one pass over two columns."""
     parquet = open_parquet(path)
+    if is_messages_layout(parquet.schema_arrow.names):
+        return _conversation_stats(parquet)
     sources: Counter[str] = Counter()
     agents: Counter[str] = Counter()
     lengths = array("q")
@@ -73,6 +76,21 @@ def compute_stats(path: Path) -> dict[str, Any]:
         "data_sources": dict(sources.most_common()),
         "agent_names": dict(agents.most_common()),
         "prompt_length": histogram(lengths),
+    }
+
+
+def _conversation_stats(parquet: Any) -> dict[str, Any]:
+    """A demonstrations file's rows and conversation lengths (docs/sft.md#demonstrations): it has no
+    data source, so it fits every task."""
+    lengths = array("q")
+    for batch in parquet.iter_batches(batch_size=_STATS_BATCH_ROWS, columns=[MESSAGES_KEY]):
+        lengths.extend(prompt_length(messages) for messages in batch.column(MESSAGES_KEY).to_pylist())
+    return {
+        "rows": parquet.metadata.num_rows,
+        "data_sources": {},
+        "agent_names": {},
+        "prompt_length": histogram(lengths),
+        "layout": MESSAGES_KEY,
     }
 
 
@@ -119,7 +137,7 @@ def read_rows(path: Path, start: int, count: int) -> list[PreviewRow]:
 def _preview_row(number: int, record: dict[str, Any]) -> PreviewRow:
     reward_model = record.get("reward_model") or {}
     extra_info = record.get("extra_info") or {}
-    prompt = record.get("prompt") or []
+    prompt = record.get("prompt") or record.get(MESSAGES_KEY) or []  # a demonstration: its conversation
     messages = [
         {"role": str(message.get("role", "")), "content": _text(message.get("content"))}
         for message in prompt

@@ -12,8 +12,9 @@ and stops at the first step that refuses:
 3. creation limits: a known task, a name and a seed that fit the database;
 4. the backend's own deeper check (``Backend.check``; verl runs verl's ``validate_config``);
 5. the datasets' reward mappings frozen into ``data.rewards``, then what the team can use: its
-   datasets, a model, its tools and rewards (docs/datasets.md#create-time-checks), and whether each
-   dataset fits the task.
+   datasets, a model, its tools and rewards (docs/datasets.md#create-time-checks), whether each
+   dataset fits the task, and the checkpoint ``start_from`` names (resolved to its folder,
+   docs/sft.md#start-from).
 
 A config refused at steps 1 to 4 is not a valid config (the REST API's 400); one refused at step 5 is
 valid but names what this team cannot use (422).
@@ -36,6 +37,7 @@ from trainer.contract import INT4_MAX
 from trainer.model_size import OFFLINE_MODELS
 from webapp.accounts.models import Team
 from webapp.datasets.models import Dataset
+from webapp.experiments.start_from import StartRefused, with_start_checkpoint
 from webapp.tools.models import (
     REWARDS,
     TOOLS,
@@ -82,7 +84,10 @@ def accept(team: Team, candidate: Mapping[str, Any] | RunConfig, *, evaluation: 
     refuse(backend_check_problems(config))
     config = with_dataset_rewards(team, config)
     refuse(team_problems(team, config) + fit_problems(team, config), valid=True)
-    return config
+    try:
+        return with_start_checkpoint(team, config)
+    except StartRefused as refused:
+        raise Refused([refused.problem], valid=True) from None
 
 
 def refuse(problems: list[Problem], *, valid: bool = False) -> None:
@@ -131,6 +136,13 @@ def confined(config: RunConfig, *, evaluation: bool = False) -> RunConfig:
             (
                 "evaluation.enabled",
                 f"an experiment's config trains; {how}, which pick the weights: leave evaluation unset",
+            )
+        )
+    if config.start_from.checkpoint and config.start_from.run is None:
+        problems.append(
+            (
+                "start_from.checkpoint",
+                "the server picks the checkpoint folder: set start_from.run (and start_from.step) instead",
             )
         )
     model = config.model.path
@@ -246,4 +258,15 @@ def fit_problems(team: Team, config: RunConfig) -> list[Problem]:
         mismatch = dataset.task_mismatch(config.task) if dataset is not None else None
         if mismatch:
             problems.append((path, mismatch))
+        elif dataset is not None and dataset.holds_demonstrations != config.sft.enabled:
+            problems.append((path, _layout_mismatch(dataset.name, sft=config.sft.enabled)))
     return problems
+
+
+def _layout_mismatch(name: str, *, sft: bool) -> str:
+    if sft:
+        return (
+            f"{name} holds RL rows, but an SFT run trains on demonstrations (a messages column, "
+            "docs/sft.md#demonstrations): choose a demonstrations dataset"
+        )
+    return f"{name} holds demonstrations for an SFT run: choose a dataset of RL rows, or set sft.enabled"

@@ -11,8 +11,11 @@ class ExperimentsConfig(AppConfig):
     def ready(self) -> None:
         # A signal, not Run.delete(): queryset and cascade deletes never call a model's delete().
         from webapp.experiments import registrations
+        from webapp.experiments.demo import continue_demo
         from webapp.experiments.models import Run
         from webapp.experiments.services import delete_run_files
+        from webapp.experiments.signals import run_finished
 
         post_delete.connect(delete_run_files, sender=Run, dispatch_uid="delete_run_files")
         registrations.register()
+        run_finished.connect(continue_demo, dispatch_uid="continue_demo")

@@ -1,16 +1,25 @@
-"""The first-run demo: the arithmetic recipe's datasets and a GRPO experiment on the built-in
-SmolLM2-135M-Instruct. `make run` puts it in a Demo team (seed_demo); the empty dashboard starts it
-in the user's own team with one click."""
+"""The first-run demos. `make run` puts a ready arithmetic GRPO experiment on the built-in
+SmolLM2-135M-Instruct in a Demo team (seed_demo). The empty dashboard's one click starts the
+tool-learning demo in the user's own team (docs/sft.md#the-demos-numbers): the lookup recipe, whose
+answers exist only behind its tool, a short SFT on demonstrations generated from its rows against the
+real tool, then GRPO from the SFT run's checkpoint, started when that run succeeds."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from django.db import transaction
+
+from tasks_lib import demonstrations
 from trainer.config import RunConfig
 from webapp.accounts.models import Team
+from webapp.datasets.demonstrations import adopt, source_rows
 from webapp.datasets.models import Dataset, RecipeImport
-from webapp.experiments.acceptance import accept
-from webapp.experiments.models import Experiment, Run
+from webapp.experiments.acceptance import Refused, accept
+from webapp.experiments.models import Experiment, Run, RunKind, RunStatus
+
+logger = logging.getLogger(__name__)
 
 DEMO_RECIPE = "arithmetic"
 DEMO_NAME = "Arithmetic demo (GRPO, SmolLM2-135M)"
@@ -18,6 +27,22 @@ DEMO_NAME = "Arithmetic demo (GRPO, SmolLM2-135M)"
 # measures the small-model defaults on (docs/presets.md#how-these-were-chosen). The recipe's fixtures
 # (7 and 1 rows) are for tests: a curve over them shows memorising, and a validation of one row 0 or 1.
 DEMO_DATA = {"size": 500}
+
+TOOL_DEMO_RECIPE = "lookup"
+TOOL_DEMO_DATA = {"size": 500}
+SFT_DEMO_NAME = "Lookup demo 1/2: SFT on demonstrations (SmolLM2-135M)"
+RL_DEMO_NAME = "Lookup demo 2/2: GRPO from the SFT checkpoint (SmolLM2-135M)"
+DEMONSTRATED_ROWS = 160  # the training rows turned into demonstrations
+# A short SFT: what bench/bench_tool_learning.py runs (docs/sft.md#the-demos-numbers).
+SFT_SETTINGS = {
+    "trainer.total_steps": 40,
+    "trainer.batch_size": 8,
+    "optim.lr": 5e-5,
+    "optim.warmup_steps": 3,
+    "optim.micro_batch_size": 2,
+    "sft.max_length": 512,  # two lookup conversations per packed row
+}
+RL_SETTINGS = {"trainer.total_steps": 30, "trainer.val_every": 10, "data.val_max_samples": 50}
 
 
 def import_recipe(
@@ -62,11 +87,71 @@ def demo_datasets(team: Team, user: Any) -> tuple[dict[str, Dataset], str]:
     return import_recipe(team, DEMO_RECIPE, user, DEMO_DATA)
 
 
+# -- the tool-learning demo: SFT, then GRPO from its checkpoint ------------------------------------
+
+
+def demonstrations_of(train: Dataset, user: Any) -> Dataset:
+    """Demonstrations of the first DEMONSTRATED_ROWS training rows, generated against the real tool."""
+    existing = Dataset.objects.filter(derived_from=train, team=train.team).first()
+    if existing is not None and existing.is_usable:
+        return existing
+    outcome = demonstrations.generate(source_rows(train)[:DEMONSTRATED_ROWS])
+    if not outcome.conversations:
+        raise ValueError(f"no demonstration of {train.name} was verified: {outcome.summary()['dropped']}")
+    return adopt(train, outcome, user)
+
+
+def tool_demo_fields(name: str, datasets: dict[str, Dataset]) -> dict[str, Any]:
+    return {
+        "preset": "grpo",
+        "task": TOOL_DEMO_RECIPE,
+        "name": name,
+        "model.path": "smollm2-135m-instruct",
+        "data.train_path": datasets["train"].reference,
+        "data.val_path": datasets["val"].reference if "val" in datasets else None,
+    }
+
+
 def start_demo(team: Team, user: Any) -> Run:
-    """The demo in ``team``: datasets, experiment and its one run, launched. ValueError says why not."""
-    datasets, problem = demo_datasets(team, user)
+    """The tool-learning demo in ``team``: the lookup datasets, their demonstrations and the SFT
+    experiment, launched; its GRPO follows when the SFT run succeeds. ValueError says why not."""
+    datasets, problem = import_recipe(team, TOOL_DEMO_RECIPE, user, TOOL_DEMO_DATA)
     if "train" not in datasets:
         raise ValueError(
-            f"the {DEMO_RECIPE} recipe could not prepare its datasets: {problem or 'no train split'}"
+            f"the {TOOL_DEMO_RECIPE} recipe could not prepare its datasets: {problem or 'no train split'}"
         )
-    return demo_experiment(team, user, datasets).launch().runs[0]
+    experiment = Experiment.objects.filter(team=team, name=SFT_DEMO_NAME).first()
+    if experiment is None:
+        demos = demonstrations_of(datasets["train"], user)
+        fields = tool_demo_fields(SFT_DEMO_NAME, {"train": demos})
+        config = accept(team, {**fields, "sft.enabled": True, **SFT_SETTINGS})
+        description = (
+            "A short SFT on demonstrations of the lookup tool; GRPO starts from it when it succeeds."
+        )
+        experiment = Experiment.create(team, user, config, [1], description=description)
+    return experiment.launch().runs[0]
+
+
+def continue_demo(sender: Any, run: Run, **signal_args: Any) -> None:
+    """When the demo's SFT run succeeds (webapp.experiments.signals.run_finished): GRPO on the
+    lookup task from its last checkpoint, once, after the commit that ended the run."""
+    if run.kind == RunKind.SFT and run.experiment.name == SFT_DEMO_NAME:
+        transaction.on_commit(lambda: _start_rl_after(run.pk))
+
+
+def _start_rl_after(run_pk: int) -> None:
+    run = Run.objects.select_related("experiment", "team").filter(pk=run_pk).first()
+    if run is None or run.status != RunStatus.SUCCEEDED:
+        return
+    team = run.team
+    if Experiment.objects.filter(team=team, name=RL_DEMO_NAME).exists():
+        return
+    datasets, _ = import_recipe(team, TOOL_DEMO_RECIPE, run.experiment.created_by, TOOL_DEMO_DATA)
+    fields = {**tool_demo_fields(RL_DEMO_NAME, datasets), "start_from.run": run.pk, **RL_SETTINGS}
+    try:
+        config = accept(team, fields)
+    except Refused as refused:  # the trainer's status report must not fail for it: say so in the log
+        logger.warning("the demo's GRPO could not start from run %s: %s", run.pk, refused)
+        return
+    note = f"GRPO from the checkpoint of the demo's SFT run {run.pk}: tool use and reward rise together."
+    Experiment.create(team, run.experiment.created_by, config, [1], description=note).launch()

@@ -35,6 +35,7 @@ from trainer.contract import (
     EVAL_PASS_AT_K,
     EVAL_PROMPTS,
     EVAL_REWARD_MEAN,
+    POLICY_FOLDER,
 )
 from webapp.accounts.models import Team
 from webapp.experiments.acceptance import MAX_NAME_LENGTH, Refused, accept
@@ -73,7 +74,7 @@ def split_choices(experiment: Experiment) -> list[tuple[str, str]]:
     choices: list[tuple[str, str]] = []
     others: list[tuple[str, str]] = []
     for dataset in Dataset.offered_to(experiment.team).order_by("-created", "-id"):
-        if dataset.task_mismatch(experiment.task) is not None:
+        if dataset.task_mismatch(experiment.task) is not None or dataset.holds_demonstrations:
             continue
         role = own.get(dataset.reference)
         label = (
@@ -102,6 +103,7 @@ def evaluation_config(
         {
             "evaluation.enabled": True,
             "evaluation.checkpoint": checkpoint,
+            "sft.enabled": False,  # an SFT run's checkpoint is evaluated as any model: by its rollouts
             # Both data paths name the split: the trainer reads and downloads data.val_path only.
             "data.train_path": settings.dataset,
             "data.val_path": settings.dataset,
@@ -181,7 +183,7 @@ def _checkpoint_folder(experiment: Experiment, source: Run, step: int | None) ->
         )
         raise EvaluationRefused([("step", deleted)])
     folder = checkpoint_folder(checkpoint)
-    if folder is None or not (folder / "policy").is_dir():
+    if folder is None or not (folder / POLICY_FOLDER).is_dir():
         raise EvaluationRefused([("step", f"the checkpoint of step {step} has no weights on disk any more")])
     return folder
 

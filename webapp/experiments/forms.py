@@ -26,6 +26,9 @@ from webapp.retention.forms import RetentionForm
 
 # Shown in the main form; everything else of RunConfig keeps the preset's value.
 BASIC_PATHS = [
+    "sft.enabled",
+    "start_from.run",
+    "start_from.step",
     "rollout.max_steps",
     "rollout.context_policy",
     "data.reward_rule",
@@ -69,7 +72,16 @@ ADVANCED_PATHS = [
     "data.max_prompt_length",
     "data.max_response_length",
     "model.dtype",
+    "model.lora_rank",
+    "sft.max_length",
 ]
+# Labels a field's last name does not say well enough on its own.
+LABELS = {
+    "sft.enabled": "Supervised fine-tuning (SFT) on demonstrations",
+    "start_from.run": "Start from run",
+    "start_from.step": "Start from checkpoint step",
+    "sft.max_length": "SFT packed length",
+}
 
 MODEL_CHOICES = [
     ("smollm2-135m-instruct", "SmolLM2-135M-Instruct (built in, offline)"),
@@ -115,6 +127,8 @@ LABEL_WORDS = {
 
 def field_label(path: str) -> str:
     """A RunConfig path's last name as a label in sentence case: rollout.max_steps → "Max steps"."""
+    if path in LABELS:
+        return LABELS[path]
     words = [LABEL_WORDS.get(word, word) for word in path.split(".")[-1].split("_")]
     text = " ".join(words)
     return text[:1].upper() + text[1:]

@@ -193,7 +193,7 @@ class Experiment(models.Model):
         base = accept(self.team, self.config)
         seeds = self.seeds or [base.trainer.seed]
         launched = self.runs.filter(executor__in=reaped_executors())  # not those reported from outside
-        active = launched.filter(status__in=ACTIVE, seed__in=seeds, kind=RunKind.TRAINING)
+        active = launched.filter(status__in=ACTIVE, seed__in=seeds, kind__in=LAUNCHED_KINDS)
         busy = sorted(set(active.values_list("seed", flat=True)))
         if busy:
             raise LaunchRefused(
@@ -204,6 +204,7 @@ class Experiment(models.Model):
 
     def _queue_run(self, base: RunConfig, seed: int, launch_key: str) -> Run:
         suffix = f" · seed {seed}"
+        start = base.start_from
         run = Run.objects.create(
             experiment=self,
             team=self.team,
@@ -211,6 +212,10 @@ class Experiment(models.Model):
             executor=base.executor,
             name=self.name[: RUN_NAME_MAX - len(suffix)] + suffix,
             launch_key=launch_key,
+            kind=RunKind.SFT if base.sft.enabled else RunKind.TRAINING,
+            # accept() resolved start_from to a checkpoint of this team's run (and its step)
+            started_from_id=start.run,
+            started_from_step=start.step,
         )
         config = base.with_overrides(**{"trainer.seed": seed, "trainer.checkpoint_dir": checkpoint_dir(run)})
         run.freeze_config(json.loads(config.to_json()))
@@ -242,6 +247,11 @@ class RunKind(models.TextChoices):
 
     TRAINING = "training"
     EVALUATION = "evaluation"
+    SFT = "sft"  # supervised fine-tuning on demonstrations (docs/sft.md#the-sft-stage)
+
+
+# The kinds that train weights an experiment launches (an evaluation only scores them).
+LAUNCHED_KINDS = (RunKind.TRAINING, RunKind.SFT)
 
 
 REFUSAL_MESSAGE_MAX = 1000
@@ -318,6 +328,12 @@ class Run(RunLifecycle):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="evaluations"
     )
     evaluated_step = models.IntegerField(null=True, blank=True)
+    # The run whose checkpoint of started_from_step this run's weights started from (config
+    # start_from.run and .step, docs/sft.md#start-from): the lineage the runs table and run page show.
+    started_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="started_runs"
+    )
+    started_from_step = models.IntegerField(null=True, blank=True)
 
     refused_records = models.IntegerField(
         default=0, help_text="Reports of the trainer the server refused (4xx); the trainer dropped them."
@@ -357,6 +373,12 @@ class Run(RunLifecycle):
     @property
     def is_evaluation(self) -> bool:
         return self.kind == RunKind.EVALUATION
+
+    @property
+    def is_judged(self) -> bool:
+        """Whether the RL health checks judge it: an evaluation makes no update and an SFT run has no
+        reward (docs/health.md#at-ingestion)."""
+        return self.kind == RunKind.TRAINING
 
     @property
     def is_external(self) -> bool:

@@ -24,6 +24,7 @@ from webapp.experiments.forms import ExperimentForm, initial_from_config
 from webapp.experiments.models import (
     ACTIVE,
     LAUNCH_KEY,
+    LAUNCHED_KINDS,
     Experiment,
     LaunchRefused,
     NameTaken,
@@ -88,7 +89,7 @@ def dataset_picker(request: HttpRequest, team: Team, initial: dict[str, Any]) ->
 def index(request: HttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug)
     # An experiment's runs are its seeds' training runs; its evaluations are counted apart.
-    trains = Q(runs__kind=RunKind.TRAINING)  # launched or external; not an evaluation
+    trains = Q(runs__kind__in=LAUNCHED_KINDS)  # RL or SFT, launched or external; not an evaluation
     experiments = Experiment.objects.filter(team=team).annotate(
         run_count=Count("runs", filter=trains),
         active_count=Count("runs", filter=trains & Q(runs__status__in=ACTIVE)),
@@ -249,14 +250,19 @@ def _defaults(preset: str, task: str, chosen: dict[str, Any]) -> RunConfig:
 @login_required
 @require_POST
 def demo(request: HttpRequest, team_slug: str) -> HttpResponse:
-    """The empty dashboard's one click: the arithmetic demo, in the user's own team, launched."""
+    """The empty dashboard's one click: the tool-learning demo (SFT, then GRPO from it) in the user's
+    own team, launched."""
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
     try:
         run = start_demo(team, request.user)
     except ValueError as error:
         messages.error(request, f"The demo could not start: {error}.")
         return redirect("dashboard", team_slug=team.slug)
-    messages.success(request, "The demo is launched: its run trains for a few minutes; watch it here.")
+    messages.success(
+        request,
+        "The demo is launched: this SFT run teaches the lookup tool for a few minutes; when it succeeds, "
+        "a GRPO run starts from its checkpoint (linked below as a run started from it).",
+    )
     return redirect("run", team_slug=team.slug, pk=run.pk)
 
 

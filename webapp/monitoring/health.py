@@ -110,7 +110,7 @@ def context_of(run: Run) -> Context:
 def observe(run: Run, points: Sequence[Mapping[str, Any]]) -> list[HealthAlert]:
     """Judge the new points of one batch; the alerts of the episodes they opened. An evaluation is
     not judged: its checks watch an update it never makes (docs/health.md#at-ingestion)."""
-    if not points or run.is_evaluation:
+    if not points or not run.is_judged:
         return []
     keys = {point["key"] for point in points} | {NON_FINITE_KEY}
     rules = [rule for rule in team_rules(run.team_id).values() if rule.enabled]

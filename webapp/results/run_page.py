@@ -50,6 +50,8 @@ def _run_context(run: Run, edit_form: RunEditForm | None = None) -> dict[str, An
         "edit_form": edit_form or RunEditForm(initial=initial),
         "place": place_text(run),
         "evaluation": evaluation_summary(run) if run.is_evaluation else None,
+        # the lineage's other half: the runs whose weights started from this run's checkpoints
+        "started_runs": list(run.started_runs.order_by("pk")),
     }
 
 

@@ -72,7 +72,7 @@ TEXT, NUMBER, TIME, DURATION, STATUS, KIND, TAGS, JSON = (
 )
 # What a run is, as the Kind column says it: launched to train, an evaluation of a model, or logged
 # by an MLflow client or imported (Run.is_external).
-RUN_KINDS = (RunKind.TRAINING.value, RunKind.EVALUATION.value, EXTERNAL_EXECUTOR)
+RUN_KINDS = (RunKind.TRAINING.value, RunKind.SFT.value, RunKind.EVALUATION.value, EXTERNAL_EXECUTOR)
 
 OPERATORS: Mapping[str, str] = {
     "eq": "=", "ne": "≠", "gt": ">", "ge": "≥", "lt": "<", "le": "≤", "contains": "contains",
@@ -166,9 +166,10 @@ def _duration() -> Any:
 
 
 def _kind() -> Any:
-    """One of RUN_KINDS: an evaluation first (a launched run), then whether we launched it."""
+    """One of RUN_KINDS: an evaluation or an SFT run first (launched runs), then whether we launched it."""
     return Case(
         When(kind=RunKind.EVALUATION, then=Value(RunKind.EVALUATION.value)),
+        When(kind=RunKind.SFT, then=Value(RunKind.SFT.value)),
         When(executor__in=outside_executors(), then=Value(EXTERNAL_EXECUTOR)),
         default=Value(RunKind.TRAINING.value),
         output_field=TextField(),
@@ -198,6 +199,7 @@ _ATTRIBUTE_EXPRESSIONS: Mapping[str, Any] = {
     "tags": lambda: F("labels"),
     "note": lambda: F("note"),
     "health": _health_firing,
+    "started_from": lambda: F("started_from_id"),
 }
 
 
@@ -220,6 +222,8 @@ ATTRIBUTES: Mapping[str, Column] = {
         Column("tags", "Tags", TAGS, "attribute"),
         Column("note", "Note", TEXT, "attribute"),
         Column("health", "Health", NUMBER, "attribute", aggregate=False),
+        # The lineage (docs/sft.md#start-from): the run whose checkpoint this run started from.
+        Column("started_from", "Started from", NUMBER, "attribute", groupable=True, aggregate=False),
     )
 }
 

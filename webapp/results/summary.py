@@ -11,8 +11,8 @@ from django.db import connection
 from django.utils import timezone
 
 from trainer.config import flatten_paths
-from trainer.contract import REWARD_MEAN, VAL_PREFIX, val_key
-from webapp.experiments.models import Run, RunStatus
+from trainer.contract import REWARD_MEAN, SFT_LOSS, VAL_LOSS, VAL_PREFIX, val_key
+from webapp.experiments.models import Run, RunKind, RunStatus
 from webapp.ingestion.models import SUMMARY_WIDTHS, Checkpoint
 from webapp.results.runs_table import format_duration
 
@@ -99,14 +99,17 @@ def summarize(run: Run) -> RunSummary:
         else next((k for k in sorted(logged) if k.startswith(VAL_PREFIX) and k.endswith("/acc")), None)
     )
     keys = [REWARD_MEAN] + ([validation_key] if validation_key else [])
-    best = _best(run, keys)
+    sft = run.kind == RunKind.SFT  # an SFT run has no reward: its losses, lowest best (docs/sft.md#metrics)
+    if sft:
+        keys, validation_key = [SFT_LOSS, VAL_LOSS], VAL_LOSS
+    best = _best(run, keys, lowest=sft)
     facts = {
         key: MetricFact(key, *logged.get(key, (None, None)), *best.get(key, (None, None))) for key in keys
     }
     running = run.status in (RunStatus.RUNNING, RunStatus.STALLED)
     return RunSummary(
         timing=timing(run.started_at, run.finished_at, run.step, run.total_steps, running, timezone.now()),
-        reward=facts[REWARD_MEAN],
+        reward=facts[keys[0]],
         validation=facts[validation_key] if validation_key else None,
         config=config_summary(run.config or {}),
         checkpoints=list(run.checkpoints.order_by("step")),
@@ -138,13 +141,15 @@ def _latest(run: Run) -> dict[str, tuple[float, int]]:
         return {name: (value, step) for name, value, step in cursor.fetchall()}
 
 
-def _best(run: Run, keys: list[str]) -> dict[str, tuple[float, int]]:
-    """The maximum of each key over every step (and where it was), from the coarsest summary level."""
+def _best(run: Run, keys: list[str], *, lowest: bool = False) -> dict[str, tuple[float, int]]:
+    """The maximum (``lowest``: the minimum, for a loss) of each key over every step and where it was,
+    from the coarsest summary level."""
+    value, step, order = ("min_value", "min_step", "ASC") if lowest else ("max_value", "max_step", "DESC")
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT DISTINCT ON (k.name) k.name, s.max_value, s.max_step FROM results_metricsummary s "
+            f"SELECT DISTINCT ON (k.name) k.name, s.{value}, s.{step} FROM results_metricsummary s "
             "JOIN results_metrickey k ON k.id = s.key_id WHERE s.run_id = %s AND s.level = %s AND k.name = ANY(%s) "
-            "ORDER BY k.name, s.max_value DESC, s.max_step",
+            f"ORDER BY k.name, s.{value} {order}, s.{step}",
             [run.pk, len(SUMMARY_WIDTHS), keys],
         )
         return {name: (value, step) for name, value, step in cursor.fetchall()}

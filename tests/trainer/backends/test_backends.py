@@ -46,6 +46,9 @@ VERL_READ_BY_US = {
     *("rollout.env_kwargs", "data.train_path", "data.val_path", "data.rewards", "trainer.checkpoint_dir"),
     "data.reward_rule",  # the agent loop scores by it, in verl's workers
     "report.console",
+    # The driver runs verl's SFT trainer instead (sft_command.py, test_verl_sft_command.py); the web
+    # app resolves start_from.run and step to start_from.checkpoint, which reaches the model path.
+    *("sft.enabled", "sft.max_length", "start_from.run", "start_from.step"),
 }
 
 

@@ -59,6 +59,8 @@ NOT_BUILT = {
     "preset": "RunConfig.from_preset applies the preset's values before any backend sees the config",
     "backend": "picks the backend itself (BACKENDS.get)",
     "executor": "the web app's launcher picks the executor that starts the job",
+    "start_from.run": "the web app resolves it (with start_from.step) to start_from.checkpoint",
+    "start_from.step": "the web app resolves it (with start_from.run) to start_from.checkpoint",
     "rollout.tool_warmup_steps": "the web app's tool-use health checks read it (docs/health.md#tool-use)",
 }
 
@@ -101,6 +103,7 @@ class Probe:
 MULTI = {"rollout.env_type": "chatter", "rollout.max_steps": 3}
 VAL = {"data.val_path": "{val}"}
 CHECKPOINTS = {"trainer.checkpoint_dir": "{out}", "trainer.total_steps": 2}
+DEMOS = {"data.train_path": "{demos}"}  # rows with both RL columns and demonstrations
 TOOLS = {"rollout.tools": ["echo"]}
 SIGNALS_SAMPLED = {"report.token_signals": "sample"}
 
@@ -176,6 +179,9 @@ PROBES: dict[str, Probe] = {
     "report.token_signals_per_step": Probe(1, SIGNALS_SAMPLED),
     "evaluation.enabled": Probe(True, VAL),
     "evaluation.checkpoint": Probe("{eval_checkpoint}", {**VAL, "evaluation.enabled": True}),
+    "sft.enabled": Probe(True, DEMOS),
+    "sft.max_length": Probe(16, {**DEMOS, "sft.enabled": True}),
+    "start_from.checkpoint": Probe("{eval_checkpoint}"),
 }
 
 # The config every probe starts from: two prompts of n = 2 samples, two mini-batches (so π_old has
@@ -422,7 +428,7 @@ def runs(
 
     root = tmp_path_factory.mktemp("honoured")
 
-    def rows(name: str, count: int, text: str, data_source: str = TASK) -> str:
+    def rows(name: str, count: int, text: str, data_source: str = TASK, *, demos: bool = False) -> str:
         table = [
             {
                 "data_source": data_source,
@@ -432,6 +438,8 @@ def runs(
             }
             for i in range(count)
         ]
+        for i, row in enumerate(table if demos else []):
+            row["messages"] = [*row["prompt"], {"role": "assistant", "content": f"Answer number {i} here."}]
         pq.write_table(pa.Table.from_pylist(table), root / name)
         return str(root / name)
 
@@ -441,6 +449,7 @@ def runs(
         "tiny": str(tiny_model_dir),
         "sharp": str(sharp_tiny_model_dir),
         "train": rows("train.parquet", 6, "Say something #{i}"),
+        "demos": rows("demos.parquet", 6, "Say something #{i}", demos=True),
         "train_other": rows("other.parquet", 4, "Name a colour #{i}"),
         "train_verl": rows("verl.parquet", 6, "Say something #{i}", data_source=VERL_NAMED),
         "val": rows("val.parquet", 3, "Question {i}?"),

@@ -316,3 +316,38 @@ def test_a_validation_whose_task_was_lost_is_sent_again_and_settles(
     )
     assert settled.status == DatasetStatus.VALID and settled.stats["rows"] > 0
     assert resend_lost_work() == ([], [])
+
+
+def test_an_uploaded_demonstrations_file_is_valid_previewed_and_fits_every_task(
+    personas: dict[str, Any], tmp_path: Path
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    conversation = [
+        {"role": "user", "content": "What is k1?"},
+        {
+            "role": "assistant",
+            "content": '<tool_call>{"name": "lookup", "arguments": {"key": "k1"}}</tool_call>',
+        },
+        {"role": "tool", "content": "42"},
+        {"role": "assistant", "content": "<answer>42</answer>"},
+    ]
+    path = tmp_path / "demos.parquet"
+    pq.write_table(pa.Table.from_pylist([{"messages": conversation}] * 4), path)
+    _upload(_client("alice"), personas["acme"].slug, path)
+    dataset = Dataset.objects.get()
+    dataset.validate()
+    assert dataset.status == DatasetStatus.VALID, dataset.problems
+    assert (dataset.stats["rows"], dataset.stats["data_sources"], dataset.stats["layout"]) == (
+        4,
+        {},
+        "messages",
+    )
+    assert dataset.task_mismatch("arithmetic") is None
+    assert [m["role"] for m in read_rows(dataset.path, 0, 1)[0].messages] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]

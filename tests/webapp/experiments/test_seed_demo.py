@@ -6,11 +6,12 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
 
+from tests.webapp.experiments.test_evaluations import FILES, saved_checkpoint
 from trainer.config import RunConfig
 from webapp.accounts.models import Team
 from webapp.datasets.models import Dataset
-from webapp.experiments.demo import start_demo
-from webapp.experiments.models import Experiment
+from webapp.experiments.demo import DEMONSTRATED_ROWS, RL_DEMO_NAME, start_demo
+from webapp.experiments.models import Experiment, RunKind, RunStatus
 
 
 def test_the_demo_team_has_recipe_datasets_and_a_ready_experiment(db: Any) -> None:
@@ -41,11 +42,27 @@ def test_the_demo_team_has_recipe_datasets_and_a_ready_experiment(db: Any) -> No
     assert Experiment.objects.filter(team=demo).count() == 1
 
 
-def test_the_dashboard_demo_learns_from_generated_problems_in_the_users_team(db: Any) -> None:
+def test_the_dashboard_demo_fine_tunes_on_lookup_demonstrations_then_starts_grpo_from_its_checkpoint(
+    db: Any, django_capture_on_commit_callbacks: Any
+) -> None:
     user = get_user_model().objects.create_user("ann", "", "pw-for-the-demo")
     team = Team.create_with_owner("Ann's team", user)
-    run = start_demo(team, user)
-    config = RunConfig.model_validate(run.experiment.config)
-    train, val = (Dataset.resolve(team, path) for path in (config.data.train_path, config.data.val_path))
-    assert train is not None and val is not None
-    assert (train.stats["rows"], val.stats["rows"]) == (450, 50)
+    sft = start_demo(team, user)
+    config = RunConfig.model_validate(sft.experiment.config)
+    assert (sft.kind, config.task, config.sft.enabled) == (RunKind.SFT, "lookup", True)
+    demos = Dataset.resolve(team, config.data.train_path)
+    assert demos is not None and demos.holds_demonstrations and demos.stats["rows"] == DEMONSTRATED_ROWS
+    assert not Experiment.objects.filter(team=team, name=RL_DEMO_NAME).exists()  # not before the SFT ends
+
+    saved_checkpoint(sft, 40, FILES)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sft.finish(RunStatus.SUCCEEDED)
+    rl = Experiment.objects.get(team=team, name=RL_DEMO_NAME)
+    (run,) = rl.runs.all()
+    rl_config = RunConfig.model_validate(run.config)
+    assert (run.kind, run.started_from, run.started_from_step) == (RunKind.TRAINING, sft, 40)
+    assert (rl_config.task, rl_config.sft.enabled, rl_config.trainer.total_steps) == ("lookup", False, 30)
+    train, val = (
+        Dataset.resolve(team, path) for path in (rl_config.data.train_path, rl_config.data.val_path)
+    )
+    assert train is not None and val is not None and (train.stats["rows"], val.stats["rows"]) == (450, 50)

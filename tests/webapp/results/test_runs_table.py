@@ -193,7 +193,7 @@ def test_the_kind_column_tells_training_runs_from_evaluations_and_external_runs(
         "training": 4,
     }
     refused = _table("fc=kind&fo=eq&fv=eval")
-    assert refused.query.errors == ["filter kind = eval: kind is one of training, evaluation, external"]
+    assert refused.query.errors == ["filter kind = eval: kind is one of training, sft, evaluation, external"]
 
 
 def test_the_table_pages_by_fifty_and_hides_archived_runs(personas: Any) -> None:

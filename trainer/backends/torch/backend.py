@@ -25,6 +25,10 @@ class TorchBackend:
     def train(
         self, config: RunConfig, reporter: Reporter, *, stop_event: threading.Event | None = None
     ) -> Any:
+        if config.sft.enabled:
+            from trainer.backends.torch.sft import train_sft
+
+            return train_sft(config, reporter, stop_event=stop_event)
         if config.evaluation.enabled:
             from trainer.backends.torch.evaluate import evaluate
 

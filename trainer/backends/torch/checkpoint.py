@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainer.contract import POLICY_FOLDER
+
 if TYPE_CHECKING:
     from trainer.backends.torch.update import Models
 
@@ -129,8 +131,8 @@ def save_checkpoint(
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
-    models.policy.save_pretrained(staging / "policy")
-    tokenizer.save_pretrained(staging / "policy")
+    models.policy.save_pretrained(staging / POLICY_FOLDER)
+    tokenizer.save_pretrained(staging / POLICY_FOLDER)
     if models.critic is not None:
         models.critic.save_pretrained(staging / "critic")
     if resumable:
@@ -153,7 +155,7 @@ def load_training_state(path: Path, models: Models, *, generators: dict[str, tor
     if not (path / OPTIMIZER_FILE).is_file():
         raise ValueError(
             f"checkpoint {path} holds the weights only (its run did not set trainer.resume), so training "
-            f"cannot continue exactly from it: start a new run with model.path set to {path / 'policy'}"
+            f"cannot continue exactly from it: start a new run with model.path set to {path / POLICY_FOLDER}"
         )
     optimizers = torch.load(path / OPTIMIZER_FILE, map_location="cpu", weights_only=False)
     models.actor_optimizer.load_state_dict(optimizers["actor"])

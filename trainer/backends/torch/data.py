@@ -6,11 +6,12 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow.parquet as pq
 
 Row = dict[str, Any]
+Item = TypeVar("Item")
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model", "extra_info")
 
@@ -47,13 +48,15 @@ def epoch_order(num_rows: int, epoch: int, *, seed: int, shuffle: bool) -> list[
     return order
 
 
-def batch_for_step(rows: Sequence[Row], step: int, batch_size: int, *, seed: int, shuffle: bool) -> list[Row]:
+def batch_for_step(
+    rows: Sequence[Item], step: int, batch_size: int, *, seed: int, shuffle: bool
+) -> list[Item]:
     """The prompts of training step ``step`` (1-based): consecutive slices of the epoch orders, wrapping
     into the next epoch when the data runs out. Knowing only the step number is enough, so resume needs
     no saved data-loader state."""
     start = (step - 1) * batch_size
     orders: dict[int, list[int]] = {}
-    batch: list[Row] = []
+    batch: list[Item] = []
     for position in range(start, start + batch_size):
         epoch, offset = divmod(position, len(rows))
         if epoch not in orders:

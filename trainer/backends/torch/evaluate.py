@@ -19,8 +19,16 @@ import torch
 
 from trainer.backends.torch.data import load_rows
 from trainer.backends.torch.engine import TorchGenerationEngine
-from trainer.backends.torch.loop import DTYPES, TrainResult, resolve_device, sampling_params, thread_budget
+from trainer.backends.torch.loop import (
+    DTYPES,
+    TrainResult,
+    initial_weights,
+    resolve_device,
+    sampling_params,
+    thread_budget,
+)
 from trainer.backends.torch.rollout import rollout
+from trainer.contract import POLICY_FOLDER
 from trainer.evaluation import metrics_of, record_accuracy
 from trainer.mdp import Trajectory
 from trainer.models import load_policy, load_tokenizer, resolve_model_path
@@ -32,11 +40,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-POLICY_FOLDER = "policy"  # a checkpoint's weights (trainer.backends.torch.checkpoint)
-
 
 def evaluated_weights(config: RunConfig) -> Path:
-    """The folder whose weights are evaluated: the checkpoint's policy/, else model.path."""
+    """The folder whose weights are evaluated: the checkpoint's policy/, else the weights the
+    experiment starts from (its start_from checkpoint, or model.path)."""
     if config.evaluation.checkpoint:
         folder = Path(config.evaluation.checkpoint) / POLICY_FOLDER
         if not folder.is_dir():
@@ -44,7 +51,7 @@ def evaluated_weights(config: RunConfig) -> Path:
                 f"evaluation.checkpoint {config.evaluation.checkpoint} has no {POLICY_FOLDER}/"
             )
         return folder
-    return resolve_model_path(config.model.path)
+    return initial_weights(config)
 
 
 def evaluate(

@@ -45,6 +45,7 @@ from trainer.contract import (
     PERF_GENERATED_TOKENS,
     PERF_SAMPLES_PER_S,
     PERF_TOKENS_PER_S,
+    POLICY_FOLDER,
     TIMING_CHECKPOINT_S,
     TIMING_ENV_S,
     TIMING_GENERATE_S,
@@ -116,30 +117,61 @@ def resolve_device(name: str) -> torch.device:
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # model.dtype's choices
 
 
+def initial_weights(config: RunConfig) -> Path:
+    """The weights a run starts from: the policy of its start_from checkpoint (docs/sft.md#start-from),
+    else model.path."""
+    if config.start_from.checkpoint:
+        folder = Path(config.start_from.checkpoint) / POLICY_FOLDER
+        if not folder.is_dir():
+            raise FileNotFoundError(
+                f"start_from.checkpoint {config.start_from.checkpoint} has no {POLICY_FOLDER}/"
+            )
+        return folder
+    return resolve_model_path(config.model.path)
+
+
+def load_trained_policy(config: RunConfig, path: Path) -> Any:
+    """The policy to train from ``path``: every weight, or LoRA adapters (model.lora_rank). A LoRA
+    checkpoint of this run's own resumes its adapters; a start_from checkpoint is merged first, so
+    the new adapters (and the reference, their base) start from the model it holds."""
+    lora = config.model.lora_rank > 0
+    starts_from_checkpoint = bool(config.start_from.checkpoint) and path == initial_weights(config)
+    continues_adapters = lora and is_adapter(path) and not starts_from_checkpoint
+    policy = load_policy(
+        path,
+        dtype=DTYPES[config.model.dtype],
+        trust_remote_code=config.model.trust_remote_code,
+        trainable_adapter=continues_adapters,
+    )
+    if lora and not continues_adapters:
+        return with_lora(policy, rank=config.model.lora_rank, alpha=config.model.lora_alpha)
+    # A merged adapter comes back frozen (PEFT loads it for inference); full fine-tuning trains it all.
+    return policy if lora else policy.requires_grad_(True)
+
+
 def build_models(config: RunConfig, device: torch.device, tokenizer: Any, checkpoint: Path | None) -> Models:
     """Policy and critic (from ``checkpoint`` when resuming), reference (the original model), optimizers.
 
     Every model's weights are in ``model.dtype``; the optimizers keep fp32 masters of bf16 weights.
     """
-    base = resolve_model_path(config.model.path)
+    initial = initial_weights(config)
     dtype, remote = DTYPES[config.model.dtype], config.model.trust_remote_code
-    policy_path = checkpoint / "policy" if checkpoint else base
+    policy = load_trained_policy(config, checkpoint / POLICY_FOLDER if checkpoint else initial).to(device)
     lora = config.model.lora_rank > 0
-    policy = load_policy(policy_path, dtype=dtype, trust_remote_code=remote, trainable_adapter=lora)
-    if lora and not is_adapter(policy_path):
-        policy = with_lora(policy, rank=config.model.lora_rank, alpha=config.model.lora_alpha)
-    policy = policy.to(device)
     reference = None
     wants_reference = config.algorithm.kl_mode != "none" and config.algorithm.kl_coef > 0
     if wants_reference and not lora:
-        # Always the original model, also on resume: the KL anchors to where training started.
+        # Always the model training started from, also on resume: the KL anchors to it.
         # (With LoRA the original model is the policy with its adapters off: Models.reference_model.)
         reference = (
-            load_policy(base, dtype=dtype, trust_remote_code=remote).to(device).eval().requires_grad_(False)
+            load_policy(initial, dtype=dtype, trust_remote_code=remote)
+            .to(device)
+            .eval()
+            .requires_grad_(False)
         )
     critic = critic_optimizer = None
     if config.use_critic:
-        critic_path = checkpoint / "critic" if checkpoint else base
+        critic_path = checkpoint / "critic" if checkpoint else resolve_model_path(config.model.path)
         critic = ValueHeadModel.from_pretrained(critic_path, dtype=dtype, trust_remote_code=remote).to(device)
         critic_optimizer = adamw(
             critic.parameters(), lr=config.optim.critic_lr, weight_decay=config.optim.weight_decay
@@ -327,22 +359,36 @@ def validate(run: Run, step: int) -> dict[str, float]:
 
 
 def _save(run: Run, step: int, reporter: Reporter) -> Path | None:
+    return save_and_prune(
+        run.config, step, run.models, run.tokenizer, run.generators, run.last_metrics, reporter
+    )
+
+
+def save_and_prune(
+    config: RunConfig,
+    step: int,
+    models: Models,
+    tokenizer: Any,
+    generators: dict[str, torch.Generator],
+    metrics: dict[str, float],
+    reporter: Reporter,
+) -> Path | None:
     """Checkpoint ``step`` (weights, plus optimizer and RNG states when the run is resumable), then
     delete the oldest beyond trainer.keep_checkpoints (docs/checkpoints.md)."""
-    trainer = run.config.trainer
+    trainer = config.trainer
     if not trainer.checkpoint_dir:
         return None
     path = save_checkpoint(
         trainer.checkpoint_dir,
         step,
-        run.models,
-        run.tokenizer,
-        generators=run.generators,
-        metrics=run.last_metrics,
-        config_json=run.config.to_json(),
+        models,
+        tokenizer,
+        generators=generators,
+        metrics=metrics,
+        config_json=config.to_json(),
         resumable=trainer.resume,
     )
-    reporter.log_checkpoint(step, str(path), run.last_metrics, size_bytes=folder_size(path))
+    reporter.log_checkpoint(step, str(path), metrics, size_bytes=folder_size(path))
     if trainer.keep_checkpoints is not None:
         for old in prune_checkpoints(trainer.checkpoint_dir, trainer.keep_checkpoints):
             reporter.log_checkpoint(checkpoint_step(old), str(old), deleted=True)

@@ -279,7 +279,7 @@ def _accumulate(sums: dict[str, float], key: str, value: torch.Tensor | float, w
     sums[key] = sums.get(key, 0.0) + float(value) * weight
 
 
-def _optimizer_step(optimizer: torch.optim.Optimizer, grad_clip: float) -> float:
+def optimizer_step(optimizer: torch.optim.Optimizer, grad_clip: float) -> float:
     # The optimizer's own parameters: with bf16 weights they are the fp32 masters that hold the grads.
     params = [p for group in optimizer.param_groups for p in group["params"]]
     grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
@@ -396,7 +396,7 @@ def update_actor(
             (loss * scale).backward()
             for key, value in metrics.items():
                 _accumulate(sums, f"actor/{key}", value, scale)
-        grad_norm = _optimizer_step(models.actor_optimizer, config.optim.grad_clip)
+        grad_norm = optimizer_step(models.actor_optimizer, config.optim.grad_clip)
         _accumulate(sums, ACTOR_GRAD_NORM, grad_norm, 1.0)
         updates += 1
     return {key: value / max(updates, 1) for key, value in sums.items()} | {"actor/updates": float(updates)}
@@ -439,7 +439,7 @@ def update_critic(
             _accumulate(sums, CRITIC_VALUE_LOSS, loss.detach(), scale)
             for key, value in metrics.items():
                 _accumulate(sums, f"critic/{key}", value.detach(), scale)
-        grad_norm = _optimizer_step(models.critic_optimizer, config.optim.grad_clip)
+        grad_norm = optimizer_step(models.critic_optimizer, config.optim.grad_clip)
         _accumulate(sums, "critic/grad_norm", grad_norm, 1.0)
         updates += 1
     return {key: value / max(updates, 1) for key, value in sums.items()}

@@ -81,6 +81,11 @@ class VerlBackend:
 
     def check(self, config: RunConfig) -> list[Problem]:
         """verl's own ``validate_config`` on the command this run would get (imports verl and Hydra)."""
+        if config.sft.enabled:
+            from trainer.backends.verl.command import DUMMY_PATHS
+            from trainer.backends.verl.sft_command import sft_problems
+
+            return sft_problems(config, DUMMY_PATHS)
         from trainer.backends.verl.command import verl_problems
 
         return verl_problems(config)
@@ -148,8 +153,10 @@ def _batch_problems(config: RunConfig) -> list[Problem]:
                 "backend verl needs GPUs: set resources.gpus_per_node to 1 or more, or use backend torch",
             )
         ]
-    problems = []
     world = resources.gpus_per_node * resources.nodes
+    if config.sft.enabled:  # no rollouts: verl's SFT trainer splits conversations (sft_command.py)
+        return _sft_batch_problems(config, world)
+    problems = []
     trajectories = config.trainer.batch_size * n
     if trajectories % world:
         problems.append(
@@ -176,3 +183,15 @@ def _batch_problems(config: RunConfig) -> list[Problem]:
             )
         )
     return problems
+
+
+def _sft_batch_problems(config: RunConfig, world: int) -> list[Problem]:
+    if config.trainer.batch_size % world:
+        return [
+            (
+                "trainer.batch_size",
+                f"verl's SFT trainer splits trainer.batch_size ({config.trainer.batch_size}) across {world} GPUs: "
+                f"set trainer.batch_size to a multiple of {world}",
+            )
+        ]
+    return []

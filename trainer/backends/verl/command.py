@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainer.contract import POLICY_FOLDER
+
 if TYPE_CHECKING:
     from trainer.config import RunConfig
 
@@ -62,7 +64,7 @@ class VerlPaths:
     agent_loop_config: str
 
 
-def _value(value: Any) -> str:
+def hydra_value(value: Any) -> str:
     """A Hydra override value: bools lower-case, None as null, floats in round-trip form."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -71,6 +73,14 @@ def _value(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+def start_model_path(config: RunConfig) -> str:
+    """The weights the run starts from: its start_from checkpoint's policy/ (docs/sft.md#start-from),
+    else model.path. The critic and the tokenizer keep model.path's."""
+    if config.start_from.checkpoint:
+        return f"{config.start_from.checkpoint.rstrip('/')}/{POLICY_FOLDER}"
+    return config.model.path
 
 
 def prompts_per_mini_batch(config: RunConfig) -> int:
@@ -168,7 +178,7 @@ def _dtype(config: RunConfig) -> dict[str, Any]:
 def _model_and_rollout(config: RunConfig, paths: VerlPaths) -> dict[str, Any]:
     rollout, micro = config.rollout, config.optim.micro_batch_size
     return {
-        "actor_rollout_ref.model.path": config.model.path,
+        "actor_rollout_ref.model.path": start_model_path(config),
         "actor_rollout_ref.model.trust_remote_code": config.model.trust_remote_code,
         "actor_rollout_ref.model.enable_gradient_checkpointing": config.model.gradient_checkpointing,
         # verl's FSDP LoRA: adapters on every linear layer, as ours (target_modules all-linear).
@@ -236,15 +246,15 @@ def _trainer(
         "trainer.n_gpus_per_node": config.resources.gpus_per_node,
         "trainer.nnodes": config.resources.nodes,
         "trainer.logger": "[" + ",".join(loggers) + "]",
-        "trainer.project_name": _quoted(project),
-        "trainer.experiment_name": _quoted(run_name),
+        "trainer.project_name": hydra_quoted(project),
+        "trainer.experiment_name": hydra_quoted(run_name),
         "trainer.default_local_dir": paths.checkpoint_dir,
         "trainer.rollout_data_dir": paths.rollout_dir,
         "trainer.validation_data_dir": paths.validation_dir,
     }
 
 
-def _quoted(text: str) -> str:
+def hydra_quoted(text: str) -> str:
     """A Hydra string value that may hold spaces, commas, brackets or quotes."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
@@ -271,7 +281,7 @@ def overrides(
         _trainer(config, paths, project, run_name, loggers),
     ):
         values.update(part)
-    return [f"{key}={_value(value)}" for key, value in values.items()]
+    return [f"{key}={hydra_value(value)}" for key, value in values.items()]
 
 
 def command(
@@ -294,7 +304,7 @@ def command(
 
 # -- verl's own checks ----------------------------------------------------------------------------
 
-_DUMMY_PATHS = VerlPaths(
+DUMMY_PATHS = VerlPaths(
     train_files="/shared/data/train.parquet",
     val_files="/shared/data/val.parquet",
     checkpoint_dir="/shared/checkpoints",
@@ -325,7 +335,7 @@ def field_for_error(message: str) -> str:
 
 
 @functools.cache
-def _config_dir() -> str:
+def verl_config_dir() -> str:
     import verl
 
     return str(Path(verl.__file__).parent / "trainer" / "config")
@@ -353,12 +363,12 @@ def _stand_in_model() -> str:
     return str(folder)
 
 
-def compose(config: RunConfig, paths: VerlPaths = _DUMMY_PATHS, *, extra: Sequence[str] = ()) -> Any:
+def compose(config: RunConfig, paths: VerlPaths = DUMMY_PATHS, *, extra: Sequence[str] = ()) -> Any:
     """verl's ``ppo_trainer`` DictConfig with our overrides (then ``extra``) applied (Hydra, no Ray)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    with initialize_config_dir(config_dir=_config_dir(), version_base=None):
+    with initialize_config_dir(config_dir=verl_config_dir(), version_base=None):
         ours = overrides(config, paths, project="p", run_name="r")
         return hydra_compose("ppo_trainer", overrides=[*ours, *extra])
 

@@ -28,6 +28,7 @@ from typing import IO, TYPE_CHECKING, Literal
 
 from trainer.backends.verl.command import VerlPaths, command, shared_paths
 from trainer.backends.verl.setup_hook import HOOK
+from trainer.backends.verl.sft_command import sft_command
 from trainer.contract import MLFLOW_TRACKING_URI_ENV, PROJECT_ENV, RUN_ID_ENV
 
 if TYPE_CHECKING:
@@ -125,17 +126,15 @@ def verl_command(config: RunConfig, paths: VerlPaths) -> list[str]:
     # fall back to a local sqlite file, so a run outside the webapp logs to the console only.
     wanted = {"console": config.report.console, "mlflow": bool(os.environ.get(MLFLOW_TRACKING_URI_ENV))}
     loggers = tuple(logger_name for logger_name, on in wanted.items() if on)
-    argv = command(
-        config,
-        paths,
-        project=os.environ.get(PROJECT_ENV, "agent-r1-studio"),
-        run_name=name,
-        python=sys.executable,
-        loggers=loggers,
-    )
+    project = os.environ.get(PROJECT_ENV, "agent-r1-studio")
     # Hydra writes its outputs/ folder into the working directory, which for a Ray job is wherever
     # the cluster was started: keep it with the run instead.
     hydra_dir = f"hydra.run.dir={Path(paths.checkpoint_dir).parent / 'hydra'}"
+    if config.sft.enabled:  # verl's own SFT trainer under torchrun: no Ray, so no setup hook
+        torchrun = (sys.executable, "-m", "torch.distributed.run")
+        argv = sft_command(config, paths, project=project, run_name=name, torchrun=torchrun, loggers=loggers)
+        return [*argv, hydra_dir]
+    argv = command(config, paths, project=project, run_name=name, python=sys.executable, loggers=loggers)
     return [*argv, hydra_dir, *setup_hook_overrides()]
 
 

@@ -19,6 +19,7 @@ from trainer.contract import (
     REWARD_MAX,
     REWARD_MEAN,
     REWARD_MIN,
+    SFT_LOSS,
     TIMING_ADV_S,
     TIMING_CHECKPOINT_S,
     TIMING_ENV_S,
@@ -66,6 +67,8 @@ VERL_KEY_ALIASES: Mapping[str, str] = {
     "timing_s/update_actor": TIMING_UPDATE_ACTOR_S,
     "timing_s/update_weights": TIMING_SYNC_WEIGHTS_S,
     "timing_s/save_checkpoint": TIMING_CHECKPOINT_S,
+    # verl's SFT trainer (trainer/sft_trainer.py): its val/loss is spelled as ours.
+    "train/loss": SFT_LOSS,
 }
 # verl's validation key: val-core/<data_source>/<var>/mean@N, where var is acc when the reward
 # function gives one, else reward (our rule for val/<task>/acc too) and N the samples per prompt;

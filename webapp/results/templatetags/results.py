@@ -126,12 +126,17 @@ def _cell_html(cell: Any, run: Any, team_slug: str, name: str) -> str:
         kind = escape(cell.text)
         return kind if cell.value == RunKind.TRAINING else f'<span class="badge kind-{kind}">{kind}</span>'
     if column == "health":
-        if run.is_evaluation:  # not judged (docs/health.md#at-ingestion)
-            return '<span class="muted" title="an evaluation is not health-checked">—</span>'
+        if not run.is_judged:  # an evaluation or an SFT run (docs/health.md#at-ingestion)
+            return (
+                f'<span class="muted" title="a run of kind {escape(run.kind)} is not health-checked">—</span>'
+            )
         if not cell.value:
             return '<span class="health-ok">ok</span>'
         url = escape(reverse("run", args=[team_slug, run.pk]))
         return f'<a class="badge danger" href="{url}#health">{int(cell.value)} firing</a>'
+    if column == "started_from" and cell.value:  # the parent run of the lineage (docs/sft.md#start-from)
+        url = escape(reverse("run", args=[team_slug, cell.value]))
+        return f'<a class="lineage" href="{url}">← run {int(cell.value)}</a>'
     if column == "note":
         short = cell.text if len(cell.text) <= 60 else cell.text[:59] + "…"
         return f'<span title="{escape(cell.text)}">{escape(short)}</span>'
