@@ -32,12 +32,12 @@ TOOL_DEMO_RECIPE = "lookup"
 TOOL_DEMO_DATA = {"size": 500}
 SFT_DEMO_NAME = "Lookup demo 1/2: SFT on demonstrations (SmolLM2-135M)"
 RL_DEMO_NAME = "Lookup demo 2/2: GRPO from the SFT checkpoint (SmolLM2-135M)"
-DEMONSTRATED_ROWS = 160  # the training rows turned into demonstrations
+DEMONSTRATED_ROWS = 48  # the training rows turned into demonstrations: one pass of the SFT below
 # A short SFT: what bench/bench_tool_learning.py runs (docs/sft.md#the-demos-numbers).
 SFT_SETTINGS = {
-    "trainer.total_steps": 40,
-    "trainer.batch_size": 8,
-    "optim.lr": 5e-5,
+    "trainer.total_steps": 12,
+    "trainer.batch_size": 4,
+    "optim.lr": 1e-4,
     "optim.warmup_steps": 3,
     "optim.micro_batch_size": 2,
     "sft.max_length": 512,  # two lookup conversations per packed row
