@@ -184,12 +184,12 @@ def test_tools_and_rewards_are_created_changed_tried_and_deleted(
     allow_tools_at(settings, monkeypatch, UNUSED_TOOL_ADDRESS)
     schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
     made = alice(
-        "POST", "/t/acme/tools", {"name": "lookup", "parameters": schema, "url": "http://127.0.0.1:9/x"}
+        "POST", "/t/acme/tools", {"name": "kv_lookup", "parameters": schema, "url": "http://127.0.0.1:9/x"}
     )
     assert made.status_code == 201, made.content
     pk = made.json()["id"]
     taken = alice(
-        "POST", "/t/acme/tools", {"name": "lookup", "parameters": schema, "url": "http://127.0.0.1:9/x"}
+        "POST", "/t/acme/tools", {"name": "kv_lookup", "parameters": schema, "url": "http://127.0.0.1:9/x"}
     )
     assert (taken.status_code, taken.json()["field"]) == (400, "name")
     changed = alice("PATCH", f"/t/acme/tools/{pk}", {"description": "finds things", "timeout_s": 3})

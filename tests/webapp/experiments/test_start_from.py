@@ -102,7 +102,9 @@ def test_an_rl_config_starts_from_the_latest_checkpoint_of_an_sft_run_and_its_ru
         "Runs started from it" in parent_page
         and reverse("run", args=[personas["acme"].slug, run.pk]) in parent_page
     )
-    table = client.get(reverse("runs", args=[personas["acme"].slug])).content.decode()
+    # The lineage column is one the column chooser offers (the defaults fit 1,024 px).
+    chosen = "?col=name&col=status&col=started_from"
+    table = client.get(reverse("runs", args=[personas["acme"].slug]) + chosen).content.decode()
     assert f"← run {parent.pk}" in table
 
 

@@ -31,7 +31,7 @@ def _client(username: str) -> Client:
 
 def _register(client: Client, team_slug: str, **overrides: Any) -> Any:
     data = {
-        "name": "lookup", "description": "Looks things up.", "parameters": json.dumps(SCHEMA), "kind": "http",
+        "name": "kv_lookup", "description": "Looks things up.", "parameters": json.dumps(SCHEMA), "kind": "http",
         "url": "http://127.0.0.1:9/lookup", "method": "POST", "timeout_s": "5", "secret_header": "X-Tool-Secret",
         "secret": SECRET, "entry_point": "",
     }  # fmt: skip
@@ -45,7 +45,7 @@ def test_an_http_tool_is_registered_with_its_secret_encrypted(personas: dict[str
     tool = TeamTool.objects.get(team=acme)
     assert response.status_code == 302 and response["Location"] == reverse("tool", args=[acme.slug, tool.pk])
     assert (tool.name, tool.kind, tool.status, tool.parameters) == (
-        "lookup",
+        "kv_lookup",
         "http",
         ToolStatus.READY,
         SCHEMA,
@@ -134,7 +134,7 @@ def test_a_name_the_trainer_cannot_use_is_refused(personas: dict[str, Any], name
 def test_a_second_tool_with_the_same_name_in_the_team_is_refused(personas: dict[str, Any]) -> None:
     _register(_client("alice"), personas["acme"].slug)
     response = _register(_client("alice"), personas["acme"].slug)
-    assert "This team already has a tool named &#x27;lookup&#x27;." in response.content.decode()
+    assert "This team already has a tool named &#x27;kv_lookup&#x27;." in response.content.decode()
     assert _register(_client("charlie"), personas["other"].slug).status_code == 302  # other teams may
 
 
@@ -157,8 +157,8 @@ def test_the_team_tools_and_builtins_are_offered_to_experiments(personas: dict[s
 
     _register(_client("alice"), personas["acme"].slug)
     names = [name for name, _ in tool_choices(personas["acme"])]
-    assert "echo" in names and "lookup" in names
-    assert "lookup" not in [name for name, _ in tool_choices(personas["other"])]
+    assert "echo" in names and "kv_lookup" in names
+    assert "kv_lookup" not in [name for name, _ in tool_choices(personas["other"])]
 
 
 def _trial_done(client: Client, team_slug: str, trial: ToolTrial) -> ToolTrial:
