@@ -1,9 +1,10 @@
 """The dataset pickers of the experiment form: which datasets they list for a task, which one they
 preselect, and why they list no others (docs/datasets.md#create-time-checks).
 
-Whether a dataset fits a task is :meth:`Dataset.other_tasks_rewards`, the rule the acceptance function
-refuses a config by (webapp.experiments.acceptance.fit_problems): the form lists exactly what it would
-accept. The picker reads the team's datasets and rewards once, however many datasets there are.
+Whether a dataset fits a task is :meth:`Dataset.other_tasks_rewards`, and whether it fits the run's kind
+is :attr:`Dataset.holds_demonstrations` (an SFT run trains on demonstrations, an RL run on RL rows): the
+rules the acceptance function refuses a config by (webapp.experiments.acceptance.fit_problems), so the
+form lists exactly what it would accept. The picker reads the team's datasets and rewards once, however many datasets there are.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class DatasetPicker:
     splits its recipe prepared (preselected)."""
 
     task: str
+    sft: bool
     listed: list[Dataset]
     hidden: list[Hidden]
     kept: list[tuple[Dataset, str]]  # named by the form as sent, though not listed: (dataset, why)
@@ -46,14 +48,22 @@ class DatasetPicker:
     val: str = ""
 
     @classmethod
-    def for_task(cls, team: Team, task: str, keep: Collection[str] = ()) -> DatasetPicker:
-        """The pickers for ``task``. ``keep``: dataset ids the form was sent with, listed even when they
-        do not fit (so the acceptance function's refusal, not "not a valid choice", says why)."""
+    def for_task(
+        cls, team: Team, task: str, keep: Collection[str] = (), *, sft: bool = False
+    ) -> DatasetPicker:
+        """The pickers for ``task`` (of an SFT run with ``sft``). ``keep``: dataset ids the form was sent
+        with, listed even when they do not fit (so the acceptance function's refusal, not "not a valid
+        choice", says why)."""
         defaults = reward_defaults(team.rewards.all())
         not_valid = Hidden("not valid")
         archived = Hidden("archived")
         misfits = Hidden(f"do not fit the task {task}")
-        picker = cls(task=task, listed=[], hidden=[misfits, archived, not_valid], kept=[])
+        wrong_kind = Hidden(
+            "hold RL rows, not demonstrations" if sft else "hold demonstrations, for an SFT run"
+        )
+        picker = cls(
+            task=task, sft=sft, listed=[], hidden=[misfits, wrong_kind, archived, not_valid], kept=[]
+        )
         for dataset in Dataset.objects.filter(team=team).order_by("-created", "-id"):
             others = dataset.other_tasks_rewards(task, defaults) if dataset.is_usable else []
             if not dataset.is_usable:
@@ -62,11 +72,13 @@ class DatasetPicker:
                 archived.datasets.append((dataset.name, ""))
             elif others:
                 misfits.datasets.append((dataset.name, f"scored by the {', '.join(others)} reward"))
+            elif dataset.holds_demonstrations != sft:
+                wrong_kind.datasets.append((dataset.name, ""))
             else:
                 picker.listed.append(dataset)
                 continue
             if dataset.is_usable and str(dataset.pk) in keep:
-                picker.kept.append((dataset, "archived" if dataset.archived else f"does not fit {task}"))
+                picker.kept.append((dataset, "archived" if dataset.archived else "does not fit"))
         picker.hidden = [hidden for hidden in picker.hidden if hidden.datasets]
         picker._preselect(team)
         return picker
@@ -91,9 +103,8 @@ class DatasetPicker:
     @property
     def hint(self) -> str:
         """Under each picker: what it lists, and why it lists no other dataset of the team."""
-        listed = (
-            f"Lists the valid datasets whose rows the {self.task} reward scores, or a reward no task owns."
-        )
+        kind = "demonstrations datasets" if self.sft else "datasets"
+        listed = f"Lists the valid {kind} whose rows the {self.task} reward scores, or a reward no task owns."
         if self.train:
             listed += f" Chosen: what the {self.task} recipe prepared."
         if not self.hidden:

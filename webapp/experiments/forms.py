@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django import forms
+from django.urls import reverse
 from pydantic.fields import FieldInfo
 
 from trainer.backends import BACKENDS
@@ -24,9 +25,12 @@ from webapp.experiments.checkpoint_size import CheckpointPlan
 from webapp.experiments.models import MAX_LABEL_LENGTH
 from webapp.retention.forms import RetentionForm
 
+# The run-kind box, and the inputs a refresh of the dataset pickers reads (the task and that box).
+SFT_FIELD = "sft.enabled"
+PICKER_INPUTS = f"#id_task, [name='{SFT_FIELD}']"
 # Shown in the main form; everything else of RunConfig keeps the preset's value.
 BASIC_PATHS = [
-    "sft.enabled",
+    SFT_FIELD,
     "start_from.run",
     "start_from.step",
     "rollout.max_steps",
@@ -195,6 +199,14 @@ class ExperimentForm(RetentionForm):
         for path in BASIC_PATHS + ADVANCED_PATHS:
             self.fields[path] = form_field(path)
         self.fields["preset"].choices = preset_choices(self._chosen("model_path"), self._chosen("backend"))  # type: ignore[attr-defined]
+        # Ticking SFT refreshes the dataset pickers as a task switch does: they list demonstrations then.
+        self.fields[SFT_FIELD].widget.attrs.update(
+            {
+                "hx-get": reverse("experiment_new", args=[team.slug]),
+                "hx-include": PICKER_INPUTS,
+                "hx-swap": "none",
+            }
+        )
 
     def allow_preview(self) -> None:
         """A preview needs no name yet (RunConfig's default stands in): it is often the first thing

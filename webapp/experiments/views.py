@@ -20,7 +20,7 @@ from webapp.datasets.picker import DatasetPicker
 from webapp.experiments.acceptance import Refused
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
 from webapp.experiments.demo import start_demo
-from webapp.experiments.forms import ExperimentForm, initial_from_config
+from webapp.experiments.forms import SFT_FIELD, ExperimentForm, initial_from_config
 from webapp.experiments.models import (
     ACTIVE,
     LAUNCH_KEY,
@@ -82,7 +82,8 @@ def dataset_picker(request: HttpRequest, team: Team, initial: dict[str, Any]) ->
     data = request.POST if request.method == "POST" else initial
     task = str(data.get("task") or "")
     named = [str(data.get(name) or "") for name in ("train_dataset", "val_dataset")]
-    return DatasetPicker.for_task(team, task, keep=[pk for pk in named if pk])
+    sft = data.get(SFT_FIELD) in (True, "on", "true", "True", "1")
+    return DatasetPicker.for_task(team, task, keep=[pk for pk in named if pk], sft=sft)
 
 
 @login_required
@@ -138,7 +139,7 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
         "preview_refused": form.labelled_errors() if previewing and preview is None else [],
         "launch_key": _form_key(request),
     }
-    partials = {"advanced": "refill", "id_task": "task-defaults"}
+    partials = {"advanced": "refill", "id_task": "task-defaults", f"id_{SFT_FIELD}": "task-defaults"}
     return render(request, template_for(request, "experiments/new.html", partials), context)
 
 
@@ -222,6 +223,8 @@ def _initial(request: HttpRequest, source: Experiment | None) -> dict[str, Any]:
     config = _defaults(preset, task, chosen)
     initial = initial_from_config(config)
     initial.update(name="", task=task, model_choice=model)
+    if SFT_FIELD in request.GET:  # the SFT box: the dataset pickers list demonstrations
+        initial[SFT_FIELD] = request.GET[SFT_FIELD]
     # The retention policy depends on nothing the refill changes: the user's choice stays.
     initial.update(
         {name: request.GET[name] for name in ExperimentForm.RETENTION_FIELDS if name in request.GET}

@@ -5,10 +5,13 @@ other datasets are not listed."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -20,6 +23,7 @@ from webapp.accounts.models import Team
 from webapp.datasets.models import Dataset
 from webapp.experiments.acceptance import Refused, accept
 from webapp.experiments.demo import import_recipe
+from webapp.experiments.forms import SFT_FIELD
 
 TICKETS_SOURCE = "my_company/tickets"
 
@@ -65,8 +69,20 @@ def hint(page: str, name: str) -> str:
     return found.group(1)
 
 
-def form_page(team: Team, task: str) -> str:
-    return client_for("alice").get(f"/t/{team.slug}/experiments/new/?task={task}").content.decode()
+def form_page(team: Team, task: str, *, sft: bool = False) -> str:
+    # What the form's task select and SFT box send when they refresh the pickers.
+    ticked = f"&{SFT_FIELD}=on" if sft else ""
+    return client_for("alice").get(f"/t/{team.slug}/experiments/new/?task={task}{ticked}").content.decode()
+
+
+def demonstrations(team: Team, tmp_path: Path) -> Dataset:
+    """A demonstrations file (an SFT run's training data): fits every task, but only an SFT run."""
+    conversation = [{"role": "user", "content": "What is k1?"}, {"role": "assistant", "content": "42"}]
+    path = tmp_path / "demos.parquet"
+    pq.write_table(pa.Table.from_pylist([{"messages": conversation}] * 4), path)
+    dataset = adopt(team, path, "demos.parquet")
+    assert dataset.is_usable and dataset.holds_demonstrations, dataset.problems
+    return dataset
 
 
 def test_the_pickers_list_exactly_the_datasets_the_acceptance_function_accepts(
@@ -76,18 +92,24 @@ def test_the_pickers_list_exactly_the_datasets_the_acceptance_function_accepts(
     for task in ("arithmetic", "gsm8k", "hotpotqa"):
         dataset_from_recipe(acme, task, tmp_path)
     tickets(acme, tmp_path)
-    for task in load_recipes().names():
-        shown = set(listed(form_page(acme, task), "train_dataset"))
+    demonstrations(acme, tmp_path)
+    for task, sft in itertools.product(load_recipes().names(), (False, True)):
+        shown = set(listed(form_page(acme, task, sft=sft), "train_dataset"))
         accepted = set()
         for dataset in Dataset.offered_to(acme):
-            fields = {"task": task, "model.path": "tiny-test", "data.train_path": dataset.reference}
+            fields = {
+                "task": task,
+                "model.path": "tiny-test",
+                "data.train_path": dataset.reference,
+                SFT_FIELD: sft,
+            }
             try:
                 accept(acme, fields)
             except Refused as refused:
                 assert "data.train_path" in refused.by_path(), refused  # only the dataset may be refused
                 continue
             accepted.add(str(dataset.pk))
-        assert shown == accepted, task
+        assert shown == accepted, (task, sft)
 
 
 def test_the_form_preselects_the_tasks_recipe_datasets_never_the_newest_upload(
@@ -162,3 +184,19 @@ def test_the_form_reads_the_datasets_in_as_many_queries_however_many_there_are(
 
     few = queries_with(2)
     assert queries_with(12) == few
+
+
+def test_ticking_sft_lists_the_demonstrations_and_says_why_rl_rows_are_not(
+    personas: Any, tmp_path: Path
+) -> None:
+    acme = personas["acme"]
+    rows = dataset_from_recipe(acme, "arithmetic", tmp_path)["train"]
+    demos = demonstrations(acme, tmp_path)
+    rl = form_page(acme, "arithmetic")
+    assert str(demos.pk) not in listed(rl, "train_dataset")
+    assert "hold demonstrations, for an SFT run (demos.parquet)" in hint(rl, "train_dataset")
+    sft = form_page(acme, "arithmetic", sft=True)
+    assert listed(sft, "train_dataset") == [str(demos.pk)]
+    assert "hold RL rows, not demonstrations" in hint(sft, "train_dataset") and rows.name in hint(
+        sft, "train_dataset"
+    )
