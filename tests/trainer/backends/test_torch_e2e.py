@@ -96,5 +96,10 @@ def test_a_two_step_grpo_run_of_smollm2_checkpoints_and_resumes_through_the_cli(
     assert second.returncode == 0, second.stderr[-3000:]
     assert step_metrics(jsonl) == [1, 2, 3]  # the step counter continues
     assert (tmp_path / "checkpoints" / "step_00000003" / "policy" / "model.safetensors").is_file()
-    assert [e["step"] for e in events(jsonl, "checkpoint")] == [2, 3]
+    # Saved at 2 and 3; then 2 deleted, as the default trainer.keep_checkpoints = 1 keeps the last one only.
+    assert [(e["step"], e.get("deleted", False)) for e in events(jsonl, "checkpoint")] == [
+        (2, False),
+        (3, False),
+        (2, True),
+    ]
     assert "resumed: continuing at step 3 of 3" in second.stderr
