@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tasks_lib.sources.verl_rules.math_reward import balanced_from
+
 INVALID = "[INVALID]"
 TAIL_CHARS = 300  # verl: "the longest answer in MATH-500 has 159 characters"
 BOX_TAIL_CHARS = 100
@@ -47,15 +49,7 @@ _REWRITES = [
 
 def last_boxed_only_string(text: str) -> str | None:
     """The last ``\\boxed{…}`` with balanced braces, else None."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth = 0
-    for position in range(start, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[position], 0)
-        if text[position] == "}" and depth == 0:
-            return text[start : position + 1]
-    return None
+    return balanced_from(text, text.rfind("\\boxed{"))
 
 
 def normalize_final_answer(final_answer: str) -> str:

@@ -19,8 +19,14 @@ def last_boxed_only_string(text: str) -> str | None:
     start = text.rfind("\\boxed")
     if start < 0:
         start = text.rfind("\\fbox")
-        if start < 0:
-            return None
+    return balanced_from(text, start)
+
+
+def balanced_from(text: str, start: int) -> str | None:
+    """``text`` from ``start`` up to the brace that closes the first one opened there; None when
+    ``start`` is -1 (nothing found) or the braces never close. verl's MATH and DAPO rules share it."""
+    if start < 0:
+        return None
     depth = 0
     for position in range(start, len(text)):
         depth += {"{": 1, "}": -1}.get(text[position], 0)

@@ -230,11 +230,7 @@ def _trainer(
         # (docs/verl.md#advantages).
         "trainer.use_v1": True,
         "trainer.total_training_steps": total,
-        # verl saves at every multiple of save_freq and always at the last step (0 = the end only).
-        "trainer.save_freq": trainer.save_every if trainer.save_every > 0 else total,
-        "trainer.test_freq": (trainer.val_every if trainer.val_every > 0 else total)
-        if paths.val_files
-        else -1,
+        **save_and_test_freq(config, paths),
         "trainer.val_before_train": False,
         "trainer.resume_mode": "auto" if trainer.resume else "disable",
         # Weights only unless the run is resumable, as on the torch backend (docs/checkpoints.md).
@@ -243,14 +239,35 @@ def _trainer(
         else "[model]",
         "trainer.max_actor_ckpt_to_keep": trainer.keep_checkpoints,
         "trainer.max_critic_ckpt_to_keep": trainer.keep_checkpoints,
+        **placement_and_names(config, paths, project, run_name, loggers),
+        "trainer.rollout_data_dir": paths.rollout_dir,
+        "trainer.validation_data_dir": paths.validation_dir,
+    }
+
+
+def save_and_test_freq(config: RunConfig, paths: VerlPaths) -> dict[str, Any]:
+    """How often verl's RL and SFT trainers save and validate: verl saves at every multiple of
+    save_freq and always at the last step (0 = the end only); no validation file, no validation."""
+    trainer, total = config.trainer, config.trainer.total_steps
+    return {
+        "trainer.save_freq": trainer.save_every if trainer.save_every > 0 else total,
+        "trainer.test_freq": (trainer.val_every if trainer.val_every > 0 else total)
+        if paths.val_files
+        else -1,
+    }
+
+
+def placement_and_names(
+    config: RunConfig, paths: VerlPaths, project: str, run_name: str, loggers: Sequence[str]
+) -> dict[str, Any]:
+    """Where verl's RL and SFT trainers run, what they log to under which names, and where they save."""
+    return {
         "trainer.n_gpus_per_node": config.resources.gpus_per_node,
         "trainer.nnodes": config.resources.nodes,
         "trainer.logger": "[" + ",".join(loggers) + "]",
         "trainer.project_name": hydra_quoted(project),
         "trainer.experiment_name": hydra_quoted(run_name),
         "trainer.default_local_dir": paths.checkpoint_dir,
-        "trainer.rollout_data_dir": paths.rollout_dir,
-        "trainer.validation_data_dir": paths.validation_dir,
     }
 
 

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from trainer.backends.verl.command import (
     LOGGERS,
     VerlPaths,
-    hydra_quoted,
     hydra_value,
+    placement_and_names,
+    save_and_test_freq,
     start_model_path,
     verl_config_dir,
 )
@@ -78,22 +79,14 @@ def _trainer(
         # step is always enough (a step takes at least one batch of the file).
         "trainer.total_epochs": total,
         "trainer.seed": trainer.seed,
-        "trainer.save_freq": trainer.save_every if trainer.save_every > 0 else total,
-        "trainer.test_freq": (trainer.val_every if trainer.val_every > 0 else total)
-        if paths.val_files
-        else -1,
+        **save_and_test_freq(config, paths),
         "trainer.resume_mode": "auto" if trainer.resume else "disable",
         # hf_model: a Hugging Face folder beside the FSDP shards, which any tool (and an RL run) loads.
         "checkpoint.save_contents": "[model,optimizer,extra,hf_model]"
         if trainer.resume
         else "[model,hf_model]",
         "trainer.max_ckpt_to_keep": trainer.keep_checkpoints,
-        "trainer.n_gpus_per_node": config.resources.gpus_per_node,
-        "trainer.nnodes": config.resources.nodes,
-        "trainer.logger": "[" + ",".join(loggers) + "]",
-        "trainer.project_name": hydra_quoted(project),
-        "trainer.experiment_name": hydra_quoted(run_name),
-        "trainer.default_local_dir": paths.checkpoint_dir,
+        **placement_and_names(config, paths, project, run_name, loggers),
     }
 
 
