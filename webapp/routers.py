@@ -24,8 +24,10 @@ from webapp.experiments.trainer_api import datasets_router
 from webapp.experiments.trainer_api import router as lifecycle_router
 from webapp.ingestion.api import router as ingest_router
 from webapp.outage import database_down_response
+from webapp.playground.api import router as playground_router
 from webapp.results.api import router as results_router
 from webapp.results.checkpoints_api import router as checkpoints_router
+from webapp.results.export_api import router as exports_router
 from webapp.results.storage_api import router as storage_router
 from webapp.rollouts.api import router as rollouts_router
 from webapp.tools.api import rewards_router
@@ -51,6 +53,8 @@ api.add_router("/t", rewards_router)
 api.add_router("/t", members_router)
 api.add_router("", tokens_router)
 api.add_router("", outbound_router)
+api.add_router("/t", playground_router)
+api.add_router("/t", exports_router)
 
 
 def _error(request: HttpRequest, message: str, status: int, field: str | None = None) -> HttpResponse:
