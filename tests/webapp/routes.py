@@ -28,9 +28,11 @@ from webapp.experiments.models import Experiment, LoggedValue, Run, RunKind, Run
 from webapp.experiments.run_files import checkpoint_dir
 from webapp.ingestion.models import Checkpoint, Trajectory
 from webapp.mlflow_api.models import ExperimentTag
+from webapp.playground.models import PlaygroundAnswer, PlaygroundSession
 from webapp.mlflow_api.trace_reads import ENDPOINTS as TRACE_ENDPOINTS
 from webapp.mlflow_api.views import ENDPOINTS
 from webapp.results.import_jobs import IMPORT_JOB, IMPORT_TASK
+from webapp.results.model_export import EXPORT_JOB, EXPORT_TASK
 from webapp.tools.models import TeamReward, TeamTool, ToolTrial
 
 PERSONAS = ("anonymous", "outsider", "viewer", "member", "owner")
@@ -189,7 +191,14 @@ def _build_world(folder: Path) -> World:
         user=users["member"],
         status=JobStatus.DONE,
     )
+    export_job = Job.objects.create(
+        kind=EXPORT_JOB, task=EXPORT_TASK, team=acme, user=users["member"], status=JobStatus.DONE
+    )
+    session = PlaygroundSession.objects.create(team=acme, experiment=experiment, prompt="2 + 2?")
+    PlaygroundAnswer.objects.create(session=session, position=0, label="base model")
     ids = {
+        "export_job": export_job.pk,
+        "playground_session": session.pk,
         "sweep": sweep.pk,
         "import_job": import_job.pk,
         "demonstrations_job": demonstrations_job.pk,
@@ -394,6 +403,17 @@ PAGES: dict[str, Page] = {
     "run_limit": Page("read", team(), post="owner", get=False, data=lambda w: {"max_active": "3"}),
     "outbound_targets": Page("user", post="staff", data=lambda w: {"rule": "matrix.example:443"}),
     "outbound_target_remove": Page("user", kwargs=lambda w: {"pk": 10**9}, post="staff", get=False),
+    "playground": Page(
+        "read",
+        team(),
+        query="?experiment={experiment}",
+        post="write",
+        data=lambda w: {"experiment": w.ids["experiment"], "model_a": "base", "prompt": "2 + 2?"},
+    ),
+    "playground_session": Page("read", team(pk=_id("playground_session"))),
+    "export_start": Page("read", team(run_id=_id("run"), step=lambda w: 1), post="write", get=False),
+    "export_job": Page("read", team(pk=_id("export_job"))),
+    "export_download": Page("read", team(pk=_id("export_job")), absent=True),  # its folder: none written
 }
 # Found by the resolver but served by other tables of this module: the JSON API (from its OpenAPI
 # schema), the MLflow endpoint (from its ENDPOINTS), and the admin (staff only, every pattern).
@@ -464,6 +484,7 @@ API_PKS = {
     "/members/{pk}": "viewer_membership", "/sweeps/{pk}": "sweep", "/evaluations/{pk}": "evaluation",
     "{team_slug}/imports/{pk}": "import_job", "{team_slug}/demonstrations/{pk}": "demonstrations_job",
     "/outbound-targets/{pk}": "outbound_target",
+    "{team_slug}/playground/{pk}": "playground_session", "{team_slug}/exports/{pk}": "export_job",
 }  # fmt: skip
 
 
@@ -551,6 +572,10 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     "/api/t/{team_slug}/imports": lambda w: {"name": "x"},
     "/api/tokens": lambda w: {"name": "ci", "scopes": ["read"], "expires_in_days": 7},
     "/api/outbound-targets": lambda w: {"rule": "matrix.example:443"},
+    "/api/t/{team_slug}/playground": lambda w: {
+        "experiment": w.ids["experiment"], "models": ["base"], "prompt": "2 + 2?"
+    },
+    "/api/t/{team_slug}/runs/{run_id}/checkpoints/{step}/export": lambda w: {"merge_lora": False},
 }
 API_CALLERS = ("anonymous", "outsider", "viewer", "member", "owner", *SCOPED_TOKENS, *RUN_TOKENS)
 # Operations only a team's owners may make (a member gets a 403 like a viewer).
