@@ -149,7 +149,7 @@ def load_engine(weights: Path, tokenizer_path: Path, config: RunConfig) -> tuple
     """A generation engine over ``weights`` (a model folder or a checkpoint's policy/, LoRA merged)
     and the tokenizer of the model the run started from."""
     from trainer.backends.torch.engine import TorchGenerationEngine
-    from trainer.backends.torch.loop import DTYPES, resolve_device
+    from trainer.backends.torch.loop import DTYPES, resolve_device, thread_budget
     from trainer.models import load_policy, load_tokenizer
     from trainer.rollout import stop_token_ids
 
@@ -164,5 +164,6 @@ def load_engine(weights: Path, tokenizer_path: Path, config: RunConfig) -> tuple
         pad_token_id=int(tokenizer.pad_token_id),
         device=device,
         seed=config.trainer.seed,
+        threads=thread_budget(config),
     )
     return engine, tokenizer

@@ -62,7 +62,7 @@ def trained_run(gsm8k_experiment: Experiment, tiny_policy: Path) -> Run:
         team=gsm8k_experiment.team,
         seed=1,
         status=RunStatus.SUCCEEDED,
-        config={**config_json(), "seed": 1},
+        config=config_json(),
     )
     for step in (1, 2):
         saved_checkpoint(run, step, tiny_policy)
