@@ -492,3 +492,27 @@ def import_(
         f"run {done['run']['id']} {done['run']['name']!r}: {done['trajectories']} trajectories "
         f"over {done['steps']} steps, {done['points']} metric points ({done['format']})",
     )
+
+
+@main.group()
+def checkpoints() -> None:
+    """A run's checkpoints."""
+
+
+@checkpoints.command("export")
+@click.argument("run_id", type=int)
+@click.argument("step", type=int)
+@click.option("--merge-lora", is_flag=True, help="Merge a LoRA checkpoint into its base model.")
+@click.option(
+    "--download",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also save the folder as a zip here.",
+)
+@pass_context
+def export(context: Context, run_id: int, step: int, merge_lora: bool, download: Path | None) -> None:
+    """Export a checkpoint as a Hugging Face folder on the server (and download it as a zip)."""
+    client = context.client()
+    job = client.export_checkpoint(run_id, step, merge_lora)
+    saved = f", saved as {download} ({client.download_export(job['id'], download)} bytes)" if download else ""
+    context.emit(job, f"run {run_id} step {step} exported to {job['result']['path']}{saved}")

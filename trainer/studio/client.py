@@ -245,6 +245,36 @@ class StudioClient:
             for handle in [*handles, *([metrics_handle] if metrics_handle else [])]:
                 handle.close()
 
+    def export_checkpoint(
+        self, run_id: int, step: int, merge_lora: bool, every_s: float = 1.0
+    ) -> dict[str, Any]:
+        """Start the export of a checkpoint and follow its job until the folder is written
+        (docs/checkpoints.md#export); StudioError with the job's reason when it failed."""
+        path = f"/runs/{run_id}/checkpoints/{step}/export"
+        job = self.team_call("POST", path, json={"merge_lora": merge_lora})
+        while job["status"] not in JOB_FINISHED:
+            time.sleep(every_s)
+            job = self.team_call("GET", f"/exports/{job['id']}")
+        if job["status"] != "done":
+            raise StudioError(f"the export failed: {job['message']}", 400)
+        return job
+
+    def download_export(self, job_id: int, target: Path) -> int:
+        """Save the export's zip at ``target``, streamed; the bytes written."""
+        written = 0
+        try:
+            with self._http.stream("GET", self.team_path(f"/exports/{job_id}/download")) as response:
+                if response.status_code >= 400:
+                    raise StudioError(
+                        f"the export cannot be downloaded ({response.status_code})", response.status_code
+                    )
+                with target.open("wb") as out:
+                    for chunk in response.iter_bytes():
+                        written += out.write(chunk)
+        except httpx.HTTPError as error:
+            raise StudioError(f"cannot reach {self.settings.url}: {error}") from None
+        return written
+
     def watch(
         self, run_id: int, key: str, every_s: float = 2.0
     ) -> Iterator[tuple[dict[str, Any], list[float]]]:

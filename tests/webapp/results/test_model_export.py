@@ -122,3 +122,34 @@ def test_an_export_of_a_checkpoint_without_files_or_of_another_team_is_refused(
         ).status_code
         == 404
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_studio_checkpoints_export_writes_the_folder_and_downloads_it(
+    personas: dict[str, Any],
+    trained_run: Run,
+    live_server: Any,
+    settings: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    from trainer.studio.cli import main
+    from webapp.celery import app
+
+    settings.EXPORT_DIR = tmp_path / "exports"
+    monkeypatch.setenv("STUDIO_CONFIG", str(tmp_path / "studio.json"))
+    monkeypatch.setenv("STUDIO_URL", live_server.url)
+    monkeypatch.setenv("STUDIO_TOKEN", ApiToken.issue(personas["alice"], "cli")[1])
+    monkeypatch.setenv("STUDIO_TEAM", "acme")
+    app.conf.task_always_eager = True  # the export's task runs in the server's thread, no worker
+    try:
+        result = CliRunner().invoke(
+            main, ["checkpoints", "export", str(trained_run.pk), "2", "--download", str(tmp_path / "x.zip")]
+        )
+    finally:
+        app.conf.task_always_eager = False
+    assert result.exit_code == 0, result.output
+    assert f"run {trained_run.pk} step 2 exported to {settings.EXPORT_DIR}" in result.output
+    assert "model.safetensors" in {Path(n).name for n in zipfile.ZipFile(tmp_path / "x.zip").namelist()}
