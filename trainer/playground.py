@@ -11,6 +11,7 @@ recorded as its stop reason: the env said done, the step limit, the token budget
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -73,7 +74,9 @@ def step_view(index: int, step: Step) -> dict[str, Any]:
         "tool_calls": [
             {
                 "name": call.name,
-                "arguments": call.arguments,
+                "arguments": call.arguments
+                if isinstance(call.arguments, str)
+                else json.dumps(call.arguments),
                 "result": call.result,
                 "error": call.error,
             }

@@ -65,7 +65,7 @@ def test_a_looping_prompt_stops_at_its_step_limit_with_each_tool_call_shown(smol
     call = seen[0]["tool_calls"][0]
     assert (call["name"], call["arguments"], call["result"], call["error"]) == (
         "echo",
-        {"text": "again"},
+        '{"text": "again"}',
         "again",
         None,
     )
