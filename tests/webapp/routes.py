@@ -28,9 +28,9 @@ from webapp.experiments.models import Experiment, LoggedValue, Run, RunKind, Run
 from webapp.experiments.run_files import checkpoint_dir
 from webapp.ingestion.models import Checkpoint, Trajectory
 from webapp.mlflow_api.models import ExperimentTag
-from webapp.playground.models import PlaygroundAnswer, PlaygroundSession
 from webapp.mlflow_api.trace_reads import ENDPOINTS as TRACE_ENDPOINTS
 from webapp.mlflow_api.views import ENDPOINTS
+from webapp.playground.models import PlaygroundAnswer, PlaygroundSession
 from webapp.results.import_jobs import IMPORT_JOB, IMPORT_TASK
 from webapp.results.model_export import EXPORT_JOB, EXPORT_TASK
 from webapp.tools.models import TeamReward, TeamTool, ToolTrial
@@ -573,7 +573,9 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     "/api/tokens": lambda w: {"name": "ci", "scopes": ["read"], "expires_in_days": 7},
     "/api/outbound-targets": lambda w: {"rule": "matrix.example:443"},
     "/api/t/{team_slug}/playground": lambda w: {
-        "experiment": w.ids["experiment"], "models": ["base"], "prompt": "2 + 2?"
+        "experiment": w.ids["experiment"],
+        "models": ["base"],
+        "prompt": "2 + 2?",
     },
     "/api/t/{team_slug}/runs/{run_id}/checkpoints/{step}/export": lambda w: {"merge_lora": False},
 }
