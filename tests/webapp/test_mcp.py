@@ -39,7 +39,8 @@ def world(live_server: Any, personas: dict[str, Any]) -> dict[str, Any]:
     acme = Experiment.objects.create(team=personas["acme"], name="acme exp")
     ours = Run.objects.create(experiment=acme, team=acme.team, name="acme-run", status=RunStatus.RUNNING)
     wires = [trajectory(f"t{i}", f"p{i // 2}", float(i % 2)) for i in range(4)]
-    trajectories.store_batch(ours, TrajectoryBatch(training_step=3, trajectories=wires), "b1")
+    batch = TrajectoryBatch.model_validate({"training_step": 3, "trajectories": wires})
+    trajectories.store_batch(ours, batch, "b1")
     other = Experiment.objects.create(team=personas["other"], name="other exp")
     theirs = Run.objects.create(experiment=other, team=other.team, name="secret-run")
     return {"url": live_server.url, "ours": ours, "theirs": theirs}

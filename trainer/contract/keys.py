@@ -17,6 +17,7 @@ __all__ = [
     "ACTOR_PG_LOSS",
     "CRITIC_VALUE_LOSS",
     "EVAL_ACC",
+    "IMPORT_SOURCE_TAG",
     "EVAL_K",
     "EVAL_KEYS",
     "EVAL_PASS_AT_1",
@@ -159,3 +160,8 @@ TRAJECTORY_ACC = "acc"  # the trajectory metric an evaluation records each sampl
 def val_key(task: str, metric: str = VAL_METRIC) -> str:
     """The validation key of one task: ``val/<task>/acc``."""
     return f"{VAL_PREFIX}{task}/{metric}"
+
+# The MLflow tag a run imported by `studio import tensorboard|mlflow` carries: where it came from
+# (``tensorboard:<folder>``, ``mlflow:<server>/<run id>``). The importer finds a run it made by it
+# (docs/importers.md#resuming) and the runs table's Source column shows it.
+IMPORT_SOURCE_TAG = "studio.import.source"
