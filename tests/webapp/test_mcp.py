@@ -75,6 +75,8 @@ async def over_stdio(env: dict[str, str], world: dict[str, Any]) -> dict[str, An
             "rollouts": await call(session, "get_rollouts", run_id=ours, step=3, success=True),
             "trajectory": await call(session, "get_trajectory", run_id=ours, trajectory_id="t1"),
             "theirs": await call(session, "get_run", run_id=theirs),
+            "health": await call(session, "get_health", run_id=ours),
+            "compare": await call(session, "compare_runs", run_ids=[ours, theirs]),
             "cancel": await call(session, "cancel_run", run_id=ours),
         }
 
@@ -94,6 +96,10 @@ def test_an_agent_lists_runs_reads_rollouts_and_a_read_only_token_cannot_write(
     assert not failed and one["steps"][0]["tool_calls"][0]["name"] == "calc"
     failed, message = seen["theirs"]
     assert failed and "not found" in message
+    failed, health = seen["health"]
+    assert not failed and health["checks"] and not any(check["firing"] for check in health["checks"])
+    failed, message = seen["compare"]
+    assert failed and "not found" in message  # comparing with another team's run reveals nothing
     failed, message = seen["cancel"]
     assert failed and "read" in message.lower()
     world["ours"].refresh_from_db()
