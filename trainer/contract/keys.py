@@ -17,13 +17,13 @@ __all__ = [
     "ACTOR_PG_LOSS",
     "CRITIC_VALUE_LOSS",
     "EVAL_ACC",
-    "IMPORT_SOURCE_TAG",
     "EVAL_K",
     "EVAL_KEYS",
     "EVAL_PASS_AT_1",
     "EVAL_PASS_AT_K",
     "EVAL_PROMPTS",
     "EVAL_REWARD_MEAN",
+    "IMPORT_SOURCE_TAG",
     "NUM_TURNS_MEAN",
     "PASS_THRESHOLD",
     "PERF_GENERATED_TOKENS",
@@ -160,6 +160,7 @@ TRAJECTORY_ACC = "acc"  # the trajectory metric an evaluation records each sampl
 def val_key(task: str, metric: str = VAL_METRIC) -> str:
     """The validation key of one task: ``val/<task>/acc``."""
     return f"{VAL_PREFIX}{task}/{metric}"
+
 
 # The MLflow tag a run imported by `studio import tensorboard|mlflow` carries: where it came from
 # (``tensorboard:<folder>``, ``mlflow:<server>/<run id>``). The importer finds a run it made by it

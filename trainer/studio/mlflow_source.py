@@ -25,14 +25,17 @@ class MlflowSource:
             headers=headers, timeout=httpx.Timeout(120.0, connect=10.0), transport=transport
         )
 
-    def get(self, path: str, params: dict[str, Any]) -> httpx.Response:
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            response = self._http.get(f"{self.uri}/{path}", params=params)
+            response = self._http.request(method, f"{self.uri}/{path}", **kwargs)
         except httpx.HTTPError as error:
             raise StudioError(f"cannot reach the MLflow server {self.uri}: {error}") from None
         if response.status_code >= 400:
             raise StudioError(f"the MLflow server answered {response.status_code}: {response.text[:300]}", 1)
         return response
+
+    def get(self, path: str, params: dict[str, Any]) -> httpx.Response:
+        return self.request("GET", path, params=params)
 
     def call(self, endpoint: str, params: dict[str, Any]) -> dict[str, Any]:
         answer: dict[str, Any] = self.get(f"api/2.0/mlflow/{endpoint}", params).json()
@@ -63,13 +66,7 @@ class MlflowSource:
                 return
 
     def _search(self, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            response = self._http.post(f"{self.uri}/api/2.0/mlflow/runs/search", json=body)
-        except httpx.HTTPError as error:
-            raise StudioError(f"cannot reach the MLflow server {self.uri}: {error}") from None
-        if response.status_code >= 400:
-            raise StudioError(f"the MLflow server answered {response.status_code}: {response.text[:300]}", 1)
-        answer: dict[str, Any] = response.json()
+        answer: dict[str, Any] = self.request("POST", "api/2.0/mlflow/runs/search", json=body).json()
         return answer
 
     def history(self, run_id: str, key: str) -> list[Point]:

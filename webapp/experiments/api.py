@@ -75,7 +75,9 @@ class RunOut(Schema):
 
 
 class RunDetailOut(RunOut):
-    config: dict[str, Any] = Field(description="The frozen RunConfig it trains with ({} for an external run).")
+    config: dict[str, Any] = Field(
+        description="The frozen RunConfig it trains with ({} for an external run)."
+    )
     params: dict[str, str] = Field(description="Params logged through MLflow.")
     tags: dict[str, str] = Field(description="Tags set through MLflow.")
     storage: StorageOut = Field(description="Its retention policy and what its trajectories take.")
