@@ -91,8 +91,10 @@ def test_a_tensorboard_log_directory_imports_completely_and_once(studio: Any, tm
     main_run = next(run for run in imported.values() if "loss/train" in our_points(run))
     hparams_run = next(run for run in imported.values() if run is not main_run)
     assert dict(hparams_run.logged.params().values_list("key", "value")) == {
-        "lr": "0.01", "optimizer": "adam", "batch": "32"
-    }  # fmt: skip
+        "lr": "0.01",
+        "optimizer": "adam",
+        "batch": "32",
+    }
     files = artifact_root(main_run)
     assert (files / "tensorboard/text/notes/text_summary.jsonl").read_text().count("first **note**") == 1
     assert len((files / "tensorboard/histograms/weights.jsonl").read_text().splitlines()) == 3
@@ -136,12 +138,22 @@ def test_an_mlflow_experiment_imports_completely_and_a_stopped_import_resumes(
     target = ImportTarget(Settings.load())
     first = theirs["runs"][0]
     ours_id = target.experiment_id("from mlflow")
-    half = target.call("POST", "runs/create", {
-        "experiment_id": ours_id, "run_name": "half",
-        "tags": [{"key": IMPORT_SOURCE_TAG, "value": f"mlflow:{mlflow_server}/{first['info']['run_id']}"}],
-    })["run"]["info"]  # fmt: skip
-    target.call("POST", "runs/log-batch", {"run_id": half["run_id"], "metrics": [
-        {"key": "loss", "value": 7.0, "timestamp": 1, "step": 0}]})  # fmt: skip
+    half = target.call(
+        "POST",
+        "runs/create",
+        {
+            "experiment_id": ours_id,
+            "run_name": "half",
+            "tags": [
+                {"key": IMPORT_SOURCE_TAG, "value": f"mlflow:{mlflow_server}/{first['info']['run_id']}"}
+            ],
+        },
+    )["run"]["info"]
+    target.call(
+        "POST",
+        "runs/log-batch",
+        {"run_id": half["run_id"], "metrics": [{"key": "loss", "value": 7.0, "timestamp": 1, "step": 0}]},
+    )
 
     done = studio("import", "mlflow", "--tracking-uri", mlflow_server, "--experiment", "from mlflow")
     assert [run["skipped"] for run in done["runs"]] == [False, False]
