@@ -18,13 +18,12 @@ import torch
 
 from trainer.backends.torch.batch import StepRows, flatten
 from trainer.backends.torch.checkpoint import (
-    checkpoint_step,
     folder_size,
-    latest_checkpoint,
     load_training_state,
     prune_checkpoints,
     save_checkpoint,
 )
+from trainer.backends.torch.checkpoint_folders import checkpoint_step, latest_checkpoint
 from trainer.backends.torch.data import Row, batch_for_step, load_rows
 from trainer.backends.torch.engine import TorchGenerationEngine
 from trainer.backends.torch.optim import adamw
