@@ -377,6 +377,8 @@ def save_and_prune(
     trainer = config.trainer
     if not trainer.checkpoint_dir:
         return None
+    if trainer.resume:  # a resume from this checkpoint supersedes only the steps after it
+        reporter.settle()
     path = save_checkpoint(
         trainer.checkpoint_dir,
         step,
