@@ -4,15 +4,14 @@ checkpoint folder, the torch backend's ``step_N`` and verl's ``global_step_N`` w
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
+from tests.trainer.backends.checkpoint_folders import torch_checkpoint
 from tests.trainer.backends.verl.test_verl_command import verl_config
 from trainer.backends import BACKENDS
-from trainer.backends.torch.checkpoint_folders import OPTIMIZER_FILE, RNG_FILE, STATE_FILE, checkpoint_path
 from trainer.backends.verl.command import shared_paths
 from trainer.backends.verl.driver import LATEST_FILE, CheckpointWatcher, run_dir, verl_command
 from trainer.config import RunConfig
@@ -22,16 +21,6 @@ from trainer.report.reporters import MemoryReporter
 def torch_config(folder: Path, *, resume: bool = True) -> RunConfig:
     settings = {"model.path": "tiny-test", "trainer.checkpoint_dir": str(folder), "trainer.resume": resume}
     return RunConfig.from_preset("grpo", task="arithmetic", **settings)
-
-
-def torch_checkpoint(folder: Path, step: int, *, resumable: bool) -> Path:
-    path = checkpoint_path(folder, step)
-    (path / "policy").mkdir(parents=True)
-    (path / STATE_FILE).write_text(json.dumps({"step": step, "resumable": resumable}))
-    if resumable:
-        (path / OPTIMIZER_FILE).write_bytes(b"o")
-        (path / RNG_FILE).write_bytes(b"r")
-    return path
 
 
 def test_a_torch_run_continues_from_its_newest_complete_resumable_checkpoint(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 from django.test import Client
 
 from tests.conftest import PASSWORD
-from tests.trainer.backends.test_resume_points import torch_checkpoint
+from tests.trainer.backends.checkpoint_folders import torch_checkpoint
 from tests.webapp.trainer_posts import Trainer, points, trajectory
 from trainer.config import RunConfig
 from webapp.accounts.models import ApiToken
@@ -131,6 +131,7 @@ def test_runs_that_cannot_be_resumed_are_refused_with_the_reason(
 ) -> None:
     running = make_run(personas, seed=1)
     Trainer(client, running.pk, running.issue_token())
+    running.refresh_from_db()
     succeeded = make_run(personas, seed=2, status=RunStatus.SUCCEEDED)
     empty = make_run(personas, seed=3, status=RunStatus.FAILED)
     weights_only = make_run(personas, seed=4, status=RunStatus.CANCELLED, resume=False)
