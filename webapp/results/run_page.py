@@ -119,7 +119,7 @@ def run_resume(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
         except ResumeRefused as exc:
             step, refusal = None, str(exc)
         context = {"team": run.team, "run": run, "step": step, "refusal": refusal}
-        return render(request, "results/run_resume.html", context, status=409 if refusal else 200)
+        return render(request, "results/run_resume.html", context)
     try:
         resumed = resume(run, request.user)
     except ResumeRefused as exc:

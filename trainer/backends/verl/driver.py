@@ -94,7 +94,7 @@ def latest_saved_step(checkpoint_dir: Path) -> int | None:
 def verl_resume_point(config: RunConfig) -> ResumePoint:
     """Where verl's ``trainer.resume_mode=auto`` continues the run: the step its checkpoint folder's
     ``latest_checkpointed_iteration.txt`` names, when that checkpoint holds the optimiser state
-    (``save_contents`` has it only when the run set trainer.resume; docs/resume.md#verl)."""
+    (``save_contents`` has it only when the run set trainer.resume; docs/resume.md#what-is-resumed)."""
     try:
         folder = Path(shared_paths(config, run_dir(config)).checkpoint_dir)
     except ValueError as exc:
