@@ -61,8 +61,12 @@
       ctx.moveTo(x, u.bbox.top);
       ctx.lineTo(x, u.bbox.top + u.bbox.height);
       ctx.stroke();
-      ctx.font = Math.round(10 * (window.devicePixelRatio || 1)) + "px sans-serif";
-      ctx.fillText("resumed", x + 3, u.bbox.top + 12 * (window.devicePixelRatio || 1));
+      const dpr = window.devicePixelRatio || 1;
+      ctx.font = Math.round(10 * dpr) + "px sans-serif";
+      // Left of the line near the right edge, so the label is never cut off.
+      const nearRight = x > u.bbox.left + u.bbox.width - 60 * dpr;
+      ctx.textAlign = nearRight ? "right" : "left";
+      ctx.fillText("resumed", nearRight ? x - 3 * dpr : x + 3 * dpr, u.bbox.top + 12 * dpr);
       ctx.restore();
     });
   }

@@ -17,6 +17,7 @@ def test_the_form_makes_a_resumable_experiment_whose_runs_checkpoint_in_their_ow
     asked = form_data(arithmetic, name="resumable", **{"trainer.save_every": "2", "trainer.resume": "on"})
     answer = client_for("alice").post(f"/t/{personas['acme'].slug}/experiments/new/", asked)
     assert answer.status_code == 302, answer.content.decode()[-2000:]
-    (run,) = Experiment.objects.get(name="resumable").launch().runs
-    trainer = RunConfig.model_validate(run.config).trainer
-    assert (trainer.resume, trainer.save_every, trainer.checkpoint_dir) == (True, 2, checkpoint_dir(run))
+    runs = Experiment.objects.get(name="resumable").launch().runs
+    for run in runs:
+        trainer = RunConfig.model_validate(run.config).trainer
+        assert (trainer.resume, trainer.save_every, trainer.checkpoint_dir) == (True, 2, checkpoint_dir(run))

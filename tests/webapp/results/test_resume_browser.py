@@ -31,7 +31,8 @@ def failed(transactional_db: Any, personas: Any) -> Run:
     torch_checkpoint(Path(checkpoint_dir(run)), 8, resumable=True)
     Run.objects.filter(pk=run.pk).update(name="killed at 12", step=12, total_steps=20)
     run.refresh_from_db()
-    run.finish(RunStatus.FAILED, "the trainer exited with code 137 (killed)")
+    assert run.enqueue()
+    assert run.finish(RunStatus.FAILED, "the trainer exited with code 137 (killed)")
     return run
 
 
@@ -61,6 +62,9 @@ def test_resume_asks_first_continues_from_the_checkpoint_and_the_run_lists_its_a
     page.locator("#run-attempts").scroll_into_view_if_needed()
     shoot(page, "attempts")
 
+    # The new attempt reports steps 9 to 12 again: one line, marked at step 8.
+    again = [{"key": REWARD_MEAN, "step": s, "value": 0.6 - 0.02 * s, "ts": 1.8e9 + s} for s in range(9, 13)]
+    metrics_store.write_points(failed.pk, "again", again)
     page.goto(f"{live_server.url}/t/acme/runs/{failed.pk}/curves/")
     page.wait_for_selector("figure.panel canvas")
     shoot(page, "curve")
