@@ -75,6 +75,7 @@ def resume(run: Run, user: Any) -> Resumed:
     step = resume_step(run)
     if run.status == RunStatus.STALLED:
         _kill(run)
+        step = resume_step(run)  # it may have completed a newer checkpoint before it died
     with transaction.atomic():
         # Race: two resumes at once; the row lock makes the second see the first's queued run and refuse.
         Run.objects.select_for_update().filter(pk=run.pk).first()
