@@ -8,6 +8,7 @@ from webapp.rollouts import views
 
 urlpatterns = [
     path("runs/<int:run_id>/rollouts/", views.rollouts, name="rollouts"),
+    path("runs/<int:run_id>/histograms/", views.run_histograms, name="run_histograms"),
     path("runs/<int:run_id>/rollouts/at/<int:step>/", views.rollouts_at, name="rollouts_at"),
     path("runs/<int:run_id>/rollouts/<int:pk>/", views.trajectory, name="trajectory"),
     path("runs/<int:run_id>/groups/<str:group_id>/", views.group, name="rollout_group"),

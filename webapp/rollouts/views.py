@@ -16,9 +16,9 @@ from webapp.experiments.access import get_run_for_user
 from webapp.experiments.models import Run
 from webapp.htmx import template_for
 from webapp.ingestion.models import Trajectory
-from webapp.rollouts import compare, viewer
+from webapp.rollouts import compare, histograms, viewer
 from webapp.rollouts.access import get_trajectory_for_user
-from webapp.rollouts.forms import PromptCompareForm, RolloutFilterForm, SearchForm
+from webapp.rollouts.forms import HistogramForm, PromptCompareForm, RolloutFilterForm, SearchForm
 from webapp.rollouts.questions import user_question
 from webapp.rollouts.search import SEARCH_RESULTS, search_hits
 
@@ -141,3 +141,31 @@ def prompt_compare(request: HttpRequest, team_slug: str, run_id: int, sample: in
         "comparison": compare.compare_rollouts(before, after),
     }
     return render(request, "results/prompt_compare.html", context)
+
+
+@login_required
+def run_histograms(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse:
+    """A measure's heat-map over every step and its histogram at one step; each bin links to the
+    rollout list filtered to its trajectories (docs/rollouts.md#histograms)."""
+    run = get_run_for_user(request, team_slug, run_id)
+    form = HistogramForm(request.GET)
+    data = form.cleaned_data if form.is_valid() else {}
+    measure = data.get("measure") or histograms.DEFAULT_MEASURE
+    latest = histograms.latest_step(run.pk)
+    step = latest if data.get("step") is None else data["step"]
+    heat = histograms.heat_map(run.pk, measure)
+    chosen = histograms.step_histogram(run.pk, measure, step) if step is not None else None
+    rollouts_url = reverse("rollouts", args=[team_slug, run.pk])
+    context = {
+        "team": run.team,
+        "run": run,
+        "form": form,
+        "measure": measure,
+        "step": step,
+        "latest": latest,
+        "heat": heat,
+        "histogram": chosen,
+        "bin_links": chosen.links(rollouts_url) if chosen else [],
+        "chart": histograms.chart_data(heat, chosen, rollouts_url),
+    }
+    return render(request, "results/histograms.html", context)

@@ -62,8 +62,10 @@ def run_nav(context: Any, run: Any) -> dict[str, Any]:
         "rollouts": has_rollouts,
         "run_tools": expect_more or (has_rollouts and ToolCall.objects.filter(run_id=run.pk).exists()),
         "run_prompts": has_rollouts,
+        "run_histograms": has_rollouts,
     }
-    labels = {"run": "Overview", "run_curves": "Curves", "rollouts": "Rollouts", "run_tools": "Tools", "run_prompts": "Prompts"}  # fmt: skip
+    labels = {"run": "Overview", "run_curves": "Curves", "rollouts": "Rollouts", "run_tools": "Tools", "run_prompts": "Prompts",
+              "run_histograms": "Histograms"}  # fmt: skip
     tabs = [
         (reverse(name, args=[team.slug, run.pk]), label, name)
         for name, label in labels.items()
