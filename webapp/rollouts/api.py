@@ -1,5 +1,5 @@
-"""REST reads of a run's trajectories: filtered and paginated as the rollout viewer's list, and one
-with every step. Personal API token; runs outside the caller's teams are 404."""
+"""REST reads of a run's trajectories: filtered and paginated as the rollout viewer's list, one
+with every step, and their histograms over steps. Personal API token; runs outside the caller's teams are 404."""
 
 from __future__ import annotations
 
@@ -8,11 +8,15 @@ from typing import Any
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema
+from ninja.errors import HttpError
 
 from webapp.accounts.token_auth import UserTokenAuth
 from webapp.api import Page, PageParams, paginate
 from webapp.experiments.access import get_run_for_user
 from webapp.ingestion.models import Trajectory
+from webapp.rollouts import histograms
+from webapp.rollouts.histograms import BINS, MAX_BINS, HeatMap, Histogram
+from webapp.rollouts.measures import MEASURES
 from webapp.rollouts.viewer import RolloutFilter, as_json
 
 router = Router(auth=UserTokenAuth(), tags=["rollouts"])
@@ -58,3 +62,75 @@ def trajectories(
 def trajectory(request: HttpRequest, team_slug: str, run_id: int, uid: str) -> dict[str, Any]:
     run = get_run_for_user(request, team_slug, run_id)
     return as_json(get_object_or_404(Trajectory, run=run, uid=uid), with_steps=True)
+
+
+class BinOut(Schema):
+    low: float = Field(description="The bin holds values >= low ...")
+    below: float = Field(description="... and < below; the rollout list's measure_min and measure_below.")
+    count: int
+
+
+class HistogramOut(Schema):
+    measure: str
+
+    @staticmethod
+    def resolve_measure(obj: Histogram | HeatMap) -> str:
+        return obj.measure.name
+
+    step: int
+    bins: list[BinOut]
+
+
+class HeatMapOut(Schema):
+    measure: str
+
+    @staticmethod
+    def resolve_measure(obj: Histogram | HeatMap) -> str:
+        return obj.measure.name
+
+    edges: list[float] = Field(
+        description="The value bins' edges: bin i holds edges[i] <= value < edges[i+1]."
+    )
+    steps: list[tuple[int, int]] = Field(description="Each column's first and last training step.")
+    counts: list[list[int]] = Field(description="Trajectories per [column][value bin].")
+
+
+class HistogramQuery(Schema):
+    step: int | None = Field(None, ge=0, description="Default: the newest step with rollouts.")
+    bins: int = Field(BINS, ge=1, le=MAX_BINS)
+
+
+def _measure(name: str) -> str:
+    if name not in MEASURES:
+        raise HttpError(404, f"no measure {name!r}; one of {', '.join(MEASURES)}")
+    return name
+
+
+@router.get(
+    "/{team_slug}/runs/{int:run_id}/histograms/{measure}",
+    response=HistogramOut,
+    summary="One step's histogram",
+)
+def step_histogram(
+    request: HttpRequest, team_slug: str, run_id: int, measure: str, query: Query[HistogramQuery]
+) -> Histogram:
+    """Trajectories of one training step binned by a measure (reward, advantage, length, turns,
+    tool_calls); a bin's low and below filter the trajectories list to exactly its trajectories."""
+    run = get_run_for_user(request, team_slug, run_id)
+    step = query.step if query.step is not None else histograms.latest_step(run.pk)
+    if step is None:
+        raise HttpError(404, "this run has no rollouts")
+    return histograms.step_histogram(run.pk, _measure(measure), step, query.bins)
+
+
+@router.get(
+    "/{team_slug}/runs/{int:run_id}/histograms/{measure}/heatmap",
+    response=HeatMapOut,
+    summary="A measure's heat-map over every step",
+)
+def heat_map(
+    request: HttpRequest, team_slug: str, run_id: int, measure: str, query: Query[HistogramQuery]
+) -> HeatMap:
+    """Every step's histogram of a measure on one set of value bins, steps grouped in columns."""
+    run = get_run_for_user(request, team_slug, run_id)
+    return histograms.heat_map(run.pk, _measure(measure), query.bins)

@@ -39,6 +39,12 @@ def signed(value: Any) -> str:
 
 
 @register.filter
+def change(value: Any) -> str:
+    """A % change against the baseline run, signed, one decimal."""
+    return "—" if value is None else f"{float(value):+.1f}%"
+
+
+@register.filter
 def as_json(value: Any) -> str:
     """Tool arguments as the model wrote them (JSON), not as a Python repr; escaped by the template."""
     return json.dumps(value, ensure_ascii=False)
