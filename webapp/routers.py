@@ -26,6 +26,7 @@ from webapp.ingestion.api import router as ingest_router
 from webapp.outage import database_down_response
 from webapp.results.api import router as results_router
 from webapp.results.checkpoints_api import router as checkpoints_router
+from webapp.results.compare_api import router as compare_router
 from webapp.results.storage_api import router as storage_router
 from webapp.rollouts.api import router as rollouts_router
 from webapp.tools.api import rewards_router
@@ -40,6 +41,7 @@ api.add_router("", datasets_router)
 api.add_router("", ingest_router)
 api.add_router("/t", experiments_router)
 api.add_router("/t", sweeps_router)
+api.add_router("/t", compare_router)
 api.add_router("/t", results_router)
 api.add_router("/t", rollouts_router)
 api.add_router("/t", datasets_team_router)

@@ -10,11 +10,13 @@ from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 
+from webapp.accounts.access import get_team_for_user
 from webapp.accounts.token_auth import UserTokenAuth
-from webapp.api import Page, PageParams, paginate
+from webapp.api import FieldError, Page, PageParams, paginate
 from webapp.experiments.access import get_run_for_user
 from webapp.ingestion.models import Trajectory
-from webapp.rollouts import histograms
+from webapp.rollouts import compare, histograms
+from webapp.rollouts.compare import MAX_SIDES
 from webapp.rollouts.histograms import BINS, MAX_BINS, HeatMap, Histogram
 from webapp.rollouts.measures import MEASURES
 from webapp.rollouts.viewer import RolloutFilter, as_json
@@ -134,3 +136,73 @@ def heat_map(
     """Every step's histogram of a measure on one set of value bins, steps grouped in columns."""
     run = get_run_for_user(request, team_slug, run_id)
     return histograms.heat_map(run.pk, _measure(measure), query.bins)
+
+
+class SidesQuery(Schema):
+    sides: list[str] = Field(
+        [],
+        description=f"2 to {MAX_SIDES} RUN:STEP pairs, repeated (?sides=12:40&sides=13:40&sides=12:80)."
+    )
+    rollout: int = Field(0, ge=0, description="Which of the n samples (the first when a step has fewer).")
+
+
+class SideOut(Schema):
+    run: int
+    step: int
+    uid: str
+    total_reward: float
+    advantage: float | None
+    tool_path: list[tuple[str, str]] = Field(description="(kind, tool) against the first rollout's path.")
+
+
+class CellOut(Schema):
+    response: str
+    tools: list[str]
+    diff: list[tuple[str, str]] | None = Field(description="(same|added|removed, text) against the first.")
+
+
+class AlignedStepOut(Schema):
+    index: int
+    cells: list[CellOut | None] = Field(description="One per side; null where it took fewer steps.")
+
+
+class ManyRolloutsOut(Schema):
+    sides: list[SideOut]
+    steps: list[AlignedStepOut]
+
+
+@router.get(
+    "/{team_slug}/prompts/{int:sample}/rollouts",
+    response=ManyRolloutsOut,
+    summary="One prompt's rollouts aligned",
+)
+def prompt_rollouts(
+    request: HttpRequest, team_slug: str, sample: int, query: Query[SidesQuery]
+) -> dict[str, Any]:
+    """Dataset row ``sample``'s rollouts in 2 to 8 runs or steps, aligned step by step, each diffed
+    word by word against the first (docs/rollouts.md#same-prompt)."""
+    get_team_for_user(request, team_slug)
+    pairs = compare.parse_sides(query.sides, limit=MAX_SIDES)
+    if not 2 <= len(pairs) == len(query.sides):
+        raise FieldError([("sides", f"name 2 to {MAX_SIDES} sides as RUN:STEP")])
+    found = []
+    for run_id, step in pairs:
+        side = compare.rollout_of_prompt(
+            get_run_for_user(request, team_slug, run_id), sample, step, query.rollout
+        )
+        if side is None:
+            raise HttpError(404, f"run {run_id} has no rollout of dataset row {sample} at step {step}")
+        found.append(side)
+    many = compare.compare_many(found)
+    sides = [
+        {
+            "run": s.trajectory.run_id,
+            "step": s.trajectory.training_step,
+            "uid": s.trajectory.uid,
+            "total_reward": s.trajectory.total_reward,
+            "advantage": s.advantage,
+            "tool_path": path,
+        }
+        for s, path in many.columns
+    ]
+    return {"sides": sides, "steps": many.steps}

@@ -185,11 +185,12 @@ def compare_many(trajectories: Sequence[Trajectory]) -> ManyRollouts:
     return ManyRollouts(sides, steps, paths)
 
 
-def parse_sides(values: Sequence[str]) -> list[tuple[int, int]]:
-    """``run:step`` pairs of a query (``also=12:40``), in order; anything else is left out."""
+def parse_sides(values: Sequence[str], limit: int = MAX_SIDES - 2) -> list[tuple[int, int]]:
+    """The first ``limit`` ``run:step`` pairs of a query (``also=12:40``), in order; anything else
+    is left out."""
     found = []
     for value in values:
         run, _colon, step = value.partition(":")
         if run.isdigit() and step.isdigit() and int(run) <= INT4_MAX and int(step) <= INT4_MAX:
             found.append((int(run), int(step)))
-    return found[: MAX_SIDES - 2]
+    return found[:limit]
