@@ -19,7 +19,7 @@ router = Router(auth=UserTokenAuth(), tags=["results"])
 class CompareQuery(Schema):
     runs: list[int] = Field(
         [],
-        description=f"{run_compare.MIN_RUNS} to {run_compare.MAX_RUNS} run ids, repeated (?runs=1&runs=2)."
+        description=f"{run_compare.MIN_RUNS} to {run_compare.MAX_RUNS} run ids, repeated (?runs=1&runs=2).",
     )
     baseline: int | None = Field(
         None, description="The run the changes are measured against; default the first."

@@ -140,8 +140,7 @@ def heat_map(
 
 class SidesQuery(Schema):
     sides: list[str] = Field(
-        [],
-        description=f"2 to {MAX_SIDES} RUN:STEP pairs, repeated (?sides=12:40&sides=13:40&sides=12:80)."
+        [], description=f"2 to {MAX_SIDES} RUN:STEP pairs, repeated (?sides=12:40&sides=13:40&sides=12:80)."
     )
     rollout: int = Field(0, ge=0, description="Which of the n samples (the first when a step has fewer).")
 
