@@ -61,7 +61,9 @@
       width: Math.max(320, box.clientWidth || 900), height: BARS_HEIGHT, legend: { show: false },
       scales: { x: { time: false, range: (u, min, max) => [min - 0.5, max + 0.5] },
                 y: { range: (u, min, max) => [0, Math.max(1, max * 1.05)] } },
-      axes: [{ label: data.label, incrs: [1, 2, 5, 10], values: (u, ticks) => ticks.map((t) => (data.bars[t] || {}).label || "") },
+      // A tick names its bin's lower edge; the bins' full ranges are in the table below.
+      axes: [{ label: data.label, incrs: [1, 2, 5, 10], space: 48,
+               values: (u, ticks) => ticks.map((t) => (data.bars[t] ? data.bars[t].tick : "")) },
              { label: "trajectories" }],
       series: [{}, { label: "trajectories", stroke: `rgb(${RGB})`, fill: `rgba(${RGB}, 0.6)`,
                      paths: uPlot.paths.bars({ size: [0.9, 80] }), points: { show: false } }],
@@ -83,6 +85,10 @@
     if (heatBox && data.steps.length) drawn.heat = heatMap(heatBox, data);
     if (barsBox && data.bars.length) drawn.bars = bars(barsBox, data);
     window.studioHistograms = drawn; // what a browser test clicks on
+    window.addEventListener("resize", () => {
+      if (drawn.heat) drawn.heat.setSize({ width: Math.max(320, heatBox.clientWidth), height: HEAT_HEIGHT });
+      if (drawn.bars) drawn.bars.setSize({ width: Math.max(320, barsBox.clientWidth), height: BARS_HEIGHT });
+    });
   }
 
   document.addEventListener("DOMContentLoaded", start);

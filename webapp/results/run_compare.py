@@ -131,6 +131,8 @@ def _metric_rows(columns: list[RunColumn], baseline: int) -> list[MetricRow]:
     for key, per_run in facts.items():
         for what, pick in (("final", lambda f: f.latest), ("best", lambda f: f.best)):
             values = [pick(fact) if fact else None for fact in per_run]
+            if all(value is None for value in values):
+                continue  # a metric none of the runs logged (yet)
             changes = [
                 None if i == baseline else percent_change(v, values[baseline]) for i, v in enumerate(values)
             ]

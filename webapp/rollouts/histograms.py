@@ -30,12 +30,15 @@ class Bin:
     below: float
     count: int
     integer: bool
+    last: bool = False  # the top bin: its upper edge lies just above the largest value, which it holds
 
     @property
     def label(self) -> str:
         if self.integer:
             low, last = int(self.low), int(self.below) - 1
             return str(low) if low == last else f"{low} to {last}"
+        if self.last:
+            return f"[{self.low:.4g}, {math.nextafter(self.below, -math.inf):.4g}]"
         return f"[{self.low:.4g}, {self.below:.4g})"
 
     def filters(self, measure: str) -> dict[str, Any]:
@@ -67,12 +70,10 @@ class HeatMap:
     steps: list[tuple[int, int]] = field(default_factory=list)  # each column's first and last step
     counts: list[list[int]] = field(default_factory=list)  # [column][value bin]
 
-    def bins(self) -> list[Bin]:
-        """The value bins (counts summed over every step)."""
-        totals = [sum(column[i] for column in self.counts) for i in range(len(self.edges) - 1)]
-        return [
-            Bin(self.edges[i], self.edges[i + 1], totals[i], self.measure.integer) for i in range(len(totals))
-        ]
+
+def _bins(cut: list[float], counts: list[int], integer: bool) -> list[Bin]:
+    top = len(counts) - 1
+    return [Bin(cut[i], cut[i + 1], counts[i], integer, last=i == top) for i in range(len(counts))]
 
 
 def _url(base: str, query: dict[str, Any]) -> str:
@@ -92,7 +93,7 @@ def chart_data(heat: HeatMap, histogram: Histogram | None, rollouts_url: str) ->
         "steps": heat.steps,
         "counts": heat.counts,
         "step": histogram.step if histogram else None,
-        "bars": [{"label": b.label, "count": b.count, "url": url} for b, url in bars],
+        "bars": [{"tick": f"{b.low:.3g}", "count": b.count, "url": url} for b, url in bars],
     }
 
 
@@ -150,7 +151,7 @@ def step_histogram(run_id: int, measure_name: str, step: int, bins: int = BINS) 
         {**params, "edges": cut},
     )
     counts = dict(rows)
-    found.bins = [Bin(cut[i], cut[i + 1], counts.get(i + 1, 0), measure.integer) for i in range(len(cut) - 1)]
+    found.bins = _bins(cut, [counts.get(i + 1, 0) for i in range(len(cut) - 1)], measure.integer)
     return found
 
 

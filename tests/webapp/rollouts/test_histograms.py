@@ -149,6 +149,9 @@ def test_integer_edges_are_whole_numbers_and_the_largest_value_has_a_bin() -> No
     top = histograms.edges(0.0, 1.0, integer=False)
     assert len(top) == histograms.BINS + 1 and top[-1] > 1.0 and top[-2] < 1.0
     assert histograms.edges(0.5, 0.5, integer=False) == [0.5, math.nextafter(0.5, math.inf)]
+    last = histograms.Bin(0.95, math.nextafter(1.0, math.inf), 2, integer=False, last=True)
+    assert last.label == "[0.95, 1]"  # it holds the largest value
+    assert histograms.Bin(3, 6, 1, integer=True).label == "3 to 5"
 
 
 def test_the_histograms_page_draws_both_and_stays_inside_the_team(
