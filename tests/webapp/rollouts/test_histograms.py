@@ -15,6 +15,7 @@ from django.test import Client
 from webapp.ingestion.models import TextBlob, Trajectory, TrajectoryStep
 from webapp.rollouts import histograms
 from webapp.rollouts.measures import MEASURES
+from webapp.rollouts.viewer import RolloutFilter
 
 STEPS, PER_STEP = 4, 37
 # Values on the bins' edges and either side of them: where a computed edge would disagree with a count.
@@ -178,3 +179,12 @@ def test_the_value_range_filter_refuses_an_unknown_measure(client: Client, perso
     client.force_login(personas["alice"])
     page = client.get(f"/t/acme/runs/{run.pk}/rollouts/", {"measure": "height", "measure_min": 1})
     assert page.status_code == 200 and "measure" in page.context["form"].errors
+
+
+def test_the_value_range_reaches_a_trajectory_from_its_steps_as_search_does(
+    run: Any, seeded: dict[str, dict[str, float]]
+) -> None:
+    for measure in ("advantage", "length"):
+        within = RolloutFilter(measure=measure, measure_min=0.5, measure_below=200).conditions("trajectory__")
+        steps = TrajectoryStep.objects.filter(within, run=run)  # one first step per trajectory here
+        assert steps.count() == sum(0.5 <= v[measure] < 200 for v in seeded.values())
