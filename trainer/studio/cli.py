@@ -20,6 +20,7 @@ from tqdm import tqdm
 from trainer.config import RunConfig, section_model
 from trainer.contract import REWARD_MEAN
 from trainer.studio.client import FINISHED, Settings, StudioClient, StudioError, sha256_of, write_config
+from trainer.studio.sync import sync
 
 EXIT_REFUSED, EXIT_FAILED_OUTCOME, EXIT_UNREACHABLE = 1, 3, 4
 CONFIG_SECTIONS = [name for name in RunConfig.model_fields if section_model(RunConfig, name)]
@@ -492,3 +493,6 @@ def import_(
         f"run {done['run']['id']} {done['run']['name']!r}: {done['trajectories']} trajectories "
         f"over {done['steps']} steps, {done['points']} metric points ({done['format']})",
     )
+
+
+main.add_command(sync)  # `studio sync`: run folders the SDK kept (docs/sdk.md#offline-and-sync)
