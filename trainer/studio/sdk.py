@@ -102,7 +102,7 @@ class Run:
                 values[key] = value
             elif key not in self._skipped:
                 self._skipped.add(key)
-                logger.warning("studio: %r is not a number; the SDK logs numbers only", key)
+                logger.warning("%r is not a number; the SDK logs numbers only", key)
         return values
 
     def log_trajectory(self, prompt: Any, steps: list[Any], **fields: Any) -> str:
@@ -132,7 +132,7 @@ class Run:
             with run_client(self._opened) as http:
                 put_artifact(http, self._opened, copy)
         except (*RETRYABLE, PermanentHttpError) as error:
-            logger.warning("studio: artifact %s not uploaded yet (%s); studio sync will", copy.name, error)
+            logger.warning("artifact %s not uploaded yet (%s); studio sync will", copy.name, error)
             return False
         return True
 
@@ -171,7 +171,7 @@ class Run:
         try:
             self._client.sdk_meta(self._opened.run_id, self._record.meta_body())
         except StudioError as error:
-            logger.warning("studio: the run's summary is not stored yet (%s); studio sync will", error)
+            logger.warning("the run's summary is not stored yet (%s); studio sync will", error)
             return False
         return True
 
@@ -256,10 +256,10 @@ def _open(record: RunRecord, resume: Resume, mode: str) -> tuple[StudioClient | 
     except StudioError as error:
         if error.status and error.status < 500:
             raise
-        logger.warning("studio: %s; logging offline to sync later", error)
+        logger.warning("%s; logging offline to sync later", error)
         return None, None
     except httpx.HTTPError as error:
-        logger.warning("studio: cannot reach %s (%s); logging offline to sync later", settings.url, error)
+        logger.warning("cannot reach %s (%s); logging offline to sync later", settings.url, error)
         return None, None
 
 
