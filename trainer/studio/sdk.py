@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import sys
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,6 +41,7 @@ MODE_ENV = "STUDIO_MODE"  # "offline": never try the server
 FINISH_TIMEOUT_ENV = "STUDIO_FINISH_TIMEOUT"  # seconds finish() waits for delivery (default 60)
 BATCH_POINTS = 10_000  # points per metrics batch: the size ingestion takes best (docs/sdk.md#throughput)
 Resume = Literal["allow", "must", "never"]
+HEARTBEAT_EVERY_S = 1.0
 _PLAIN_NUMBERS = (int, float, bool)  # the common case, checked without isinstance's ABC machinery
 
 _current: Run | None = None
@@ -64,6 +66,7 @@ class Run:
         self._skipped: set[str] = set()
         self._artifacts_put = True
         self._finished = False
+        self._beat_at = -HEARTBEAT_EVERY_S
 
     @property
     def name(self) -> str:
@@ -90,7 +93,9 @@ class Run:
         at = self._step if step is None else int(step)
         values = data if all(type(v) in _PLAIN_NUMBERS for v in data.values()) else self._numbers(data)
         self._reporter.log_metrics(at, values)
-        if at != self._step or step is None:
+        now = time.monotonic()
+        if now - self._beat_at >= HEARTBEAT_EVERY_S:  # a sign of life, not one per call
+            self._beat_at = now
             self._reporter.heartbeat(at, 0)
         if commit is not False:
             self._step = at + 1

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from trainer.contract import StepWire, ToolCallWire, TrajectoryWire, to_jsonable
 
+
 def prompt_text(prompt: str | Sequence[Mapping[str, Any]]) -> str:
     """Text as is; chat messages one per line as ``role: content``."""
     if isinstance(prompt, str):
@@ -22,8 +23,7 @@ def prompt_text(prompt: str | Sequence[Mapping[str, Any]]) -> str:
 def step_wire(index: int, step: str | Mapping[str, Any], prompt: str, last: bool) -> StepWire:
     given: Mapping[str, Any] = {"response": step} if isinstance(step, str) else step
     calls = [
-        ToolCallWire(**{k: to_jsonable(v) for k, v in call.items()})
-        for call in given.get("tool_calls", [])
+        ToolCallWire(**{k: to_jsonable(v) for k, v in call.items()}) for call in given.get("tool_calls", [])
     ]
     reward = given.get("reward")
     return StepWire(
