@@ -24,6 +24,7 @@ from webapp.experiments.sweep_api import router as sweeps_router
 from webapp.experiments.trainer_api import datasets_router
 from webapp.experiments.trainer_api import router as lifecycle_router
 from webapp.ingestion.api import router as ingest_router
+from webapp.monitoring.api import router as health_router
 from webapp.outage import database_down_response
 from webapp.results.api import router as results_router
 from webapp.results.checkpoints_api import router as checkpoints_router
@@ -43,6 +44,7 @@ api.add_router("/t", experiments_router)
 api.add_router("/t", sweeps_router)
 api.add_router("/t", results_router)
 api.add_router("/t", rollouts_router)
+api.add_router("/t", health_router)
 api.add_router("/t", datasets_team_router)
 api.add_router("/t", tools_router)
 api.add_router("/t", evaluations_router)

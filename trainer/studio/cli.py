@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from trainer.config import RunConfig, section_model
 from trainer.contract import REWARD_MEAN
+from trainer.studio import import_cli, mcp_cli
 from trainer.studio.client import FINISHED, Settings, StudioClient, StudioError, sha256_of, write_config
 from trainer.studio.sync import sync
 
@@ -466,7 +467,7 @@ def _sweep_text(found: dict[str, Any], rewards: dict[int, float] | None = None) 
 # -- import ---------------------------------------------------------------------------------------
 
 
-@main.command("import")
+@click.command("import")
 @click.argument("dumps", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option(
     "--metrics",
@@ -495,4 +496,6 @@ def import_(
     )
 
 
+main.add_command(import_cli.import_group(import_))  # docs/importers.md
+main.add_command(mcp_cli.mcp)  # docs/mcp.md
 main.add_command(sync)  # `studio sync`: run folders the SDK kept (docs/sdk.md#offline-and-sync)
