@@ -105,7 +105,7 @@ def run_folders(paths: Sequence[Path]) -> list[RunFolder]:
     for path in paths:
         if RunFolder.is_one(path):
             found.append(RunFolder(path))
-        else:
+        elif path.is_dir():
             found += [RunFolder(p) for p in sorted(path.iterdir()) if RunFolder.is_one(p)]
     return found
 
