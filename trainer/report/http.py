@@ -27,6 +27,8 @@ from trainer.report.spool import SpoolingReporter, deliver_file, reject, spool_f
 
 logger = logging.getLogger(__name__)
 
+SETTLE_POLL_S = 0.05  # how often settle() looks whether the spool folder is empty
+
 
 class HttpReporter(SpoolingReporter):
     """Reports to the webapp's ingestion API from a background thread.
@@ -102,6 +104,17 @@ class HttpReporter(SpoolingReporter):
         with self._lock:
             self._heartbeat = Heartbeat(step=step, total_steps=total, ts=time.time())
         self._beat_wake.set()
+
+    def settle(self, timeout: float | None = None) -> None:
+        """Send everything reported so far and wait up to ``timeout`` (default ``close_timeout_s``) for
+        its delivery: a resumed attempt gets a new token, so it never replays this spool folder."""
+        self.cut()
+        self._wake.set()
+        deadline = time.monotonic() + (self.close_timeout_s if timeout is None else timeout)
+        while self.undelivered() and time.monotonic() < deadline:
+            time.sleep(SETTLE_POLL_S)
+        if self.undelivered():
+            logger.warning("%d report batches not delivered before the checkpoint", self.undelivered())
 
     def close(self, timeout: float | None = None) -> None:
         """Flush everything and wait up to ``timeout`` (default ``close_timeout_s``) for delivery.

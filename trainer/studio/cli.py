@@ -217,7 +217,7 @@ def launch(context: Context, experiment_id: int, then_watch: bool) -> None:
 
 @main.group()
 def runs() -> None:
-    """List, watch, read and cancel runs."""
+    """List, watch, read, cancel and resume runs."""
 
 
 @runs.command("list")
@@ -296,6 +296,19 @@ def cancel(context: Context, run_id: int) -> None:
     found = context.client().cancel(run_id)
     context.emit(
         found, f"run {found['id']}: {found['status']}{' (stopping)' if found['cancel_requested'] else ''}"
+    )
+
+
+@runs.command("resume")
+@click.argument("run_id", type=int)
+@pass_context
+def resume(context: Context, run_id: int) -> None:
+    """Resume a failed, cancelled or stalled run from its newest checkpoint (docs/resume.md)."""
+    found = context.client().resume(run_id)
+    context.emit(
+        found,
+        f"run {run_id}: {found['run']['status']}, attempt {found['attempt']} continues from its checkpoint "
+        f"of step {found['resumed_from_step']}",
     )
 
 
