@@ -19,6 +19,7 @@ from webapp.datasets.api import team_router as datasets_team_router
 from webapp.experiments.api import router as experiments_router
 from webapp.experiments.evaluations_api import router as evaluations_router
 from webapp.experiments.models import Run
+from webapp.experiments.sdk_api import router as sdk_router
 from webapp.experiments.sweep_api import router as sweeps_router
 from webapp.experiments.trainer_api import datasets_router
 from webapp.experiments.trainer_api import router as lifecycle_router
@@ -57,6 +58,7 @@ api.add_router("/t", rewards_router)
 api.add_router("/t", members_router)
 api.add_router("", tokens_router)
 api.add_router("", outbound_router)
+api.add_router("/t", sdk_router)
 
 
 def _error(request: HttpRequest, message: str, status: int, field: str | None = None) -> HttpResponse:

@@ -562,6 +562,8 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     "/api/t/{team_slug}/members": lambda w: {"username": "matrix-outsider", "role": "viewer"},
     "/api/t/{team_slug}/members/{pk}": lambda w: {"role": "member"},
     "/api/t/{team_slug}/imports": lambda w: {"name": "x"},
+    "/api/t/{team_slug}/sdk/runs": lambda w: {"id": "matrix-sdk-run", "project": "sdk matrix"},
+    "/api/t/{team_slug}/sdk/runs/{run_id}/meta": lambda w: {"summary": {"best": 1}},
     "/api/tokens": lambda w: {"name": "ci", "scopes": ["read"], "expires_in_days": 7},
     "/api/outbound-targets": lambda w: {"rule": "matrix.example:443"},
 }

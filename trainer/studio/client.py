@@ -17,7 +17,7 @@ from typing import IO, Any
 
 import httpx
 
-from trainer.contract import API_ROOT
+from trainer.contract import API_ROOT, SDK_META_PATH, SDK_OPEN_PATH
 
 CONFIG_ENV = "STUDIO_CONFIG"
 DEFAULT_CONFIG = Path("~/.config/agent-r1-studio/studio.json")
@@ -262,6 +262,13 @@ class StudioClient:
         finally:
             for handle in [*handles, *([metrics_handle] if metrics_handle else [])]:
                 handle.close()
+
+    def open_sdk_run(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Make or resume the SDK's run: ``{"run", "token", "claimant", "resumed"}`` (docs/sdk.md)."""
+        return self.team_call("POST", SDK_OPEN_PATH, json=body)
+
+    def sdk_meta(self, run_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        return self.team_call("POST", SDK_META_PATH.format(run_id=run_id), json=body)
 
     def watch(
         self, run_id: int, key: str, every_s: float = 2.0
