@@ -527,6 +527,7 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     },
     "/api/t/{team_slug}/sweeps/{pk}/cancel": lambda w: None,
     "/api/t/{team_slug}/runs/{run_id}/cancel": lambda w: None,
+    "/api/t/{team_slug}/runs/{run_id}/fork": lambda w: {"step": 1, "name": "api fork"},
     "/api/t/{team_slug}/runs/{run_id}/storage": lambda w: {"retention": "sample", "sample_fraction": 0.5},
     "/api/t/{team_slug}/evaluations": lambda w: {"experiment": w.ids["experiment"], "k": 2},
     "/api/t/{team_slug}/experiments/{pk}": lambda w: {"description": "changed"},

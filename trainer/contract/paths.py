@@ -17,6 +17,7 @@ __all__ = [
     "LOGS_PATH",
     "METRICS_PATH",
     "MLFLOW_ROOT",
+    "OPTIMIZER_FILE",
     "POLICY_FOLDER",
     "SPECS_PATH",
     "STATUS_PATH",
@@ -29,6 +30,9 @@ API_ROOT = "/api"
 # Inside a checkpoint folder (step_*), the policy's weights as a model folder (docs/checkpoints.md):
 # what an evaluation scores and what a run that starts from the checkpoint loads.
 POLICY_FOLDER = "policy"
+# Beside it, the optimiser's state (resumable runs only): what a resume and a fork that keeps the
+# optimiser state load (docs/checkpoints.md#fork).
+OPTIMIZER_FILE = "optimizer.pt"
 MLFLOW_ROOT = "/mlflow"
 _RUN = API_ROOT + "/runs/{run_id}"
 _INGEST = API_ROOT + "/ingest/runs/{run_id}"

@@ -33,6 +33,7 @@ BASIC_PATHS = [
     SFT_FIELD,
     "start_from.run",
     "start_from.step",
+    "start_from.optimizer",
     "rollout.max_steps",
     "rollout.context_policy",
     "data.reward_rule",
@@ -84,6 +85,7 @@ LABELS = {
     "sft.enabled": "Supervised fine-tuning (SFT) on demonstrations",
     "start_from.run": "Start from run",
     "start_from.step": "Start from checkpoint step",
+    "start_from.optimizer": "Keep optimiser state",
     "sft.max_length": "SFT packed length",
 }
 

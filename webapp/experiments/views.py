@@ -20,6 +20,7 @@ from webapp.datasets.picker import DatasetPicker
 from webapp.experiments.acceptance import Refused
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
 from webapp.experiments.demo import start_demo
+from webapp.experiments.fork import fork_mapping
 from webapp.experiments.forms import SFT_FIELD, ExperimentForm, initial_from_config
 from webapp.experiments.models import (
     ACTIVE,
@@ -28,6 +29,7 @@ from webapp.experiments.models import (
     Experiment,
     LaunchRefused,
     NameTaken,
+    Run,
     RunKind,
     RunStatus,
     TeamRunLimit,
@@ -113,9 +115,10 @@ def index(request: HttpRequest, team_slug: str) -> HttpResponse:
 def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
     source = _clone_source(request, team_slug)
-    initial = _initial(request, source)
+    fork = _fork_source(request, team_slug)
+    initial = _initial(request, source) if fork is None else _fork_initial(*fork)
     picker = dataset_picker(request, team, initial)
-    if source is None:  # a new form (or a task switch): the task recipe's own datasets, else none
+    if source is None and fork is None:  # a new form (or a task switch): the recipe's datasets, else none
         initial.update(train_dataset=picker.train, val_dataset=picker.val)
     choices = form_choices(team, picker)
     form = ExperimentForm(request.POST or None, initial=initial, choices=choices, team=team)
@@ -134,6 +137,7 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
         "team": team,
         "form": form,
         "source": source,
+        "fork": fork,
         "preview": preview,
         # The preview button swaps only its own section: it lists what stops a preview, or nothing shows.
         "preview_refused": form.labelled_errors() if previewing and preview is None else [],
@@ -202,6 +206,20 @@ def _clone_source(request: HttpRequest, team_slug: str) -> Experiment | None:
     if not clone_id or not str(clone_id).isdigit():
         return None
     return get_experiment_for_user(request, team_slug, int(clone_id))
+
+
+def _fork_source(request: HttpRequest, team_slug: str) -> tuple[Run, int | None] | None:
+    """The run and checkpoint step a Fork link names (?fork=<run>&step=<step>), docs/checkpoints.md#fork."""
+    run_id, step = request.GET.get("fork", ""), request.GET.get("step", "")
+    if not run_id.isdigit():
+        return None
+    return get_run_for_user(request, team_slug, int(run_id)), int(step) if step.isdigit() else None
+
+
+def _fork_initial(run: Run, step: int | None) -> dict[str, Any]:
+    """The form of a fork: the run's experiment's config, starting from the checkpoint, its one seed."""
+    config = RunConfig.from_mapping(fork_mapping(run, step))
+    return {**initial_from_config(config), "seeds": str(run.seed)}
 
 
 def _initial(request: HttpRequest, source: Experiment | None) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.contract import POLICY_FOLDER
+from trainer.contract import OPTIMIZER_FILE, POLICY_FOLDER
 
 if TYPE_CHECKING:
     from trainer.backends.torch.update import Models
@@ -34,7 +34,6 @@ logger = logging.getLogger(__name__)
 
 PREFIX = "step_"
 STATE_FILE = "trainer_state.json"
-OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.pt"
 
 
