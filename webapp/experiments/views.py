@@ -167,6 +167,7 @@ def _create(
             cloned_from=source,
             retention=form.retention_policy(),
         )
+        form.keep_policy().save_for(experiment)
     except NameTaken as taken:
         earlier = Experiment.objects.filter(team=team, name=config.name, runs__launch_key=key).first()
         if key and earlier is not None:  # the same form sent twice (a double-click): it launched once
