@@ -53,7 +53,11 @@ def test_a_rest_fork_changes_what_it_is_told_starts_from_the_checkpoint_and_keep
     assert made.status_code == 201, made.content
     config = RunConfig.model_validate(made.json()["config"])
     assert (config.optim.lr, config.algorithm.kl_coef, config.trainer.seed) == (5e-6, 0.01, 3)
-    assert (config.start_from.run, config.start_from.step, config.start_from.optimizer) == (parent.pk, 2, False)
+    assert (config.start_from.run, config.start_from.step, config.start_from.optimizer) == (
+        parent.pk,
+        2,
+        False,
+    )
     assert made.json()["name"] == f"parent · fork of run {parent.pk} at step 2"
     (child,) = Experiment.objects.get(pk=made.json()["id"]).launch().runs
     assert (child.started_from, child.started_from_step, child.seed) == (parent, 2, 3)
@@ -98,3 +102,46 @@ def test_the_run_pages_fork_link_opens_the_form_filled_in_with_the_runs_config_a
     outsider = Client()
     outsider.force_login(personas["charlie"])
     assert outsider.get(link.replace("&amp;", "&")).status_code == 404
+
+
+def test_the_workspace_draws_a_fork_after_its_parents_first_steps_and_the_comparison_counts_each_run_once(
+    personas: Any, parent: Run, client: Client
+) -> None:
+    from webapp.ingestion import metrics_store
+    from webapp.results.analytics import comparison
+
+    child = Run.objects.create(
+        experiment=parent.experiment, team=parent.team, name="fork · seed 3", status=RunStatus.SUCCEEDED,
+        started_from=parent, started_from_step=2, config=parent.config,
+    )  # fmt: skip
+    val = "val/arithmetic/acc"
+    for run, values in ((parent, {1: 0.1, 2: 0.2, 3: 0.9, 4: 0.3}), (child, {1: 0.4, 2: 0.5, 3: 0.6})):
+        points = [
+            {"key": key, "step": s, "value": v, "ts": float(s)}
+            for s, v in values.items()
+            for key in (val, "reward/mean")
+        ]
+        metrics_store.write_points(run.pk, f"b{run.pk}", points)
+    client.force_login(personas["alice"])
+    url = reverse("curves_data", args=[parent.team.slug]) + f"?run={child.pk}&key=reward/mean"
+    (own,) = client.get(url).json()["series"]
+    assert own["step"] == [1, 2, 3]
+    (continued,) = client.get(url + "&lineage=1").json()["series"]
+    assert (continued["step"], continued["value"], continued["forked_at"]) == (
+        [1, 2, 3, 4, 5],
+        [0.1, 0.2, 0.4, 0.5, 0.6],
+        2,
+    )
+    (zoomed,) = client.get(url + "&lineage=1&lo=2&hi=3").json()["series"]
+    assert zoomed["step"] == [2, 3]
+    page = client.get(
+        reverse("run_curves", args=[parent.team.slug, child.pk]) + "?lineage=1"
+    ).content.decode()
+    assert 'id="continue-forks" name="lineage" value="1" checked' in page and "lineage=1&amp;" in page
+    # The task x algorithm table: each run its own points; the fork's best is its own 0.6, never the
+    # parent's 0.9 after the fork's step that the workspace drew before it.
+    cell = comparison(parent.team).cell("arithmetic", "grpo")
+    assert cell is not None and dict(zip(cell.run_ids, cell.bests, strict=True)) == {
+        parent.pk: 0.9,
+        child.pk: 0.6,
+    }
