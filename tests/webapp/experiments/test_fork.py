@@ -145,3 +145,46 @@ def test_the_workspace_draws_a_fork_after_its_parents_first_steps_and_the_compar
         parent.pk: 0.9,
         child.pk: 0.6,
     }
+
+
+def test_studio_runs_fork_makes_the_fork_with_its_changes_and_launches_it(
+    transactional_db: Any,
+    personas: Any,
+    parent: Run,
+    live_server: Any,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    from trainer.studio.cli import main
+
+    monkeypatch.setenv("STUDIO_CONFIG", str(tmp_path / "studio.json"))
+    token = ApiToken.issue(personas["alice"], "cli")[1]
+    runner = CliRunner()
+    assert (
+        runner.invoke(main, ["login", "--url", live_server.url, "--team", "acme", "--token", token]).exit_code
+        == 0
+    )
+    args = [
+        "--json",
+        "runs",
+        "fork",
+        str(parent.pk),
+        "--step",
+        "4",
+        "--set",
+        "optim.lr=5e-6",
+        "--keep-optimizer",
+    ]
+    result = runner.invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    made = json.loads(result.stdout)
+    assert made["experiment"]["config"]["optim"]["lr"] == 5e-6
+    assert made["experiment"]["config"]["start_from"] == {
+        "run": parent.pk, "step": 4, "optimizer": True, "checkpoint": made["experiment"]["config"]["start_from"]["checkpoint"]
+    }  # fmt: skip
+    (run,) = made["runs"]
+    assert Run.objects.get(pk=run["id"]).started_from_id == parent.pk
+    refused = runner.invoke(main, ["runs", "fork", str(parent.pk), "--step", "2", "--keep-optimizer"])
+    assert refused.exit_code != 0 and "holds the weights only" in refused.output + (refused.stderr or "")
