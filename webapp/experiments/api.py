@@ -247,15 +247,17 @@ def clone_experiment(request: HttpRequest, team_slug: str, pk: int, body: Experi
     mapping.update(flatten_paths(body.config))
     mapping["name"] = body.name or f"{source.name} (clone)"[:MAX_NAME_LENGTH]
     config = accepted(source.team, mapping)
+    keep = KeepPolicy.of_experiment(source.pk) or KeepPolicy()  # a clone keeps its source's
     with answer_conflicts():
         made = Experiment.create(
             source.team,
             request.user,
-            config,
+            keep.trainer_config(config),
             source.seeds,
             description=source.description,
             cloned_from=source,
         )
+    keep.save_for(made)
     return Status(201, made)
 
 

@@ -36,6 +36,7 @@ from webapp.experiments.models import (
 )
 from webapp.experiments.tasks import cancel_run
 from webapp.htmx import HtmxHttpRequest, template_for
+from webapp.retention.checkpoint_policy import KeepPolicy
 from webapp.retention.models import ExperimentRetention
 from webapp.retention.policy import Retention
 
@@ -231,6 +232,8 @@ def _initial(request: HttpRequest, source: Experiment | None) -> dict[str, Any]:
         initial.update(name=f"{source.name} (clone)", seeds=",".join(map(str, source.seeds)))
         kept = ExperimentRetention.objects.filter(experiment=source).first()
         initial.update(Retention.of(kept).fields() if kept is not None else {})
+        keep = KeepPolicy.of_experiment(source.pk)  # a clone keeps its source's keep-policy too
+        initial.update(keep.fields() if keep is not None else {})
         return initial
     preset = request.GET.get("preset") or "grpo"
     task = request.GET.get("task") or "arithmetic"

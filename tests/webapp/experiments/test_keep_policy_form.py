@@ -27,3 +27,28 @@ def test_the_forms_keep_policy_is_stored_and_a_metric_never_reported_is_refused_
     policy = CheckpointKeepPolicy.objects.get(experiment=experiment)
     assert (policy.keep_last, policy.keep_best_metric, policy.keep_every) == (2, "reward/mean", 10)
     assert RunConfig.model_validate(experiment.config).trainer.keep_checkpoints is None
+
+
+def test_a_clone_keeps_its_sources_keep_policy_and_the_experiment_page_says_it(
+    personas: Any, arithmetic: Any
+) -> None:
+    import json
+
+    from webapp.accounts.models import ApiToken
+
+    client = client_for("alice")
+    slug = personas["acme"].slug
+    client.post(f"/t/{slug}/experiments/new/", form_data(arithmetic, keep_last="3"))
+    source = Experiment.objects.get(name="arith grpo")
+    page = client.get(f"/t/{slug}/experiments/{source.pk}/").content.decode()
+    assert 'id="keep-policy"' in page and "keep the last 3" in page and "0 deleted" in page
+    form = client.get(f"/t/{slug}/experiments/new/?clone={source.pk}").context["form"]
+    assert form["keep_last"].value() == 3
+    token = ApiToken.issue(personas["alice"], "t")[1]
+    cloned = client.post(
+        f"/api/t/{slug}/experiments/{source.pk}/clone", json.dumps({"name": "api clone"}),
+        content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}",
+    )  # fmt: skip
+    assert cloned.status_code == 201, cloned.content
+    assert CheckpointKeepPolicy.objects.get(experiment_id=cloned.json()["id"]).keep_last == 3
+    assert RunConfig.model_validate(cloned.json()["config"]).trainer.keep_checkpoints is None
