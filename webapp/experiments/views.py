@@ -13,6 +13,7 @@ from django.views.decorators.http import require_POST
 from pydantic import ValidationError
 
 from trainer.config import RunConfig, validation_errors
+from trainer.contract import INT4_MAX
 from trainer.registry import RegistryError
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
@@ -213,9 +214,10 @@ def _clone_source(request: HttpRequest, team_slug: str) -> Experiment | None:
 def _fork_source(request: HttpRequest, team_slug: str) -> tuple[Run, int | None] | None:
     """The run and checkpoint step a Fork link names (?fork=<run>&step=<step>), docs/checkpoints.md#fork."""
     run_id, step = request.GET.get("fork", ""), request.GET.get("step", "")
-    if not run_id.isdigit():
+    if not (run_id.isdigit() and len(run_id) <= 18):  # a bigint id, not a number Postgres refuses
         return None
-    return get_run_for_user(request, team_slug, int(run_id)), int(step) if step.isdigit() else None
+    chosen = int(step) if step.isdigit() and int(step) <= INT4_MAX else None
+    return get_run_for_user(request, team_slug, int(run_id)), chosen
 
 
 def _fork_initial(run: Run, step: int | None) -> dict[str, Any]:

@@ -112,6 +112,8 @@ class KeepPolicy:
 
 def _never_logged(metric: str, config: RunConfig) -> str:
     """Why a run of ``config`` never reports ``metric`` with a checkpoint, else ""."""
+    if config.backend == "verl":  # its checkpoints are found on disk, reported without metrics
+        return "backend verl reports its checkpoints without their metrics, so none is ever best"
     if metric in EVAL_KEYS:
         return f"{metric} is an evaluation's score, which no training run reports"
     if config.sft.enabled and metric not in SFT_KEYS:

@@ -83,6 +83,11 @@ def test_a_keep_policy_deletes_as_checkpoints_arrive_what_none_of_its_rules_keep
         ({"keep_best_metric": "val/arithmetic/acc"}, {}, "no validation split"),
         ({"keep_best_metric": "sft/loss"}, {}, "is an SFT run's"),
         ({"keep_best_metric": EVAL_ACC}, {}, "evaluation's score"),
+        (
+            {"keep_best_metric": REWARD_MEAN},
+            {"backend": "verl", "resources.gpus_per_node": 1},
+            "without their metrics",
+        ),
     ],
 )
 def test_a_keep_policy_whose_metric_the_runs_never_report_is_refused_at_create_time(
