@@ -66,6 +66,8 @@ def test_a_rest_fork_changes_what_it_is_told_starts_from_the_checkpoint_and_keep
 
     outsider = ApiToken.issue(personas["charlie"], "t")[1]
     assert fork(client, outsider, parent, {"step": 2}).status_code == 404
+    huge = fork(client, token, parent, {"step": 2**40})
+    assert huge.status_code == 400 and huge.json()["field"] == "config.start_from.step"
 
 
 @pytest.mark.parametrize(
