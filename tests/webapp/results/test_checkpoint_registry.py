@@ -83,11 +83,6 @@ def test_a_keep_policy_deletes_as_checkpoints_arrive_what_none_of_its_rules_keep
         ({"keep_best_metric": "val/arithmetic/acc"}, {}, "no validation split"),
         ({"keep_best_metric": "sft/loss"}, {}, "is an SFT run's"),
         ({"keep_best_metric": EVAL_ACC}, {}, "evaluation's score"),
-        (
-            {"keep_best_metric": REWARD_MEAN},
-            {"backend": "verl", "resources.gpus_per_node": 1},
-            "without their metrics",
-        ),
     ],
 )
 def test_a_keep_policy_whose_metric_the_runs_never_report_is_refused_at_create_time(
@@ -105,6 +100,13 @@ def test_a_keep_policy_whose_metric_the_runs_never_report_is_refused_at_create_t
         refused.json()["field"] == "checkpoint_policy.keep_best_metric" and words in refused.json()["error"]
     )
     assert not Experiment.objects.filter(name="kept").exists()
+
+
+def test_keeping_the_best_by_a_metric_is_refused_on_verl_whose_checkpoints_carry_none() -> None:
+    verl = RunConfig.from_preset("grpo").model_copy(update={"backend": "verl"})  # only its backend matters
+    (problem,) = KeepPolicy(keep_best_metric=REWARD_MEAN).problems(verl)
+    assert problem[0] == "keep_best_metric" and "without their metrics" in problem[1]
+    assert KeepPolicy(keep_last=2).problems(verl) == []
 
 
 def test_an_sft_experiments_policy_may_keep_the_best_by_its_loss_only(personas: Any, demos: str) -> None:  # noqa: F811
