@@ -335,6 +335,7 @@ PAGES: dict[str, Page] = {
     ),
     "run": Page("read", team(pk=_id("run"))),
     "run_cancel": Page("read", team(pk=_id("run")), post="write", get=False),
+    "run_resume": Page("write", team(pk=_id("run")), post="write"),  # GET: the confirmation
     "compare": Page("read", team()),
     "compare_export": Page("read", team(fmt=lambda w: "csv")),
     "compare_cell": Page("read", team(), query="?task=arithmetic&algorithm=grpo", absent=True),
@@ -347,12 +348,15 @@ PAGES: dict[str, Page] = {
     "rollout_group": Page("read", team(run_id=_id("run"), group_id=_id("group"))),
     "run_tools": Page("read", team(run_id=_id("run"))),
     "run_prompts": Page("read", team(run_id=_id("run"))),
+    "run_histograms": Page("read", team(run_id=_id("run")), query="?measure=advantage&step=0"),
     "run_time": Page("read", team(run_id=_id("run"))),
     "health_settings": Page(
         "read", team(), post="owner", data=lambda w: {"kl_blowup-enabled": "on", "kl_blowup-threshold": "2"}
     ),
     "notifications": Page("read", team(), post="read"),
     "prompt_compare": Page("read", team(run_id=_id("run"), sample=lambda w: 0)),
+    # One run has no second run to set beside it: 404 for everyone allowed.
+    "prompt_compare_runs": Page("read", team(), query="?run={run}&sample=0", absent=True),
     "search": Page("read", team(), query="?q=answer&run={run}"),
     "run_retention": Page(
         "read", team(run_id=_id("run")), post="write", get=False, data=lambda w: {"retention": "sample"}
@@ -474,7 +478,15 @@ API_PKS = {
 
 def api_path(world: World, path: str, caller: str = "owner") -> str:
     """The path with Acme's objects filled in; a personal token's own id for /tokens/{pk}."""
-    values = {"team_slug": world.slug, "run_id": world.ids["run"], "uid": "t0", "split": "train", "step": 1}
+    values = {
+        "team_slug": world.slug,
+        "run_id": world.ids["run"],
+        "uid": "t0",
+        "split": "train",
+        "step": 1,
+        "measure": "reward",
+        "sample": 0,
+    }
     for collection, name in API_PKS.items():
         if collection in path:
             values["pk"] = world.ids[name]
@@ -533,6 +545,7 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     "/api/t/{team_slug}/sweeps/{pk}/cancel": lambda w: None,
     "/api/t/{team_slug}/runs/{run_id}/cancel": lambda w: None,
     "/api/t/{team_slug}/runs/{run_id}/fork": lambda w: {"step": 1, "name": "api fork"},
+    "/api/t/{team_slug}/runs/{run_id}/resume": lambda w: None,
     "/api/t/{team_slug}/runs/{run_id}/storage": lambda w: {"retention": "sample", "sample_fraction": 0.5},
     "/api/t/{team_slug}/evaluations": lambda w: {"experiment": w.ids["experiment"], "k": 2},
     "/api/t/{team_slug}/experiments/{pk}": lambda w: {"description": "changed"},

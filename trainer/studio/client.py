@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -194,6 +194,9 @@ class StudioClient:
     def cancel(self, run_id: int) -> dict[str, Any]:
         return self.team_call("POST", f"/runs/{run_id}/cancel")
 
+    def resume(self, run_id: int) -> dict[str, Any]:
+        return self.team_call("POST", f"/runs/{run_id}/resume")
+
     def logs(self, run_id: int, after: int = -1) -> dict[str, Any]:
         return self.team_call("GET", f"/runs/{run_id}/logs", params={"after": after})
 
@@ -201,6 +204,21 @@ class StudioClient:
         series = self.team_call("GET", f"/runs/{run_id}/metrics/curve", params={"keys": key})
         result: dict[str, Any] = series["series"][0]
         return result
+
+    def compare_runs(self, run_ids: Sequence[int], baseline: int | None, every: bool) -> dict[str, Any]:
+        params: dict[str, Any] = {"runs": list(run_ids), "all": every}
+        if baseline is not None:
+            params["baseline"] = baseline
+        return self.team_call("GET", "/runs/compare", params=params)
+
+    def histogram(self, run_id: int, measure: str, step: int | None, heat_map: bool) -> dict[str, Any]:
+        path = f"/runs/{run_id}/histograms/{measure}" + ("/heatmap" if heat_map else "")
+        return self.team_call("GET", path, params={} if step is None else {"step": step})
+
+    def prompt_rollouts(self, sample: int, sides: Sequence[str], rollout: int = 0) -> dict[str, Any]:
+        return self.team_call(
+            "GET", f"/prompts/{sample}/rollouts", params={"sides": list(sides), "rollout": rollout}
+        )
 
     def experiment(self, experiment_id: int) -> dict[str, Any]:
         return self.team_call("GET", f"/experiments/{experiment_id}")

@@ -200,8 +200,7 @@ def post_logs(request: HttpRequest, run_id: int, chunk: LogChunk) -> dict[str, A
 def post_checkpoint(request: HttpRequest, run_id: int, record: CheckpointRecord) -> dict[str, Any]:
     run = get_run_for_claimant(request, run_id)
     stored = Checkpoint.record(run, record.batch_id, record)
-    if (
-        stored and not record.deleted
-    ):  # the experiment's keep-policy decides what stays (docs/checkpoints.md#keep-policies)
+    if stored and not record.deleted:
+        # The experiment's keep-policy decides what stays (docs/checkpoints.md#keep-policies).
         apply_keep_policy(run)
     return {"stored": int(stored), "duplicate": not stored}

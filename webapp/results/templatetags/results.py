@@ -39,6 +39,12 @@ def signed(value: Any) -> str:
 
 
 @register.filter
+def change(value: Any) -> str:
+    """A % change against the baseline run, signed, one decimal."""
+    return "—" if value is None else f"{float(value):+.1f}%"
+
+
+@register.filter
 def as_json(value: Any) -> str:
     """Tool arguments as the model wrote them (JSON), not as a Python repr; escaped by the template."""
     return json.dumps(value, ensure_ascii=False)
@@ -62,8 +68,10 @@ def run_nav(context: Any, run: Any) -> dict[str, Any]:
         "rollouts": has_rollouts,
         "run_tools": expect_more or (has_rollouts and ToolCall.objects.filter(run_id=run.pk).exists()),
         "run_prompts": has_rollouts,
+        "run_histograms": has_rollouts,
     }
-    labels = {"run": "Overview", "run_curves": "Curves", "rollouts": "Rollouts", "run_tools": "Tools", "run_prompts": "Prompts"}  # fmt: skip
+    labels = {"run": "Overview", "run_curves": "Curves", "rollouts": "Rollouts", "run_tools": "Tools", "run_prompts": "Prompts",
+              "run_histograms": "Histograms"}  # fmt: skip
     tabs = [
         (reverse(name, args=[team.slug, run.pk]), label, name)
         for name, label in labels.items()
@@ -113,7 +121,14 @@ def _cell_html(cell: Any, run: Any, team_slug: str, name: str) -> str:
     if column == "name":
         archived = ' <span class="badge">archived</span>' if run.is_archived else ""
         note = f' <span class="note-mark" title="{escape(run.note)}">✎</span>' if run.note else ""
-        return f'<a href="{escape(reverse("run", args=[team_slug, run.pk]))}">{name}</a>{archived}{note}'
+        source = getattr(run, "import_source", None)
+        imported = (
+            f' <span class="badge kind-imported" title="{escape(source)}">imported</span>' if source else ""
+        )
+        return f'<a href="{escape(reverse("run", args=[team_slug, run.pk]))}">{name}</a>{archived}{imported}{note}'
+    if column == "source":
+        kind, _, where = (cell.value or "").partition(":")
+        return f'<span class="badge kind-imported">{escape(kind)}</span> {escape(where)}' if where else "—"
     if column == "status":
         status = escape(cell.value)
         return f'<span class="status status-{status}">{status}</span>'
