@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from django.urls import path
 
-from webapp.results import checkpoints, export_views, import_views, run_page, sweep_page, views
+from webapp.results import (
+    checkpoints,
+    export_views,
+    import_views,
+    registry_views,
+    run_page,
+    sweep_page,
+    views,
+)
 
 urlpatterns = [
     path("runs/", views.runs, name="runs"),
@@ -33,4 +41,6 @@ urlpatterns = [
     path("exports/<int:pk>/download/", export_views.export_download, name="export_download"),
     path("runs/<int:run_id>/retention/", run_page.run_retention, name="run_retention"),
     path("sweeps/<int:pk>/", sweep_page.sweep_detail, name="sweep"),
+    path("checkpoints/", registry_views.registry, name="checkpoint_registry"),
+    path("checkpoints/<int:pk>/tags/", registry_views.checkpoint_tags, name="checkpoint_tags"),
 ]
