@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainer.backend_protocol import Job, LaunchEnv, Problem, trainer_argv
+from trainer.backend_protocol import Job, LaunchEnv, Problem, entrypoint_placement, trainer_argv
 from trainer.contract import TOKEN_ENV
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ class TorchBackend:
             env={TOKEN_ENV: env.token},
             num_cpus=config.resources.cpus,
             num_gpus=config.resources.gpus_per_node,
+            **entrypoint_placement(config),
         )
 
     def canonical_key(self, key: str) -> str | None:
