@@ -156,7 +156,9 @@ def checkpoints(run: Run) -> list[Path]:
 def test_a_node_lost_while_a_run_trains_fails_the_run_and_keeps_its_reports_and_checkpoints(
     personas: Any, arithmetic: Any, on_cluster: RayCluster
 ) -> None:
-    changes = {"resources.where": {node_resource("a"): 1}, "trainer.save_every": 1, "trainer.resume": True}
+    # trainer.resume needs a checkpoint folder to be valid; the launch sets the run's own.
+    resumable = {"trainer.save_every": 1, "trainer.resume": True, "trainer.checkpoint_dir": "/set-at-launch"}
+    changes = {"resources.where": {node_resource("a"): 1}, **resumable}
     run = launched(personas, cluster_config(arithmetic, steps=200, **changes))
 
     def checkpointed() -> bool:

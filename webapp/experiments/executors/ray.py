@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 REF_PREFIX = "ray:"
+ASKS = "asks"  # the job metadata key of what its entrypoint asks for ("2 CPU, 1 node_a")
 
 
 def submission_id(run: Run) -> str:
@@ -96,7 +97,11 @@ class RayExecutor:
             client.submit_job(  # type: ignore[attr-defined]
                 entrypoint=entrypoint,
                 submission_id=job_id,
-                metadata={"studio_run": str(run.pk), "experiment": run.experiment.name[:100]},
+                metadata={
+                    "studio_run": str(run.pk),
+                    "experiment": run.experiment.name[:100],
+                    ASKS: _asks(job),
+                },
                 **ray_job_options(job, launch_env(job)),
             )
         except RuntimeError as exc:
@@ -191,10 +196,13 @@ def _ended(job_id: str, info: Any) -> str:
     return f"ray job {job_id} {info.status.value}" + (f": {info.message}" if info.message else "")
 
 
+def _asks(job: Job) -> str:
+    return cluster.asked_resources(job.num_cpus, job.num_gpus, job.memory_bytes, dict(job.resources))
+
+
 def _asked(info: Any) -> str:
-    return cluster.asked_resources(
-        info.entrypoint_num_cpus, info.entrypoint_num_gpus, info.entrypoint_memory, info.entrypoint_resources
-    )
+    """What a PENDING job waits for, as its submission wrote it down (Ray's job details do not say)."""
+    return str((info.metadata or {}).get(ASKS) or "what the run's resources section asks")
 
 
 def _job_id(run: Run) -> str:
