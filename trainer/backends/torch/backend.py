@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainer.backend_protocol import Job, LaunchEnv, Problem, entrypoint_placement, trainer_argv
+from trainer.backend_protocol import Job, LaunchEnv, Problem, ResumePoint, entrypoint_placement, trainer_argv
+from trainer.backends.torch.checkpoint_folders import resume_point
 from trainer.contract import TOKEN_ENV
 
 if TYPE_CHECKING:
@@ -67,6 +68,9 @@ class TorchBackend:
             num_gpus=config.resources.gpus_per_node,
             **entrypoint_placement(config),
         )
+
+    def resume_point(self, config: RunConfig) -> ResumePoint:
+        return resume_point(config.trainer.checkpoint_dir, config.trainer.resume)
 
     def canonical_key(self, key: str) -> str | None:
         return None  # the torch backend logs our keys

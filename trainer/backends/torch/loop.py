@@ -18,13 +18,13 @@ import torch
 
 from trainer.backends.torch.batch import StepRows, flatten
 from trainer.backends.torch.checkpoint import (
-    checkpoint_step,
     folder_size,
-    latest_checkpoint,
     load_training_state,
+    policy_folder,
     prune_checkpoints,
     save_checkpoint,
 )
+from trainer.backends.torch.checkpoint_folders import checkpoint_step, latest_checkpoint
 from trainer.backends.torch.data import Row, batch_for_step, load_rows
 from trainer.backends.torch.engine import TorchGenerationEngine
 from trainer.backends.torch.optim import adamw
@@ -121,12 +121,7 @@ def initial_weights(config: RunConfig) -> Path:
     """The weights a run starts from: the policy of its start_from checkpoint (docs/sft.md#start-from),
     else model.path."""
     if config.start_from.checkpoint:
-        folder = Path(config.start_from.checkpoint) / POLICY_FOLDER
-        if not folder.is_dir():
-            raise FileNotFoundError(
-                f"start_from.checkpoint {config.start_from.checkpoint} has no {POLICY_FOLDER}/"
-            )
-        return folder
+        return policy_folder(config.start_from.checkpoint, "start_from.checkpoint")
     return resolve_model_path(config.model.path)
 
 
@@ -378,6 +373,8 @@ def save_and_prune(
     trainer = config.trainer
     if not trainer.checkpoint_dir:
         return None
+    if trainer.resume:  # a resume from this checkpoint supersedes only the steps after it
+        reporter.settle()
     path = save_checkpoint(
         trainer.checkpoint_dir,
         step,

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("experiments", "0015_run_kind_sft_and_started_from"),
+        ("experiments", "0016_run_attempts"),
     ]
 
     operations = [
