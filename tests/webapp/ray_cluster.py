@@ -3,7 +3,8 @@
 (docs/ray.md#several-nodes).
 
 Every node offers 2 CPUs and a custom resource named after it (``node_head``, ``node_a``,
-``node_b``), so a run that asks for one lands on that node. ``ray start`` refuses to join a worker
+``node_b``), so a run that asks for one lands on that node; the worker nodes also offer
+``worker_node``, so a run asking for it lands on either. ``ray start`` refuses to join a worker
 node while multi-node clusters are off (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which keeps the
 head's daemons on 127.0.0.1), and turns a loopback ``--node-ip-address`` into the machine's
 address when they are on: ``python -m tests.webapp.ray_worker_start`` runs ``ray start`` with the first
@@ -32,6 +33,7 @@ from tests.xdist_workers import free_port
 
 NODE_MARK = "STUDIO_TEST_RAY_NODE"  # each node's name, in the environment of every process of it
 CPUS_PER_NODE = 2
+WORKER_NODE = "worker_node"  # a custom resource every worker node offers and the head does not
 # The GCS checks each raylet every second and declares it dead after 3 missed answers.
 HEALTH_CHECKS = {
     "RAY_health_check_period_ms": "1000",
@@ -120,7 +122,7 @@ class RayCluster:
         node.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.webapp.ray_worker_start", "start", "--block",
              f"--address=127.0.0.1:{self.head.port}", "--node-ip-address=127.0.0.1", f"--node-name={name}",
-             f"--num-cpus={CPUS_PER_NODE}", f"--resources={json.dumps({node_resource(name): 1})}",
+             f"--num-cpus={CPUS_PER_NODE}", f"--resources={json.dumps({node_resource(name): 1, WORKER_NODE: 1})}",
              "--disable-usage-stats", *[f"{port}={free_port()}" for port in ports]],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=ROOT,
         )  # fmt: skip

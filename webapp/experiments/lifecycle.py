@@ -331,6 +331,7 @@ class RunLifecycle(models.Model):
             step=step,
             message=f"resumed from its checkpoint of step {step}",
             executor_ref="",
+            node="",  # the new attempt's executor places it anew (docs/ray.md#a-lost-node)
             claimed_by="",
             claimant="",
             token_hash="",

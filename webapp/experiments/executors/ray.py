@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+from django.db.models import Max
 
 from trainer.backends import Job
 from webapp.experiments import cluster
@@ -30,9 +31,11 @@ ASKS = "asks"  # the job metadata key of what its entrypoint asks for ("2 CPU, 1
 
 
 def submission_id(run: Run) -> str:
-    """Deterministic per run (and per installation): Ray refuses a reused id, so retries are safe."""
+    """Deterministic per run attempt (and per installation): Ray refuses a reused id, so retries of one
+    start are safe, and a resumed run (docs/resume.md) is a new job with an id of its own."""
     install = hashlib.sha256(str(settings.SECRET_KEY).encode()).hexdigest()[:8]
-    return f"studio-{install}-run-{run.pk}"
+    attempt = run.attempts.aggregate(last=Max("number"))["last"] or 1
+    return f"studio-{install}-run-{run.pk}" + (f"-attempt-{attempt}" if attempt > 1 else "")
 
 
 class ClusterTooSmall(StartRefused):
