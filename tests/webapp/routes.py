@@ -151,7 +151,7 @@ def _build_world(folder: Path) -> World:
     folder = Path(checkpoint_dir(runs["own run"])) / "step_00000001"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "trainer_state.json").write_text('{"step": 1}')
-    Checkpoint.objects.create(run=runs["own run"], step=1, path=str(folder), size_bytes=11)
+    checkpoint = Checkpoint.objects.create(run=runs["own run"], step=1, path=str(folder), size_bytes=11)
     evaluation = Run.objects.create(
         experiment=experiment, team=acme, seed=9, status=RunStatus.SUCCEEDED, kind=RunKind.EVALUATION,
         evaluated_run=runs["own run"], evaluated_step=1, config={"data": {"val_path": f"dataset:{dataset.pk}"}},
@@ -204,6 +204,7 @@ def _build_world(folder: Path) -> World:
         "mlflow_run": runs["own run"].mlflow_run_id,
         "finished": runs["finished run"].pk,
         "evaluation": evaluation.pk,
+        "checkpoint": checkpoint.pk,
         "reward": reward.pk,
         "recipe_import": recipe_import.pk,
         "viewer_membership": acme.memberships.get(user=users["viewer"]).pk,
@@ -328,6 +329,10 @@ PAGES: dict[str, Page] = {
         data=lambda w: {"dataset": f"dataset:{w.ids['dataset']}", "k": 2, "temperature": 1.0},
     ),
     "checkpoint_download": Page("read", team(run_id=_id("run"), step=lambda w: 1)),
+    "checkpoint_registry": Page("read", team(), query="?tag=best&sort=size"),
+    "checkpoint_tags": Page(
+        "write", team(pk=_id("checkpoint")), post="write", get=False, data=lambda w: {"add": "candidate"}
+    ),
     "run": Page("read", team(pk=_id("run"))),
     "run_cancel": Page("read", team(pk=_id("run")), post="write", get=False),
     "run_resume": Page("write", team(pk=_id("run")), post="write"),  # GET: the confirmation
@@ -343,12 +348,15 @@ PAGES: dict[str, Page] = {
     "rollout_group": Page("read", team(run_id=_id("run"), group_id=_id("group"))),
     "run_tools": Page("read", team(run_id=_id("run"))),
     "run_prompts": Page("read", team(run_id=_id("run"))),
+    "run_histograms": Page("read", team(run_id=_id("run")), query="?measure=advantage&step=0"),
     "run_time": Page("read", team(run_id=_id("run"))),
     "health_settings": Page(
         "read", team(), post="owner", data=lambda w: {"kl_blowup-enabled": "on", "kl_blowup-threshold": "2"}
     ),
     "notifications": Page("read", team(), post="read"),
     "prompt_compare": Page("read", team(run_id=_id("run"), sample=lambda w: 0)),
+    # One run has no second run to set beside it: 404 for everyone allowed.
+    "prompt_compare_runs": Page("read", team(), query="?run={run}&sample=0", absent=True),
     "search": Page("read", team(), query="?q=answer&run={run}"),
     "run_retention": Page(
         "read", team(run_id=_id("run")), post="write", get=False, data=lambda w: {"retention": "sample"}
@@ -470,7 +478,15 @@ API_PKS = {
 
 def api_path(world: World, path: str, caller: str = "owner") -> str:
     """The path with Acme's objects filled in; a personal token's own id for /tokens/{pk}."""
-    values = {"team_slug": world.slug, "run_id": world.ids["run"], "uid": "t0", "split": "train", "step": 1}
+    values = {
+        "team_slug": world.slug,
+        "run_id": world.ids["run"],
+        "uid": "t0",
+        "split": "train",
+        "step": 1,
+        "measure": "reward",
+        "sample": 0,
+    }
     for collection, name in API_PKS.items():
         if collection in path:
             values["pk"] = world.ids[name]
@@ -528,6 +544,7 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     },
     "/api/t/{team_slug}/sweeps/{pk}/cancel": lambda w: None,
     "/api/t/{team_slug}/runs/{run_id}/cancel": lambda w: None,
+    "/api/t/{team_slug}/runs/{run_id}/fork": lambda w: {"step": 1, "name": "api fork"},
     "/api/t/{team_slug}/runs/{run_id}/resume": lambda w: None,
     "/api/t/{team_slug}/runs/{run_id}/storage": lambda w: {"retention": "sample", "sample_fraction": 0.5},
     "/api/t/{team_slug}/evaluations": lambda w: {"experiment": w.ids["experiment"], "k": 2},
@@ -551,6 +568,8 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     "/api/t/{team_slug}/members": lambda w: {"username": "matrix-outsider", "role": "viewer"},
     "/api/t/{team_slug}/members/{pk}": lambda w: {"role": "member"},
     "/api/t/{team_slug}/imports": lambda w: {"name": "x"},
+    "/api/t/{team_slug}/sdk/runs": lambda w: {"id": "matrix-sdk-run", "project": "sdk matrix"},
+    "/api/t/{team_slug}/sdk/runs/{run_id}/meta": lambda w: {"summary": {"best": 1}},
     "/api/tokens": lambda w: {"name": "ci", "scopes": ["read"], "expires_in_days": 7},
     "/api/outbound-targets": lambda w: {"rule": "matrix.example:443"},
 }

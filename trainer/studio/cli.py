@@ -21,6 +21,8 @@ from trainer.config import RunConfig, section_model
 from trainer.contract import REWARD_MEAN
 from trainer.studio import import_cli, mcp_cli
 from trainer.studio.client import FINISHED, Settings, StudioClient, StudioError, sha256_of, write_config
+from trainer.studio.study import COMMANDS as STUDY_COMMANDS
+from trainer.studio.sync import sync
 
 EXIT_REFUSED, EXIT_FAILED_OUTCOME, EXIT_UNREACHABLE = 1, 3, 4
 CONFIG_SECTIONS = [name for name in RunConfig.model_fields if section_model(RunConfig, name)]
@@ -88,6 +90,10 @@ class StudioGroup(click.Group):
 def main(ctx: click.Context, as_json: bool, team: str | None, url: str | None) -> None:
     """Agent-R1 Studio from the shell: datasets, experiments, runs, sweeps, imports."""
     ctx.obj = Context(as_json, team, url)
+
+
+for _command in STUDY_COMMANDS:  # compare, histogram, prompt (docs/cli.md#compare-and-histograms)
+    main.add_command(_command)
 
 
 @main.command()
@@ -295,6 +301,42 @@ def cancel(context: Context, run_id: int) -> None:
     found = context.client().cancel(run_id)
     context.emit(
         found, f"run {found['id']}: {found['status']}{' (stopping)' if found['cancel_requested'] else ''}"
+    )
+
+
+@runs.command("fork")
+@click.argument("run_id", type=int)
+@click.option("--step", type=int, default=None, help="The checkpoint's step; default: the latest one.")
+@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE", help=SET_HELP)
+@click.option("--name", default=None, help="Default: '… · fork of run N at step S'.")
+@click.option("--keep-optimizer", is_flag=True, help="Keep the checkpoint's optimiser state too.")
+@click.option("--launch/--no-launch", "then_launch", default=True, show_default=True)
+@pass_context
+def fork(
+    context: Context,
+    run_id: int,
+    step: int | None,
+    overrides: tuple[str, ...],
+    name: str | None,
+    keep_optimizer: bool,
+    then_launch: bool,
+) -> None:
+    """A new experiment from a run's checkpoint with anything changed (docs/checkpoints.md#fork), launched."""
+    config = _overrides(overrides)
+    if keep_optimizer:
+        config["start_from.optimizer"] = True
+    body: dict[str, Any] = {"step": step, "config": config}
+    if name:
+        body["name"] = name
+    client = context.client()
+    made = client.fork(run_id, body)
+    launched = client.launch(made["id"]) if then_launch else []
+    context.emit(
+        {"experiment": made, "runs": launched},
+        lambda: "\n".join(
+            [f"experiment {made['id']} {made['name']!r}"]
+            + [f"run {r['id']} {r['name']!r}: {r['status']}" for r in launched]
+        ),
     )
 
 
@@ -510,3 +552,4 @@ def import_(
 
 main.add_command(import_cli.import_group(import_))  # docs/importers.md
 main.add_command(mcp_cli.mcp)  # docs/mcp.md
+main.add_command(sync)  # `studio sync`: run folders the SDK kept (docs/sdk.md#offline-and-sync)

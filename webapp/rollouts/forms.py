@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django import forms
 
+from webapp.rollouts.measures import MEASURE_CHOICES
 from webapp.rollouts.viewer import RolloutFilter
 
 YES_NO = [("", "any"), ("yes", "yes"), ("no", "no")]
@@ -27,6 +28,9 @@ class RolloutFilterForm(forms.Form):
     data_source = forms.ChoiceField(required=False, choices=[("", "any")], label="Data source")
     group = forms.CharField(required=False, max_length=200, widget=forms.HiddenInput)
     sample = forms.IntegerField(required=False, min_value=0, label="Dataset row")
+    measure = forms.ChoiceField(required=False, choices=[("", "any"), *MEASURE_CHOICES], label="Value of")
+    measure_min = forms.FloatField(required=False, label="from (≥)")
+    measure_below = forms.FloatField(required=False, label="below (<)")
 
     def __init__(self, *args: object, data_sources: list[str] = (), **kwargs: object) -> None:  # type: ignore[assignment]
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -45,6 +49,9 @@ class RolloutFilterForm(forms.Form):
             data_source=data.get("data_source", ""),
             group=data.get("group", ""),
             sample=data.get("sample"),
+            measure=data.get("measure", ""),
+            measure_min=data.get("measure_min"),
+            measure_below=data.get("measure_below"),
         )
 
 
@@ -66,3 +73,11 @@ class PromptCompareForm(forms.Form):
     b = forms.IntegerField(required=False, min_value=0, label="against step")
     run_b = forms.IntegerField(required=False, min_value=1, label="of run (id)")
     rollout = forms.IntegerField(required=False, min_value=0, initial=0, label="Sample #")
+
+
+class HistogramForm(forms.Form):
+    """Which measure the histograms show, and the step of the one-step histogram (default: the
+    newest step with rollouts)."""
+
+    measure = forms.ChoiceField(required=False, choices=MEASURE_CHOICES, label="Histogram of")
+    step = forms.IntegerField(required=False, min_value=0, label="at step")
