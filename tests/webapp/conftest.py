@@ -175,7 +175,9 @@ class RayHead:
     (an interrupted or killed session).
     """
 
-    def __init__(self, temp_dir: Path, extra_env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, temp_dir: Path, extra_env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()
+    ) -> None:
         self.extra_env = extra_env or {}  # a cluster's head: its health checks (tests/webapp/ray_cluster.py)
         self.extra_args = extra_args
         self.port = free_port()
