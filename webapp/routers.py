@@ -28,6 +28,7 @@ from webapp.results.api import router as results_router
 from webapp.results.checkpoints_api import router as checkpoints_router
 from webapp.results.storage_api import router as storage_router
 from webapp.rollouts.api import router as rollouts_router
+from webapp.rollouts.review_api import router as review_router
 from webapp.tools.api import rewards_router
 from webapp.tools.api import router as tools_router
 from webapp.tools.outbound_api import router as outbound_router
@@ -42,6 +43,7 @@ api.add_router("/t", experiments_router)
 api.add_router("/t", sweeps_router)
 api.add_router("/t", results_router)
 api.add_router("/t", rollouts_router)
+api.add_router("/t", review_router)
 api.add_router("/t", datasets_team_router)
 api.add_router("/t", tools_router)
 api.add_router("/t", evaluations_router)

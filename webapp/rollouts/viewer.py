@@ -25,6 +25,7 @@ from webapp.ingestion.models import (
     TrajectoryStep,
 )
 from webapp.ingestion.token_signals import TokenSignals, unpack_token_signals
+from webapp.rollouts.annotations import label_condition
 from webapp.rollouts.compare import DIFF_MAX_CHARS
 
 
@@ -42,6 +43,7 @@ class RolloutFilter(Schema):
     data_source: str = ""
     group: str = ""
     sample: int | None = None  # one dataset row (extra_info.index): the per-prompt learning page links here
+    label: str = ""  # a label's name, "(any)" or "(none)" (docs/annotations.md#in-the-rollout-list)
 
     def apply(self, trajectories: QuerySet[Trajectory]) -> QuerySet[Trajectory]:
         return trajectories.filter(self.conditions())
@@ -67,7 +69,8 @@ class RolloutFilter(Schema):
             found["data_source"] = self.data_source
         if self.group:
             found["group_id"] = self.group
-        return Q(**{prefix + lookup: value for lookup, value in found.items()})
+        chosen = Q(**{prefix + lookup: value for lookup, value in found.items()})
+        return chosen & label_condition(self.label, prefix) if self.label else chosen
 
 
 def nearest_step_with_rollouts(run: Run, step: int) -> int | None:
