@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django import forms
 
-from webapp.rollouts.annotations import ANY_LABEL, NO_LABEL
+from webapp.rollouts.labelling import ANY_LABEL, NO_LABEL
 from webapp.rollouts.viewer import RolloutFilter
 
 YES_NO = [("", "any"), ("yes", "yes"), ("no", "no")]

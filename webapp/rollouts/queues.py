@@ -11,7 +11,7 @@ from django.db import transaction
 
 from webapp.experiments.models import Run
 from webapp.ingestion.models import Trajectory
-from webapp.rollouts.annotations import Agreement, agreement
+from webapp.rollouts.labelling import Agreement, agreement
 from webapp.rollouts.models import Annotation, QueueItem, ReviewQueue
 from webapp.rollouts.search import search_steps
 from webapp.rollouts.viewer import RolloutFilter
@@ -160,7 +160,8 @@ def next_for(queue: ReviewQueue, user: Any, after: int = -1) -> QueueItem | None
         and user.get_username() not in given.get(item.trajectory_id, {})
     ]
     later = [item for item in waiting if item.position > after]
-    return (later or waiting or [None])[0]
+    chosen = later or waiting
+    return chosen[0] if chosen else None
 
 
 def position_of(queue: ReviewQueue, trajectory_id: int) -> int | None:

@@ -20,7 +20,7 @@ from webapp.datasets.api import DatasetOut
 from webapp.datasets.models import Dataset
 from webapp.experiments.access import get_run_for_user
 from webapp.ingestion.models import Trajectory
-from webapp.rollouts import annotations, promote, queues
+from webapp.rollouts import labelling, promote, queues
 from webapp.rollouts.access import get_queue_for_user
 from webapp.rollouts.models import Annotation, ReviewQueue
 from webapp.rollouts.queues import MAX_REVIEWS, QUEUE_MAX
@@ -146,15 +146,15 @@ def _item_out(view: queues.ItemView) -> dict[str, Any]:
 
 @router.get("/{team_slug}/labels", response=list[LabelOut], summary="The team's labels")
 def labels(request: HttpRequest, team_slug: str) -> list[Any]:
-    return list(annotations.team_labels(get_team_for_user(request, team_slug)))
+    return list(labelling.team_labels(get_team_for_user(request, team_slug)))
 
 
 @router.post("/{team_slug}/labels", response={201: LabelOut}, summary="Add a label")
 def add_label(request: HttpRequest, team_slug: str, body: LabelIn) -> tuple[int, Any]:
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
     try:
-        return 201, annotations.add_label(team, body.name, body.colour, body.key)
-    except annotations.AnnotationRefused as exc:
+        return 201, labelling.add_label(team, body.name, body.colour, body.key)
+    except labelling.AnnotationRefused as exc:
         raise HttpError(400, str(exc)) from None
 
 
@@ -169,7 +169,7 @@ def _trajectory(request: HttpRequest, team_slug: str, run_id: int, uid: str, *, 
     summary="A trajectory's annotations",
 )
 def trajectory_annotations(request: HttpRequest, team_slug: str, run_id: int, uid: str) -> list[Any]:
-    return list(annotations.annotations_of(_trajectory(request, team_slug, run_id, uid, write=False)))
+    return list(labelling.annotations_of(_trajectory(request, team_slug, run_id, uid, write=False)))
 
 
 @router.post(
@@ -181,7 +181,7 @@ def annotate(request: HttpRequest, team_slug: str, run_id: int, uid: str, body: 
     """The caller's own annotation of the item; a second call replaces it."""
     found = _trajectory(request, team_slug, run_id, uid, write=True)
     try:
-        return annotations.annotate(
+        return labelling.annotate(
             found,
             request.user,
             step_index=body.step,
@@ -189,7 +189,7 @@ def annotate(request: HttpRequest, team_slug: str, run_id: int, uid: str, body: 
             note=body.note,
             corrected_answer=body.corrected_answer,
         )
-    except annotations.AnnotationRefused as exc:
+    except labelling.AnnotationRefused as exc:
         raise HttpError(400, str(exc)) from None
 
 

@@ -20,7 +20,7 @@ from webapp.accounts.models import Role, Team
 from webapp.experiments.access import get_run_for_user
 from webapp.experiments.models import Run
 from webapp.ingestion.models import Trajectory
-from webapp.rollouts import annotations, promote, queues
+from webapp.rollouts import labelling, promote, queues
 from webapp.rollouts.access import get_queue_for_user, get_trajectory_for_user
 from webapp.rollouts.forms import RolloutFilterForm
 from webapp.rollouts.models import Annotation
@@ -54,7 +54,7 @@ def review_context(request: HttpRequest, trajectory: Trajectory, steps: list[Ste
     """What the trajectory page shows of labelling: the label keys, each item's annotations (the
     trajectory first, then its steps), and the queue it was opened from (docs/annotations.md#keys)."""
     team = trajectory.run.team
-    given = list(annotations.annotations_of(trajectory))
+    given = list(labelling.annotations_of(trajectory))
 
     def review(step: int | None) -> ItemReview:
         own = [a for a in given if a.step_index == step]
@@ -68,7 +68,7 @@ def review_context(request: HttpRequest, trajectory: Trajectory, steps: list[Ste
     )
     position = queues.position_of(queue, trajectory.pk) if queue else None
     return {
-        "labels": annotations.team_labels(team),
+        "labels": labelling.team_labels(team),
         "whole": review(None),
         "reviewed_steps": [(view, review(view.step.index)) for view in steps],
         "can_write": may_write(request, team.slug),
@@ -92,7 +92,7 @@ def annotate(request: HttpRequest, team_slug: str, run_id: int, pk: int) -> Http
     if not error:
         data = form.cleaned_data
         try:
-            annotations.annotate(
+            labelling.annotate(
                 found,
                 request.user,
                 step_index=data["step"],
@@ -100,7 +100,7 @@ def annotate(request: HttpRequest, team_slug: str, run_id: int, pk: int) -> Http
                 note=data["note"],
                 corrected_answer=data["corrected_answer"],
             )
-        except annotations.AnnotationRefused as exc:
+        except labelling.AnnotationRefused as exc:
             error = str(exc)
     if wants_json:
         body = {"error": error} if error else {"label": form.cleaned_data["label"]}
@@ -123,15 +123,15 @@ def labels(request: HttpRequest, team_slug: str) -> HttpResponse:
         team = get_team_for_user(request, team_slug, role=Role.MEMBER)
         if form.is_valid():
             try:
-                label = annotations.add_label(team, **form.cleaned_data)
-            except annotations.AnnotationRefused as exc:
+                label = labelling.add_label(team, **form.cleaned_data)
+            except labelling.AnnotationRefused as exc:
                 form.add_error(None, str(exc))
             else:
                 messages.success(request, f"Label {label.name!r} added on the key {label.key}.")
                 return redirect("labels", team_slug)
     context = {
         "team": team,
-        "labels": annotations.team_labels(team),
+        "labels": labelling.team_labels(team),
         "form": form,
         "can_write": may_write(request, team_slug),
     }
@@ -156,7 +156,8 @@ def queue_new(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse
     back = reverse("rollouts", args=[team_slug, run.pk]) + "?" + request.GET.urlencode()
     if not form.is_valid():
         messages.error(
-            request, "No queue: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+            request,
+            "No queue: " + "; ".join(f"{k}: {' '.join(str(e) for e in v)}" for k, v in form.errors.items()),
         )
         return redirect(back)
     data = form.cleaned_data
@@ -180,7 +181,7 @@ def queue_new(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse
 
 
 def _label_names(team: Team) -> list[str]:
-    return [label.name for label in annotations.team_labels(team)]
+    return [label.name for label in labelling.team_labels(team)]
 
 
 @login_required

@@ -25,8 +25,8 @@ from webapp.ingestion.models import (
     TrajectoryStep,
 )
 from webapp.ingestion.token_signals import TokenSignals, unpack_token_signals
-from webapp.rollouts.annotations import label_condition
 from webapp.rollouts.compare import DIFF_MAX_CHARS
+from webapp.rollouts.labelling import label_condition
 
 
 class RolloutFilter(Schema):

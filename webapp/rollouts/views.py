@@ -16,7 +16,7 @@ from webapp.experiments.access import get_run_for_user
 from webapp.experiments.models import Run
 from webapp.htmx import template_for
 from webapp.ingestion.models import Trajectory
-from webapp.rollouts import annotations, compare, review_views, viewer
+from webapp.rollouts import compare, labelling, review_views, viewer
 from webapp.rollouts.access import get_trajectory_for_user
 from webapp.rollouts.forms import PromptCompareForm, RolloutFilterForm, SearchForm
 from webapp.rollouts.questions import user_question
@@ -29,7 +29,7 @@ PAGE_SIZE = 50
 @login_required
 def rollouts(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse:
     run = get_run_for_user(request, team_slug, run_id)
-    labels = annotations.team_labels(run.team)
+    labels = labelling.team_labels(run.team)
     form = RolloutFilterForm(
         request.GET or None, data_sources=viewer.data_sources(run), labels=[label.name for label in labels]
     )
@@ -40,9 +40,9 @@ def rollouts(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse:
     query = request.GET.copy()
     query.pop("page", None)
     page.object_list = list(page.object_list)
-    labels_of = annotations.labels_by_trajectory(t.pk for t in page.object_list)
+    labels_of = labelling.labels_by_trajectory(t.pk for t in page.object_list)
     for shown in page.object_list:
-        shown.review_labels = labels_of.get(shown.pk, [])  # the Labels column
+        shown.review_labels = labels_of.get(shown.pk, [])  # type: ignore[attr-defined]  # the Labels column
     context = {
         "team": run.team,
         "run": run,
@@ -116,7 +116,7 @@ def search(request: HttpRequest, team_slug: str) -> HttpResponse:
     form = SearchForm(
         request.GET if "q" in request.GET else None,
         data_sources=viewer.data_sources(run) if run else [],
-        labels=[label.name for label in annotations.team_labels(team)],
+        labels=[label.name for label in labelling.team_labels(team)],
         initial={"run": run.pk if run else None},
     )
     hits = None

@@ -17,7 +17,7 @@ from webapp.accounts.models import Role
 from webapp.datasets import files
 from webapp.datasets.models import Dataset, DatasetStatus
 from webapp.ingestion.models import Trajectory
-from webapp.rollouts import annotations
+from webapp.rollouts import labelling
 from webapp.rollouts.models import Annotation, PromotedRollout, QueueItem, ReviewQueue
 
 
@@ -81,6 +81,14 @@ def test_a_member_labels_a_trajectory_and_a_step_and_the_rollout_list_shows_and_
     assert "s1-p0-s0" in only and "s1-p1-s0" not in only and "1 trajectory" in only
     none = alice.get(f"/t/acme/runs/{run.pk}/rollouts/", {"label": "(none)"}).content.decode()
     assert "10 trajectories" in none and "s1-p0-s0</a>" not in none
+    # A filter changed in place (htmx swaps the table) carries the review forms' new query with it.
+    swapped = alice.get(
+        f"/t/acme/runs/{run.pk}/rollouts/",
+        {"step": 2},
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="rollout-table",
+    ).content.decode()
+    assert f"/t/acme/runs/{run.pk}/rollouts/queue/?step=2" in swapped and "<h1>" not in swapped
     page = alice.get(f"/t/acme/runs/{run.pk}/rollouts/{second.pk}/").content.decode()
     assert 'data-key="3" data-name="reward hacking"' in page and "js/annotate.js" in page
     assert "corrected answer <code>5</code>" in page
@@ -98,8 +106,8 @@ def test_a_team_adds_labels_with_a_colour_and_a_key_and_keeps_them_to_itself(
     assert "the key is one character, not one of" in refused
     taken = alice.post("/t/acme/labels/", {"name": "other", "colour": "#123abc", "key": "1"}).content.decode()
     assert "already has a label" in taken
-    assert [label.name for label in annotations.team_labels(personas["acme"])][-1] == "lazy"
-    assert "lazy" not in [label.name for label in annotations.team_labels(personas["other"])]
+    assert [label.name for label in labelling.team_labels(personas["acme"])][-1] == "lazy"
+    assert "lazy" not in [label.name for label in labelling.team_labels(personas["other"])]
     assert _annotate(alice, rollouts["s1-p0-s0"], label="lazy").status_code == 200
     # Team Other's owner neither reaches Acme's trajectories nor its labels.
     charlie = _member(personas, "charlie")
