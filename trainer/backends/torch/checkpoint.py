@@ -113,6 +113,14 @@ def restore_rng(state: dict[str, Any], generators: dict[str, torch.Generator]) -
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def policy_folder(checkpoint: str, field: str) -> Path:
+    """The policy/ weights inside a checkpoint folder named by the config field ``field``."""
+    folder = Path(checkpoint) / POLICY_FOLDER
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{field} {checkpoint} has no {POLICY_FOLDER}/")
+    return folder
+
+
 def save_checkpoint(
     root: str | Path,
     step: int,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from trainer.backends.torch.checkpoint import policy_folder
 from trainer.backends.torch.data import load_rows
 from trainer.backends.torch.engine import TorchGenerationEngine
 from trainer.backends.torch.loop import (
@@ -28,7 +29,6 @@ from trainer.backends.torch.loop import (
     thread_budget,
 )
 from trainer.backends.torch.rollout import rollout
-from trainer.contract import POLICY_FOLDER
 from trainer.evaluation import metrics_of, record_accuracy
 from trainer.mdp import Trajectory
 from trainer.models import load_policy, load_tokenizer, resolve_model_path
@@ -45,12 +45,7 @@ def evaluated_weights(config: RunConfig) -> Path:
     """The folder whose weights are evaluated: the checkpoint's policy/, else the weights the
     experiment starts from (its start_from checkpoint, or model.path)."""
     if config.evaluation.checkpoint:
-        folder = Path(config.evaluation.checkpoint) / POLICY_FOLDER
-        if not folder.is_dir():
-            raise FileNotFoundError(
-                f"evaluation.checkpoint {config.evaluation.checkpoint} has no {POLICY_FOLDER}/"
-            )
-        return folder
+        return policy_folder(config.evaluation.checkpoint, "evaluation.checkpoint")
     return initial_weights(config)
 
 

@@ -22,6 +22,7 @@ from trainer.backends.torch.checkpoint import (
     folder_size,
     latest_checkpoint,
     load_training_state,
+    policy_folder,
     prune_checkpoints,
     save_checkpoint,
 )
@@ -121,12 +122,7 @@ def initial_weights(config: RunConfig) -> Path:
     """The weights a run starts from: the policy of its start_from checkpoint (docs/sft.md#start-from),
     else model.path."""
     if config.start_from.checkpoint:
-        folder = Path(config.start_from.checkpoint) / POLICY_FOLDER
-        if not folder.is_dir():
-            raise FileNotFoundError(
-                f"start_from.checkpoint {config.start_from.checkpoint} has no {POLICY_FOLDER}/"
-            )
-        return folder
+        return policy_folder(config.start_from.checkpoint, "start_from.checkpoint")
     return resolve_model_path(config.model.path)
 
 
