@@ -93,7 +93,7 @@ def prepare(workdir: Path) -> tuple[dict[str, Path], Path, int]:
 
 
 def run_sft(fields: dict[str, Any], demos: Path, workdir: Path) -> tuple[Path, float, list[float]]:
-    from trainer.backends.torch.checkpoint import latest_checkpoint
+    from trainer.backends.torch.checkpoint_folders import latest_checkpoint
     from trainer.backends.torch.sft import train_sft
     from trainer.config import RunConfig
     from trainer.contract import SFT_LOSS

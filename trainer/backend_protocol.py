@@ -80,6 +80,21 @@ def trainer_argv(env: LaunchEnv) -> tuple[str, ...]:
     return ("-m", "trainer", "run", "--run-id", env.run_id, "--api", env.api_url)
 
 
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a run that ended would continue (docs/resume.md#what-is-resumed): the step of its newest
+    complete checkpoint that holds the optimiser state, or why it cannot continue (``refusal``)."""
+
+    step: int | None = None
+    refusal: str = ""
+
+
+NOT_RESUMABLE = (
+    "its checkpoints hold the weights only (the run did not set trainer.resume), and weights alone cannot "
+    "resume the optimiser state: fork a new run from a checkpoint instead"
+)
+
+
 class Backend(Protocol):
     """A training backend. It refuses what it cannot honour and honours every other RunConfig field."""
 
@@ -105,6 +120,10 @@ class Backend(Protocol):
 
     def job(self, config: RunConfig, env: LaunchEnv) -> Job:
         """What launching ``config`` as the run ``env`` describes takes."""
+
+    def resume_point(self, config: RunConfig) -> ResumePoint:
+        """Where the run of ``config`` would continue from its own checkpoint folder
+        (trainer.checkpoint_dir), reading the folder only."""
 
     def canonical_key(self, key: str) -> str | None:
         """Our name (trainer.contract's keys) for a metric key the backend's library logs under its own

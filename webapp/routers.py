@@ -23,9 +23,11 @@ from webapp.experiments.sweep_api import router as sweeps_router
 from webapp.experiments.trainer_api import datasets_router
 from webapp.experiments.trainer_api import router as lifecycle_router
 from webapp.ingestion.api import router as ingest_router
+from webapp.monitoring.api import router as health_router
 from webapp.outage import database_down_response
 from webapp.results.api import router as results_router
 from webapp.results.checkpoints_api import router as checkpoints_router
+from webapp.results.resume_api import router as resume_router
 from webapp.results.storage_api import router as storage_router
 from webapp.rollouts.api import router as rollouts_router
 from webapp.rollouts.review_api import router as review_router
@@ -44,10 +46,12 @@ api.add_router("/t", sweeps_router)
 api.add_router("/t", results_router)
 api.add_router("/t", rollouts_router)
 api.add_router("/t", review_router)
+api.add_router("/t", health_router)
 api.add_router("/t", datasets_team_router)
 api.add_router("/t", tools_router)
 api.add_router("/t", evaluations_router)
 api.add_router("/t", checkpoints_router)
+api.add_router("/t", resume_router)
 api.add_router("/t", storage_router)
 api.add_router("/t", rewards_router)
 api.add_router("/t", members_router)

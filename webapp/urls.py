@@ -53,6 +53,7 @@ team_patterns = [
     path("experiments/<int:pk>/evaluate/", evaluations.evaluate, name="experiment_evaluate"),
     path("runs/<int:pk>/", run_page.run_detail, name="run"),
     path("runs/<int:pk>/cancel/", experiments.cancel, name="run_cancel"),
+    path("runs/<int:pk>/resume/", run_page.run_resume, name="run_resume"),
     path("runs/<int:pk>/edit/", run_page.run_edit, name="run_edit"),
     path("runs/<int:pk>/artifacts/<path:path>", run_artifacts.download, name="run_artifact"),
     path("compare/", results.index, name="compare"),

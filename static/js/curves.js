@@ -37,6 +37,40 @@
     return series.step;
   }
 
+  // Where each drawn run was resumed (docs/resume.md#the-curve): the x of every resume step, with the
+  // run's colour; none on the time axis, where the attempts follow one another anyway.
+  function resumeMarks(built, runs) {
+    if (built.view.axis === "time") return [];
+    return built.items.filter((item) => item.kind === "run").flatMap((item) =>
+      (runs[item.run].resumed_from || []).map((step) => ({
+        x: built.view.axis === "samples" ? step * runs[item.run].samples_per_step : step, color: item.color })));
+  }
+
+  // A dashed vertical line and "resumed" at each mark, drawn over the plot after the series.
+  function drawResumeMarks(u, marks) {
+    const ctx = u.ctx;
+    marks.forEach((mark) => {
+      const x = Math.round(u.valToPos(mark.x, "x", true));
+      if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) return;
+      ctx.save();
+      ctx.strokeStyle = mark.color;
+      ctx.fillStyle = mark.color;
+      ctx.setLineDash([4, 4]);
+      ctx.lineWidth = window.devicePixelRatio || 1;
+      ctx.beginPath();
+      ctx.moveTo(x, u.bbox.top);
+      ctx.lineTo(x, u.bbox.top + u.bbox.height);
+      ctx.stroke();
+      const dpr = window.devicePixelRatio || 1;
+      ctx.font = Math.round(10 * dpr) + "px sans-serif";
+      // Left of the line near the right edge, so the label is never cut off.
+      const nearRight = x > u.bbox.left + u.bbox.width - 60 * dpr;
+      ctx.textAlign = nearRight ? "right" : "left";
+      ctx.fillText("resumed", nearRight ? x - 3 * dpr : x + 3 * dpr, u.bbox.top + 12 * dpr);
+      ctx.restore();
+    });
+  }
+
   // A group's mean, min and max per x bucket, over the runs that have a point in the bucket (each
   // run's points in a bucket are averaged first). Exact per step while the series are raw.
   function groupStats(members) {
@@ -269,6 +303,8 @@
           bind: { dblclick: () => () => { zoomOut(); return null; } },
         },
         hooks: {
+          // u._studio is set once the constructor returned; its first draw happens inside it
+          draw: [(u) => drawResumeMarks(u, resumeMarks(u._studio || built, state.payload.runs))],
           setSelect: [(u) => {
             if (u.select.width > 2) {
               const min = u.posToVal(u.select.left, "x"), max = u.posToVal(u.select.left + u.select.width, "x");

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from tests.webapp.mlflow_server import mlflow_server  # noqa: F401  (a fixture: MLflow's own server)
 from tests.webapp.trainer_posts import Trainer
 from tests.xdist_workers import free_port
 

@@ -334,6 +334,7 @@ PAGES: dict[str, Page] = {
     "checkpoint_download": Page("read", team(run_id=_id("run"), step=lambda w: 1)),
     "run": Page("read", team(pk=_id("run"))),
     "run_cancel": Page("read", team(pk=_id("run")), post="write", get=False),
+    "run_resume": Page("write", team(pk=_id("run")), post="write"),  # GET: the confirmation
     "compare": Page("read", team()),
     "compare_export": Page("read", team(fmt=lambda w: "csv")),
     "compare_cell": Page("read", team(), query="?task=arithmetic&algorithm=grpo", absent=True),
@@ -555,6 +556,7 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     },
     "/api/t/{team_slug}/sweeps/{pk}/cancel": lambda w: None,
     "/api/t/{team_slug}/runs/{run_id}/cancel": lambda w: None,
+    "/api/t/{team_slug}/runs/{run_id}/resume": lambda w: None,
     "/api/t/{team_slug}/runs/{run_id}/storage": lambda w: {"retention": "sample", "sample_fraction": 0.5},
     "/api/t/{team_slug}/evaluations": lambda w: {"experiment": w.ids["experiment"], "k": 2},
     "/api/t/{team_slug}/experiments/{pk}": lambda w: {"description": "changed"},

@@ -23,6 +23,7 @@ __all__ = [
     "EVAL_PASS_AT_K",
     "EVAL_PROMPTS",
     "EVAL_REWARD_MEAN",
+    "IMPORT_SOURCE_TAG",
     "NUM_TURNS_MEAN",
     "PASS_THRESHOLD",
     "PERF_GENERATED_TOKENS",
@@ -159,3 +160,9 @@ TRAJECTORY_ACC = "acc"  # the trajectory metric an evaluation records each sampl
 def val_key(task: str, metric: str = VAL_METRIC) -> str:
     """The validation key of one task: ``val/<task>/acc``."""
     return f"{VAL_PREFIX}{task}/{metric}"
+
+
+# The MLflow tag a run imported by `studio import tensorboard|mlflow` carries: where it came from
+# (``tensorboard:<folder>``, ``mlflow:<server>/<run id>``). The importer finds a run it made by it
+# (docs/importers.md#resuming) and the runs table's Source column shows it.
+IMPORT_SOURCE_TAG = "studio.import.source"

@@ -54,6 +54,7 @@ from trainer.report.retry import (
 
 logger = logging.getLogger(__name__)
 
+SETTLE_POLL_S = 0.05  # how often settle() looks whether the spool folder is empty
 # <seq>.<kind>.<batch_id>.json.gz: the zero-padded seq makes name order delivery order.
 _SPOOL_NAME = re.compile(r"^(\d{12})\.([a-z]+)\.([0-9a-f]+)\.json\.gz$")
 _KIND_PATHS = {
@@ -213,6 +214,18 @@ class HttpReporter(Reporter):
             self._cut_all_locked()
             self._spool_locked("checkpoints", record)
         self._wake.set()
+
+    def settle(self, timeout: float | None = None) -> None:
+        """Send everything reported so far and wait up to ``timeout`` (default ``close_timeout_s``) for
+        its delivery: a resumed attempt gets a new token, so it never replays this spool folder."""
+        with self._lock:
+            self._cut_all_locked()
+        self._wake.set()
+        deadline = time.monotonic() + (self.close_timeout_s if timeout is None else timeout)
+        while self.undelivered() and time.monotonic() < deadline:
+            time.sleep(SETTLE_POLL_S)
+        if self.undelivered():
+            logger.warning("%d report batches not delivered before the checkpoint", self.undelivered())
 
     def close(self, timeout: float | None = None) -> None:
         """Flush everything and wait up to ``timeout`` (default ``close_timeout_s``) for delivery.

@@ -96,6 +96,10 @@ class Reporter(ABC):
         """Per-token signals of steps already reported with their trajectories (a backend whose update
         runs after the rollout was reported: verl). Reporters that keep no trajectories ignore them."""
 
+    def settle(self) -> None:  # noqa: B027 - most reporters write as they are called
+        """Deliver what was reported so far before going on: called before a resumable checkpoint is
+        written, so that a resume from it supersedes only what came after it (docs/resume.md#superseded)."""
+
     def close(self) -> None:  # noqa: B027 - most reporters hold nothing to release
         """Flush and release; safe to call twice."""
 
@@ -298,6 +302,10 @@ class MultiReporter(Reporter):
     def record_checkpoint(self, record: CheckpointRecord) -> None:
         for reporter in self.reporters:
             reporter.record_checkpoint(record)
+
+    def settle(self) -> None:
+        for reporter in self.reporters:
+            reporter.settle()
 
     def close(self) -> None:
         # Close every reporter even when one fails, so the HTTP reporter still flushes.

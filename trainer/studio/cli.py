@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from trainer.config import RunConfig, section_model
 from trainer.contract import REWARD_MEAN
+from trainer.studio import import_cli, mcp_cli
 from trainer.studio.client import FINISHED, Settings, StudioClient, StudioError, sha256_of, write_config
 
 EXIT_REFUSED, EXIT_FAILED_OUTCOME, EXIT_UNREACHABLE = 1, 3, 4
@@ -215,7 +216,7 @@ def launch(context: Context, experiment_id: int, then_watch: bool) -> None:
 
 @main.group()
 def runs() -> None:
-    """List, watch, read and cancel runs."""
+    """List, watch, read, cancel and resume runs."""
 
 
 @runs.command("list")
@@ -294,6 +295,19 @@ def cancel(context: Context, run_id: int) -> None:
     found = context.client().cancel(run_id)
     context.emit(
         found, f"run {found['id']}: {found['status']}{' (stopping)' if found['cancel_requested'] else ''}"
+    )
+
+
+@runs.command("resume")
+@click.argument("run_id", type=int)
+@pass_context
+def resume(context: Context, run_id: int) -> None:
+    """Resume a failed, cancelled or stalled run from its newest checkpoint (docs/resume.md)."""
+    found = context.client().resume(run_id)
+    context.emit(
+        found,
+        f"run {run_id}: {found['run']['status']}, attempt {found['attempt']} continues from its checkpoint "
+        f"of step {found['resumed_from_step']}",
     )
 
 
@@ -541,7 +555,7 @@ def export(context: Context, queue_id: int, name: str, corrected_only: bool) -> 
 # -- import ---------------------------------------------------------------------------------------
 
 
-@main.command("import")
+@click.command("import")
 @click.argument("dumps", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option(
     "--metrics",
@@ -568,3 +582,7 @@ def import_(
         f"run {done['run']['id']} {done['run']['name']!r}: {done['trajectories']} trajectories "
         f"over {done['steps']} steps, {done['points']} metric points ({done['format']})",
     )
+
+
+main.add_command(import_cli.import_group(import_))  # docs/importers.md
+main.add_command(mcp_cli.mcp)  # docs/mcp.md

@@ -192,6 +192,9 @@ class StudioClient:
     def cancel(self, run_id: int) -> dict[str, Any]:
         return self.team_call("POST", f"/runs/{run_id}/cancel")
 
+    def resume(self, run_id: int) -> dict[str, Any]:
+        return self.team_call("POST", f"/runs/{run_id}/resume")
+
     def logs(self, run_id: int, after: int = -1) -> dict[str, Any]:
         return self.team_call("GET", f"/runs/{run_id}/logs", params={"after": after})
 

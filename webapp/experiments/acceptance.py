@@ -32,7 +32,7 @@ from pydantic import Field, ValidationError
 
 from tasks_lib.registry import load_recipes
 from trainer.backends import BACKENDS
-from trainer.config import RunConfig, validation_errors
+from trainer.config import RunConfig, flatten_paths, validation_errors
 from trainer.contract import INT4_MAX
 from trainer.model_size import OFFLINE_MODELS
 from webapp.accounts.models import Team
@@ -95,16 +95,24 @@ def refuse(problems: list[Problem], *, valid: bool = False) -> None:
         raise Refused(problems, valid=valid)
 
 
+# Where a run's checkpoints go is the server's choice at launch (Experiment._queue_run sets the run's own
+# folder); until then a config that saves or resumes names this stand-in, which RunConfig asks for.
+LAUNCH_CHECKPOINT_DIR = "(the run's own folder, set at launch)"
+CHECKPOINT_DIR_PATH = "trainer.checkpoint_dir"
+
+
 def validated(candidate: Mapping[str, Any] | RunConfig) -> RunConfig:
-    """Step 1: RunConfig's validation (its cross-field checks call the backend's ``problems``)."""
+    """Step 1: RunConfig's validation (its cross-field checks call the backend's ``problems``). A config
+    that saves every N steps or is resumable (docs/resume.md) gets LAUNCH_CHECKPOINT_DIR."""
     if isinstance(candidate, RunConfig):
         return candidate
     try:
         return RunConfig.from_mapping(candidate)
     except ValidationError as error:
-        raise Refused(
-            [(p, m) for p, messages in validation_errors(error).items() for m in messages]
-        ) from None
+        problems = validation_errors(error)
+        if CHECKPOINT_DIR_PATH in problems and not flatten_paths(candidate).get(CHECKPOINT_DIR_PATH):
+            return validated({**flatten_paths(candidate), CHECKPOINT_DIR_PATH: LAUNCH_CHECKPOINT_DIR})
+        raise Refused([(p, m) for p, messages in problems.items() for m in messages]) from None
     except (ValueError, KeyError) as error:  # from_mapping reads the preset first: not a preset's name
         raise Refused([("preset", str(error))]) from None
 

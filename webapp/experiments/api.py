@@ -75,6 +75,9 @@ class RunOut(Schema):
 
 
 class RunDetailOut(RunOut):
+    config: dict[str, Any] = Field(
+        description="The frozen RunConfig it trains with ({} for an external run)."
+    )
     params: dict[str, str] = Field(description="Params logged through MLflow.")
     tags: dict[str, str] = Field(description="Tags set through MLflow.")
     storage: StorageOut = Field(description="Its retention policy and what its trajectories take.")
@@ -95,6 +98,7 @@ class RunDetailOut(RunOut):
 class RunFilters(Schema):
     status: str = Field("", max_length=20)
     experiment: int | None = Field(None, ge=1, le=2**63 - 1)
+    q: str = Field("", max_length=200, description="Only runs whose name holds this text (any case).")
 
 
 class ExperimentCreate(StrictSchema):
@@ -288,6 +292,8 @@ def runs(
         chosen = chosen.filter(status=filters.status)
     if filters.experiment is not None:
         chosen = chosen.filter(experiment_id=filters.experiment)
+    if filters.q:
+        chosen = chosen.filter(name__icontains=filters.q.replace("\x00", ""))
     return newest_first(chosen, paging)
 
 

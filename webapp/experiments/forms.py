@@ -73,6 +73,7 @@ ADVANCED_PATHS = [
     "trainer.save_every",
     "trainer.keep_checkpoints",
     "trainer.checkpoint_on_cancel",
+    "trainer.resume",  # docs/resume.md#making-a-run-resumable
     "data.max_prompt_length",
     "data.max_response_length",
     "model.dtype",

@@ -37,6 +37,8 @@ class RunStatus(models.TextChoices):
 TERMINAL = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 ACTIVE = (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED)
 CLAIMED = (RunStatus.RUNNING, RunStatus.STALLED)  # the statuses of a run its trainer owns
+# What a user may resume from its newest checkpoint (docs/resume.md): a stalled run's trainer is killed first.
+RESUMABLE = (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.STALLED)
 
 
 class RunLifecycle(models.Model):
@@ -301,6 +303,34 @@ class RunLifecycle(models.Model):
         self.refresh_from_db()
         return self.status in ACTIVE and self.cancel_requested
 
+    def reopen_for_resume(self, step: int) -> bool:
+        """failed, cancelled or stalled → queued, to continue from its checkpoint of ``step`` as a new
+        attempt (docs/resume.md): what the last attempt's start and cancel left on the row goes, so the
+        launch starts it as it would a new run; the new start issues a new token and claimant."""
+        # Race: two resumes at once (a double click, the page and the REST API) and a late "failed"
+        # from the reaper: the status filter lets one of them change the row.
+        return self._transition(
+            RESUMABLE,
+            status=RunStatus.QUEUED,
+            queued_at=timezone.now(),
+            step=step,
+            message=f"resumed from its checkpoint of step {step}",
+            executor_ref="",
+            claimed_by="",
+            claimant="",
+            token_hash="",
+            launch_attempts=0,
+            starting_at=None,
+            heartbeat_at=None,
+            progress_at=None,
+            finished_at=None,
+            held_at=None,
+            cancel_requested=False,
+            cancel_requested_at=None,
+            cancelled_by=None,
+            cancel_reason="",
+        )
+
     def mark_stalled(self, message: str, silent_for_s: float) -> bool:
         # Race: a heartbeat landing between the reaper's read and this write; the same UPDATE
         # re-checks that the run is still silent.
@@ -338,3 +368,37 @@ def _silent_filter(seconds: float) -> Q:
     # A run whose trainer never claimed it (a Ray job PENDING for want of resources) is stuck too.
     never_claimed = Q(status=RunStatus.STARTING, starting_at__lt=cutoff)
     return (Q(status=RunStatus.RUNNING) & _silence(seconds)) | never_claimed
+
+
+class RunAttempt(models.Model):
+    """One attempt of a run: its first start, or a resume from a checkpoint (docs/resume.md#attempts).
+    A run never resumed has no rows; its first resume records the attempt that ended and opens the
+    next one, which the run's end closes (``close_attempt``)."""
+
+    run = models.ForeignKey("experiments.Run", on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveSmallIntegerField(help_text="1 for the first start, then one per resume.")
+    resumed_from_step = models.IntegerField(
+        null=True, blank=True, help_text="The checkpoint's step it continued from; none for the first."
+    )
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_status = models.CharField(max_length=12, choices=RunStatus.choices, blank=True)
+    end_message = models.TextField(blank=True, help_text="Why it ended: the run's message then.")
+    resumed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["run_id", "number"]
+        constraints = [models.UniqueConstraint(fields=["run", "number"], name="one_attempt_number_per_run")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of run {self.run_id}"
+
+
+def close_attempt(sender: type, run: Any, **kwargs: Any) -> None:
+    """The receiver of run_finished: the run's open attempt ends with it (status, message, time)."""
+    # Race: none; run_finished is sent once, by the transition that ended the run.
+    RunAttempt.objects.filter(run_id=run.pk, ended_at__isnull=True).update(
+        ended_at=run.finished_at or timezone.now(), end_status=run.status, end_message=run.message
+    )

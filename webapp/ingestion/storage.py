@@ -80,6 +80,16 @@ def apply_retention(run_id: int) -> None:
     vacuum()
 
 
+def delete_trajectories_after(run_id: int, step: int) -> None:
+    """Delete the run's trajectories of training steps after ``step`` with their steps and tool calls,
+    and measure what is left (a resume supersedes them: docs/resume.md#superseded). Their texts go with
+    the next sweep of unreferenced texts."""
+    after = "SELECT id FROM results_trajectory WHERE run_id = %(run)s AND training_step > %(after)s"
+    _delete_trajectories(run_id, after, {"after": step})
+    kept = Trajectory.objects.filter(run_id=run_id).count()
+    RunStorage.objects.filter(pk=run_id).update(kept=kept, **run_sizes(run_id).of_rows())
+
+
 def _delete_trajectories(run_id: int, query: str, params: dict[str, Any]) -> None:
     # One statement: the steps and tool calls of the dropped trajectories, then the trajectories
     # (their foreign keys are checked at commit).
@@ -93,7 +103,7 @@ def _delete_trajectories(run_id: int, query: str, params: dict[str, Any]) -> Non
             DELETE FROM results_trajectory t USING dropped d WHERE t.id = d.id""",
             {"run": run_id, **params},
         )
-        logger.info("run %s: retention dropped %s trajectories", run_id, cursor.rowcount)
+        logger.info("run %s: %s trajectories deleted", run_id, cursor.rowcount)
 
 
 def run_sizes(run_id: int) -> Sizes:

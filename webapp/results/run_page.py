@@ -16,12 +16,14 @@ from webapp.experiments.access import get_run_for_user
 from webapp.experiments.artifacts import stored as stored_artifacts
 from webapp.experiments.evaluations import evaluation_summary
 from webapp.experiments.forms import RunEditForm
+from webapp.experiments.lifecycle import RESUMABLE
 from webapp.experiments.logs import log_tail
 from webapp.experiments.models import Run, RunStatus, places_in_line
 from webapp.experiments.sweeps import ordinal
 from webapp.experiments.views import stored_config
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps
 from webapp.ingestion.tasks import change_retention
+from webapp.results.resume import ResumeRefused, resume, resume_step
 from webapp.results.summary import summarize
 from webapp.retention.forms import RetentionForm
 
@@ -52,7 +54,15 @@ def _run_context(run: Run, edit_form: RunEditForm | None = None) -> dict[str, An
         "evaluation": evaluation_summary(run) if run.is_evaluation else None,
         # the lineage's other half: the runs whose weights started from this run's checkpoints
         "started_runs": list(run.started_runs.order_by("pk")),
+        "attempts": list(run.attempts.all()),  # docs/resume.md#attempts
+        "resumable": resumable(run),
     }
+
+
+def resumable(run: Run) -> bool:
+    """Whether the page offers Resume: a failed, cancelled or stalled run of ours (its confirmation
+    page says whether a checkpoint allows it, docs/resume.md)."""
+    return run.status in RESUMABLE and not run.is_external and not run.is_evaluation
 
 
 def place_text(run: Run) -> str:
@@ -96,4 +106,27 @@ def run_retention(request: HttpRequest, team_slug: str, run_id: int) -> HttpResp
         f"This run now keeps {policy.describe()}. What the policy drops of the stored trajectories is being "
         "deleted and its space reclaimed; it does not bring back what an earlier policy dropped.",
     )
+    return redirect("run", team_slug=team_slug, pk=run.pk)
+
+
+@login_required
+def run_resume(request: HttpRequest, team_slug: str, pk: int) -> HttpResponse:
+    """GET: the step it would continue from, or why it cannot; POST: resume it (docs/resume.md)."""
+    run = get_run_for_user(request, team_slug, pk, write=True)
+    if request.method != "POST":
+        try:
+            step, refusal = resume_step(run), ""
+        except ResumeRefused as exc:
+            step, refusal = None, str(exc)
+        context = {"team": run.team, "run": run, "step": step, "refusal": refusal}
+        return render(request, "results/run_resume.html", context)
+    try:
+        resumed = resume(run, request.user)
+    except ResumeRefused as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(
+            request,
+            f"Resumed as attempt {resumed.attempt}: it continues from its checkpoint of step {resumed.step}.",
+        )
     return redirect("run", team_slug=team_slug, pk=run.pk)

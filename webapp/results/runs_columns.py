@@ -176,6 +176,14 @@ def _kind() -> Any:
     )
 
 
+def import_source() -> Any:
+    """Where an imported run came from (docs/importers.md#in-the-runs-table): its IMPORT_SOURCE_TAG."""
+    from trainer.contract import IMPORT_SOURCE_TAG
+
+    tag = LoggedValue.objects.tags().filter(run=OuterRef("pk"), key=IMPORT_SOURCE_TAG).values("value")[:1]
+    return Subquery(tag, output_field=TextField())
+
+
 def _health_firing() -> Any:
     """How many health checks fire on the run (docs/health.md#checks)."""
     firing = RunHealth.objects.filter(run=OuterRef("pk"), firing=True).values("run").annotate(n=Count("pk"))
@@ -200,6 +208,7 @@ _ATTRIBUTE_EXPRESSIONS: Mapping[str, Any] = {
     "note": lambda: F("note"),
     "health": _health_firing,
     "started_from": lambda: F("started_from_id"),
+    "source": import_source,
 }
 
 
@@ -224,6 +233,8 @@ ATTRIBUTES: Mapping[str, Column] = {
         Column("health", "Health", NUMBER, "attribute", aggregate=False),
         # The lineage (docs/sft.md#start-from): the run whose checkpoint this run started from.
         Column("started_from", "Started from", NUMBER, "attribute", groupable=True, aggregate=False),
+        # Where an imported run came from (docs/importers.md#in-the-runs-table).
+        Column("source", "Source", TEXT, "attribute", groupable=True),
     )
 }
 

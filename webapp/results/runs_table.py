@@ -35,6 +35,7 @@ from webapp.results.runs_columns import (
     TIME,
     Column,
     column,
+    import_source,
 )
 from webapp.results.runs_filters import PAGE_SIZE, Filter, TableQuery, filter_q
 
@@ -153,6 +154,7 @@ def _rows(ids: list[int], shown: Sequence[Column]) -> list[Row]:
     names = {f"c{i}": item for i, item in enumerate(shown)}
     # The configs are large and no cell needs them whole (config columns are read in SQL).
     found = Run.objects.filter(pk__in=ids).select_related("experiment").defer("config", "experiment__config")
+    found = found.annotate(import_source=import_source())  # the name cell marks an imported run
     for name, item in names.items():
         found = found.alias(**item.aliases(name)).annotate(**{f"{name}_v": F(name)})
     by_id = {run.pk: run for run in found}

@@ -28,6 +28,7 @@ from webapp.ingestion import metrics_store
 from webapp.ingestion.models import MetricLatest
 from webapp.results import analytics, export, onboarding, runs_page, workspace
 from webapp.results.forms import RunsActionForm
+from webapp.results.resume import resume_markers
 from webapp.results.runs_columns import default_column_ids
 from webapp.rollouts import viewer
 from webapp.rollouts.questions import user_question
@@ -391,6 +392,7 @@ def curves_data(request: HttpRequest, team_slug: str) -> JsonResponse:
             "group": run.experiment_id,
             "samples_per_step": analytics.samples_per_step(run),
             "rollouts_url": reverse("rollouts_at", args=[team_slug, run.pk, 0]).removesuffix("0/"),
+            "resumed_from": resume_markers(run),  # docs/resume.md#the-curve
         }
         for run in chosen
     }

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from trainer.backends.torch.checkpoint import latest_checkpoint
+from trainer.backends.torch.checkpoint_folders import latest_checkpoint
 from trainer.backends.torch.data import batch_for_step, load_rows
 from trainer.backends.torch.loop import setup_run, train, train_step
 from trainer.config import RunConfig

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from trainer.backends.torch.backend import TorchBackend
-from trainer.backends.torch.checkpoint import complete_checkpoints
+from trainer.backends.torch.checkpoint_folders import complete_checkpoints
 from trainer.backends.torch.loop import setup_run
 from trainer.backends.torch.sft import encode_file, loss_sum, setup_sft
 from trainer.backends.torch.sft_data import (

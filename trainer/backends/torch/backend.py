@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainer.backend_protocol import Job, LaunchEnv, Problem, trainer_argv
+from trainer.backend_protocol import Job, LaunchEnv, Problem, ResumePoint, trainer_argv
+from trainer.backends.torch.checkpoint_folders import resume_point
 from trainer.contract import TOKEN_ENV
 
 if TYPE_CHECKING:
@@ -66,6 +67,9 @@ class TorchBackend:
             num_cpus=config.resources.cpus,
             num_gpus=config.resources.gpus_per_node,
         )
+
+    def resume_point(self, config: RunConfig) -> ResumePoint:
+        return resume_point(config.trainer.checkpoint_dir, config.trainer.resume)
 
     def canonical_key(self, key: str) -> str | None:
         return None  # the torch backend logs our keys

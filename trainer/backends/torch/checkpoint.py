@@ -25,6 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainer.backends.torch.checkpoint_folders import (
+    OPTIMIZER_FILE,
+    RNG_FILE,
+    STATE_FILE,
+    checkpoint_path,
+    complete_checkpoints,
+)
 from trainer.contract import POLICY_FOLDER
 
 if TYPE_CHECKING:
@@ -32,46 +39,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PREFIX = "step_"
-STATE_FILE = "trainer_state.json"
-OPTIMIZER_FILE = "optimizer.pt"
-RNG_FILE = "rng.pt"
-
 
 @dataclass
 class Resumed:
     step: int
     path: Path
     state: dict[str, Any]
-
-
-def checkpoint_path(root: str | Path, step: int) -> Path:
-    return Path(root) / f"{PREFIX}{step:08d}"
-
-
-def complete_checkpoints(root: str | Path | None) -> list[Path]:
-    """The complete checkpoints in ``root``, oldest step first."""
-    if root is None or not Path(root).is_dir():
-        return []
-    found = [
-        path
-        for path in Path(root).iterdir()
-        if path.is_dir()
-        and path.name.startswith(PREFIX)
-        and path.name[len(PREFIX) :].isdigit()
-        and (path / STATE_FILE).is_file()
-    ]
-    return sorted(found, key=checkpoint_step)
-
-
-def checkpoint_step(path: Path) -> int:
-    return int(path.name[len(PREFIX) :])
-
-
-def latest_checkpoint(root: str | Path | None) -> Path | None:
-    """The complete checkpoint with the highest step in ``root``, or None."""
-    found = complete_checkpoints(root)
-    return found[-1] if found else None
 
 
 def folder_size(path: Path) -> int:

@@ -18,14 +18,13 @@ import torch
 
 from trainer.backends.torch.batch import StepRows, flatten
 from trainer.backends.torch.checkpoint import (
-    checkpoint_step,
     folder_size,
-    latest_checkpoint,
     load_training_state,
     policy_folder,
     prune_checkpoints,
     save_checkpoint,
 )
+from trainer.backends.torch.checkpoint_folders import checkpoint_step, latest_checkpoint
 from trainer.backends.torch.data import Row, batch_for_step, load_rows
 from trainer.backends.torch.engine import TorchGenerationEngine
 from trainer.backends.torch.optim import adamw
@@ -374,6 +373,8 @@ def save_and_prune(
     trainer = config.trainer
     if not trainer.checkpoint_dir:
         return None
+    if trainer.resume:  # a resume from this checkpoint supersedes only the steps after it
+        reporter.settle()
     path = save_checkpoint(
         trainer.checkpoint_dir,
         step,

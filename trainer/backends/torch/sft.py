@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from trainer.backends.torch.checkpoint import latest_checkpoint, load_training_state
+from trainer.backends.torch.checkpoint import load_training_state
+from trainer.backends.torch.checkpoint_folders import latest_checkpoint
 from trainer.backends.torch.data import batch_for_step
 from trainer.backends.torch.loop import (
     TrainResult,

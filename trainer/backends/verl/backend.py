@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainer.backend_protocol import Job, LaunchEnv, Problem, trainer_argv
+from trainer.backend_protocol import Job, LaunchEnv, Problem, ResumePoint, trainer_argv
 from trainer.backends.verl.command import prompts_per_mini_batch
 from trainer.backends.verl.metric_keys import canonical_key
 from trainer.backends.verl.needs import cluster_needs
@@ -115,6 +115,11 @@ class VerlBackend:
             needs=cluster_needs(config),
             stall_hint=STALL_HINT,
         )
+
+    def resume_point(self, config: RunConfig) -> ResumePoint:
+        from trainer.backends.verl.driver import verl_resume_point
+
+        return verl_resume_point(config)
 
     def canonical_key(self, key: str) -> str | None:
         return canonical_key(key)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
 
+from trainer.backend_protocol import NOT_RESUMABLE, ResumePoint
 from trainer.backends.verl.command import VerlPaths, command, shared_paths
 from trainer.backends.verl.setup_hook import HOOK
 from trainer.backends.verl.sft_command import sft_command
@@ -39,6 +40,8 @@ logger = logging.getLogger(__name__)
 verl_output = logging.getLogger("trainer.verl")
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
+# What verl's FSDP checkpoint manager names each rank's optimiser state in global_step_N/actor/.
+OPTIMIZER_FILES = "optim_world_size_*_rank_*.pt"
 # Ray puts the submitted job's config (runtime_env included) into the entrypoint's environment.
 RAY_JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 POLL_S = 2.0
@@ -61,23 +64,48 @@ class CheckpointWatcher:
     def __init__(self, checkpoint_dir: str | Path, reporter: Reporter) -> None:
         self.checkpoint_dir = Path(checkpoint_dir)
         self.reporter = reporter
-        self.last_step: int | None = None
+        # A resumed run's checkpoint was reported by the attempt that saved it (docs/resume.md).
+        self.last_step: int | None = latest_saved_step(self.checkpoint_dir)
 
     def poll(self) -> int | None:
         """Report a new checkpoint if there is one; the step reported, else None."""
-        try:
-            text = (self.checkpoint_dir / LATEST_FILE).read_text(encoding="utf-8").strip()
-            step = int(text)
-        except (OSError, ValueError):
-            return None  # not written yet, or caught mid-write: the next poll sees it
-        if step == self.last_step:
-            return None
-        folder = self.checkpoint_dir / f"global_step_{step}"
-        if not folder.is_dir():
+        step = latest_saved_step(self.checkpoint_dir)
+        if step is None or step == self.last_step:
             return None
         self.last_step = step
-        self.reporter.log_checkpoint(step, str(folder))
+        self.reporter.log_checkpoint(step, str(step_folder(self.checkpoint_dir, step)))
         return step
+
+
+def step_folder(checkpoint_dir: Path, step: int) -> Path:
+    return checkpoint_dir / f"global_step_{step}"
+
+
+def latest_saved_step(checkpoint_dir: Path) -> int | None:
+    """The step of the newest checkpoint verl completed: the one ``latest_checkpointed_iteration.txt``
+    names, when its ``global_step_N`` folder is there; None before the first save."""
+    try:
+        step = int((checkpoint_dir / LATEST_FILE).read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None  # not written yet, or caught mid-write: the next poll sees it
+    return step if step_folder(checkpoint_dir, step).is_dir() else None
+
+
+def verl_resume_point(config: RunConfig) -> ResumePoint:
+    """Where verl's ``trainer.resume_mode=auto`` continues the run: the step its checkpoint folder's
+    ``latest_checkpointed_iteration.txt`` names, when that checkpoint holds the optimiser state
+    (``save_contents`` has it only when the run set trainer.resume; docs/resume.md#what-is-resumed)."""
+    try:
+        folder = Path(shared_paths(config, run_dir(config)).checkpoint_dir)
+    except ValueError as exc:
+        return ResumePoint(refusal=str(exc))
+    step = latest_saved_step(folder)
+    if step is None:
+        return ResumePoint(refusal=f"verl completed no checkpoint in {folder} ({LATEST_FILE} names none)")
+    actor = step_folder(folder, step) / "actor"
+    if not config.trainer.resume or not any(actor.glob(OPTIMIZER_FILES)):
+        return ResumePoint(refusal=f"{NOT_RESUMABLE} (newest: step {step})")
+    return ResumePoint(step=step)
 
 
 def run_dir(config: RunConfig) -> Path:

@@ -113,7 +113,14 @@ def _cell_html(cell: Any, run: Any, team_slug: str, name: str) -> str:
     if column == "name":
         archived = ' <span class="badge">archived</span>' if run.is_archived else ""
         note = f' <span class="note-mark" title="{escape(run.note)}">✎</span>' if run.note else ""
-        return f'<a href="{escape(reverse("run", args=[team_slug, run.pk]))}">{name}</a>{archived}{note}'
+        source = getattr(run, "import_source", None)
+        imported = (
+            f' <span class="badge kind-imported" title="{escape(source)}">imported</span>' if source else ""
+        )
+        return f'<a href="{escape(reverse("run", args=[team_slug, run.pk]))}">{name}</a>{archived}{imported}{note}'
+    if column == "source":
+        kind, _, where = (cell.value or "").partition(":")
+        return f'<span class="badge kind-imported">{escape(kind)}</span> {escape(where)}' if where else "—"
     if column == "status":
         status = escape(cell.value)
         return f'<span class="status status-{status}">{status}</span>'
