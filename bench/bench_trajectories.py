@@ -15,7 +15,13 @@ Then, over HTTP on loopback against gunicorn, logged in:
   page of a step with the same response and no signals.
 - a review queue of 50 built from the rollout list (docs/annotations.md#queues): the lowest rewards
   of one training step, of the whole run, and the failures a search finds; each POST builds one.
-Goals: search p50 <= 100 ms at 1,000,000 steps (issue 16); a 50-item queue <= 200 ms (issue 32). Prints figures, each with the load average
+- histograms over steps (docs/rollouts.md#histograms), over the REST API with a personal token:
+  one step's reward histogram, the heat-map of reward over every step, and of advantage (joined
+  with each trajectory's first step); the compare page of 8 runs (docs/runs-and-curves.md#compare-runs):
+  the big run and 7 more, each with COMPARE_POINTS steps of metrics. Their peer: the rollout list.
+Goals: search p50 <= 100 ms at 1,000,000 steps (issue 16); a step's histogram <= 100 ms, the
+heat-map over all steps <= 300 ms, the compare of 8 runs <= 200 ms,
+a 50-item review queue <= 200 ms (issue 32). Prints figures, each with the load average
 it was measured under, and ratios; no pass/fail.
 """
 
@@ -43,6 +49,8 @@ RARE = "okapi"  # in one text of the 1,000: 0.1% of the steps
 COMMON = "gnu"  # in one text of ten: 10% of the steps
 LONG_TOKENS = 4000
 RUN_NAME = "search run"
+COMPARED_RUNS = 8
+COMPARE_POINTS = max(1, STEPS // 64)  # one metric point per training step of the big run
 
 
 @dataclass
@@ -273,6 +281,7 @@ def main() -> None:
                     client, rollouts, f"q={COMMON}&success=no"
                 ),
             }
+            studied = study_figures(server.url, client, seeded)
     print(f"{STEPS} steps in one run; goal: search p50 <= 100 ms")
     print(f"{'rollout list first page (the peer of searches)':52s} p50 {rollout_list.p50 * 1000:7.1f} ms "
           f"({rollout_list.load})")  # fmt: skip
@@ -282,6 +291,8 @@ def main() -> None:
     print(f"{'trajectory page without signals (its peer)':52s} p50 {plain.p50 * 1000:7.1f} ms, "
           f"{plain.size / 1024:4.0f} KiB ({plain.load})")  # fmt: skip
     print(f"{f'trajectory page, {LONG_TOKENS} tokens with 6 signals':52s} {page.line(plain)}")
+    for name, figure in studied.items():
+        print(f"{name:52s} {figure.line(rollout_list)}")
     print("goal: a 50-item review queue built <= 200 ms")
     for name, figure in queues.items():
         print(f"{name:52s} {figure.line(rollout_list)}")
@@ -290,6 +301,65 @@ def main() -> None:
         f"{stored['search index']:.0f}; signals of the {LONG_TOKENS}-token step {stored['signals']:.0f} bytes "
         f"({stored['signals'] / LONG_TOKENS:.1f} per token, 6 signals; 24 raw)"
     )
+
+
+def compared_runs(seeded: Seeded) -> list[int]:
+    """The big run and COMPARED_RUNS - 1 more of its team, each with COMPARE_POINTS steps of reward,
+    validation accuracy and generated tokens (seeded once; a kept database has them already)."""
+    from django.db import connection
+
+    from trainer.contract import PERF_GENERATED_TOKENS, REWARD_MEAN, val_key
+    from webapp.experiments.models import Run
+    from webapp.ingestion.metrics_store import key_ids, rebuild_summaries
+
+    big = Run.objects.select_related("experiment").get(pk=seeded.run)
+    runs = [big] + [
+        Run.objects.get_or_create(
+            experiment=big.experiment,
+            team=big.team,
+            name=f"compared {k}",
+            defaults={"seed": k, "config": {"optim": {"lr": 1e-6 * k}, "rollout": {"n": 8}}},
+        )[0]
+        for k in range(1, COMPARED_RUNS)
+    ]
+    keys = key_ids([REWARD_MEAN, val_key("gsm8k"), PERF_GENERATED_TOKENS])
+    for run in runs:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM results_metricpoint WHERE run_id = %s LIMIT 1", [run.pk])
+            if cursor.fetchone():
+                continue
+            cursor.execute(
+                "INSERT INTO results_metricpoint (run_id, key_id, step, value, ts) "
+                "SELECT %s, k, s, random(), 1.7e9 + s FROM generate_series(0, %s - 1) AS s "
+                "CROSS JOIN unnest(%s::int[]) AS k",
+                [run.pk, COMPARE_POINTS, list(keys.values())],
+            )
+        rebuild_summaries(run.pk)
+    return [run.pk for run in runs]
+
+
+def study_figures(server_url: str, client: httpx.Client, seeded: Seeded) -> dict[str, Figure]:
+    """Histograms over the REST API (a personal token) and the compare page of 8 runs."""
+    from django.contrib.auth import get_user_model
+
+    from webapp.accounts.models import ApiToken
+
+    ids = compared_runs(seeded)
+    token = ApiToken.issue(get_user_model().objects.get(username="bench"), "bench")[1]
+    base = f"/api/t/{seeded.team}/runs/{seeded.run}/histograms"
+    middle = STEPS // 128  # a step halfway through the run
+    compare = f"/t/{seeded.team}/runs/compare/?" + "&".join(f"run={pk}" for pk in ids)
+    with httpx.Client(base_url=server_url, timeout=60, headers={"Authorization": f"Bearer {token}"}) as api:
+        return {
+            "reward histogram of one step (64 trajectories)": timed(
+                api, f"{base}/reward?step={middle}", "bins"
+            ),
+            "reward heat-map over every step": timed(api, f"{base}/reward/heatmap", "counts"),
+            "advantage heat-map over every step (joins steps)": timed(
+                api, f"{base}/advantage/heatmap", "counts"
+            ),
+            f"compare page of {COMPARED_RUNS} runs": timed(client, compare, "compare-results"),
+        }
 
 
 if __name__ == "__main__":

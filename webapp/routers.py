@@ -19,6 +19,7 @@ from webapp.datasets.api import team_router as datasets_team_router
 from webapp.experiments.api import router as experiments_router
 from webapp.experiments.evaluations_api import router as evaluations_router
 from webapp.experiments.models import Run
+from webapp.experiments.sdk_api import router as sdk_router
 from webapp.experiments.sweep_api import router as sweeps_router
 from webapp.experiments.trainer_api import datasets_router
 from webapp.experiments.trainer_api import router as lifecycle_router
@@ -27,6 +28,7 @@ from webapp.monitoring.api import router as health_router
 from webapp.outage import database_down_response
 from webapp.results.api import router as results_router
 from webapp.results.checkpoints_api import router as checkpoints_router
+from webapp.results.compare_api import router as compare_router
 from webapp.results.resume_api import router as resume_router
 from webapp.results.storage_api import router as storage_router
 from webapp.rollouts.api import router as rollouts_router
@@ -43,6 +45,7 @@ api.add_router("", datasets_router)
 api.add_router("", ingest_router)
 api.add_router("/t", experiments_router)
 api.add_router("/t", sweeps_router)
+api.add_router("/t", compare_router)
 api.add_router("/t", results_router)
 api.add_router("/t", rollouts_router)
 api.add_router("/t", review_router)
@@ -57,6 +60,7 @@ api.add_router("/t", rewards_router)
 api.add_router("/t", members_router)
 api.add_router("", tokens_router)
 api.add_router("", outbound_router)
+api.add_router("/t", sdk_router)
 
 
 def _error(request: HttpRequest, message: str, status: int, field: str | None = None) -> HttpResponse:

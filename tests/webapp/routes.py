@@ -347,12 +347,15 @@ PAGES: dict[str, Page] = {
     "rollout_group": Page("read", team(run_id=_id("run"), group_id=_id("group"))),
     "run_tools": Page("read", team(run_id=_id("run"))),
     "run_prompts": Page("read", team(run_id=_id("run"))),
+    "run_histograms": Page("read", team(run_id=_id("run")), query="?measure=advantage&step=0"),
     "run_time": Page("read", team(run_id=_id("run"))),
     "health_settings": Page(
         "read", team(), post="owner", data=lambda w: {"kl_blowup-enabled": "on", "kl_blowup-threshold": "2"}
     ),
     "notifications": Page("read", team(), post="read"),
     "prompt_compare": Page("read", team(run_id=_id("run"), sample=lambda w: 0)),
+    # One run has no second run to set beside it: 404 for everyone allowed.
+    "prompt_compare_runs": Page("read", team(), query="?run={run}&sample=0", absent=True),
     "search": Page("read", team(), query="?q=answer&run={run}"),
     "run_retention": Page(
         "read", team(run_id=_id("run")), post="write", get=False, data=lambda w: {"retention": "sample"}
@@ -498,7 +501,15 @@ API_PKS = {
 
 def api_path(world: World, path: str, caller: str = "owner") -> str:
     """The path with Acme's objects filled in; a personal token's own id for /tokens/{pk}."""
-    values = {"team_slug": world.slug, "run_id": world.ids["run"], "uid": "t0", "split": "train", "step": 1}
+    values = {
+        "team_slug": world.slug,
+        "run_id": world.ids["run"],
+        "uid": "t0",
+        "split": "train",
+        "step": 1,
+        "measure": "reward",
+        "sample": 0,
+    }
     for collection, name in API_PKS.items():
         if collection in path:
             values["pk"] = world.ids[name]
@@ -579,6 +590,8 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     "/api/t/{team_slug}/members": lambda w: {"username": "matrix-outsider", "role": "viewer"},
     "/api/t/{team_slug}/members/{pk}": lambda w: {"role": "member"},
     "/api/t/{team_slug}/imports": lambda w: {"name": "x"},
+    "/api/t/{team_slug}/sdk/runs": lambda w: {"id": "matrix-sdk-run", "project": "sdk matrix"},
+    "/api/t/{team_slug}/sdk/runs/{run_id}/meta": lambda w: {"summary": {"best": 1}},
     "/api/tokens": lambda w: {"name": "ci", "scopes": ["read"], "expires_in_days": 7},
     "/api/outbound-targets": lambda w: {"rule": "matrix.example:443"},
     "/api/t/{team_slug}/labels": lambda w: {"name": "api label", "colour": "#000000", "key": "z"},

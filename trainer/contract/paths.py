@@ -16,8 +16,12 @@ __all__ = [
     "IDEMPOTENCY_HEADER",
     "LOGS_PATH",
     "METRICS_PATH",
+    "MLFLOW_ARTIFACT_PATH",
     "MLFLOW_ROOT",
     "POLICY_FOLDER",
+    "SDK_ID_PATTERN",
+    "SDK_META_PATH",
+    "SDK_OPEN_PATH",
     "SPECS_PATH",
     "STATUS_PATH",
     "TOKEN_SIGNALS_PATH",
@@ -30,6 +34,14 @@ API_ROOT = "/api"
 # what an evaluation scores and what a run that starts from the checkpoint loads.
 POLICY_FOLDER = "policy"
 MLFLOW_ROOT = "/mlflow"
+# A file the SDK's log_artifact puts onto its run, through MLflow's artifact service (run token).
+MLFLOW_ARTIFACT_PATH = (
+    MLFLOW_ROOT + "/api/2.0/mlflow-artifacts/artifacts/{experiment_id}/{mlflow_run_id}/artifacts/{name}"
+)
+# The SDK's routes, under a team's API (API_ROOT + "/t/<team>"), personal token (docs/sdk.md).
+SDK_OPEN_PATH = "/sdk/runs"
+SDK_META_PATH = "/sdk/runs/{run_id}/meta"
+SDK_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # a script's own run id (W&B's id=)
 _RUN = API_ROOT + "/runs/{run_id}"
 _INGEST = API_ROOT + "/ingest/runs/{run_id}"
 # The run's life: the trainer claims it, reads it, says how it goes.

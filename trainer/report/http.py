@@ -4,45 +4,17 @@ retried until the server answers (paths and bodies: :mod:`trainer.contract`; ret
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import logging
-import os
-import re
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import httpx
 import tenacity
-from pydantic import ValidationError
 
-from trainer.contract import (
-    CHECKPOINTS_PATH,
-    HEARTBEAT_PATH,
-    IDEMPOTENCY_HEADER,
-    LOGS_PATH,
-    METRICS_PATH,
-    STATUS_PATH,
-    TOKEN_SIGNALS_PATH,
-    TRAJECTORIES_PATH,
-    CheckpointRecord,
-    Heartbeat,
-    LogChunk,
-    MetricBatch,
-    MetricPoint,
-    RunStatus,
-    StatusUpdate,
-    StepSignalsWire,
-    TokenSignalsBatch,
-    TrajectoryBatch,
-    TrajectoryWire,
-    to_floats,
-)
-from trainer.mdp import Trajectory
-from trainer.report.reporters import Reporter
+from trainer.contract import HEARTBEAT_PATH, Heartbeat
 from trainer.report.retry import (
     POLICY,
     RETRYABLE,
@@ -51,23 +23,14 @@ from trainer.report.retry import (
     raise_for_status,
     run_api_client,
 )
+from trainer.report.spool import SpoolingReporter, deliver_file, reject, spool_files
 
 logger = logging.getLogger(__name__)
 
 SETTLE_POLL_S = 0.05  # how often settle() looks whether the spool folder is empty
-# <seq>.<kind>.<batch_id>.json.gz: the zero-padded seq makes name order delivery order.
-_SPOOL_NAME = re.compile(r"^(\d{12})\.([a-z]+)\.([0-9a-f]+)\.json\.gz$")
-_KIND_PATHS = {
-    "metrics": METRICS_PATH,
-    "trajectories": TRAJECTORIES_PATH,
-    "status": STATUS_PATH,
-    "logs": LOGS_PATH,
-    "checkpoints": CHECKPOINTS_PATH,
-    "signals": TOKEN_SIGNALS_PATH,
-}
 
 
-class HttpReporter(Reporter):
+class HttpReporter(SpoolingReporter):
     """Reports to the webapp's ingestion API from a background thread.
 
     Every batch is first written to ``spool_dir`` (one gzipped file per batch, named by sequence
@@ -107,29 +70,21 @@ class HttpReporter(Reporter):
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.run_id = run_id
-        self.spool_dir = Path(spool_dir) if spool_dir else _default_spool_dir(api_url, run_id, token)
-        self.rejected_dir = self.spool_dir / "rejected"
-        self.spool_dir.mkdir(parents=True, exist_ok=True)
-        self.max_batch_points = max_batch_points
-        self.max_log_chars = max_log_chars
-        self.max_trajectories_per_batch = max_trajectories_per_batch
+        super().__init__(
+            spool_dir or _default_spool_dir(api_url, run_id, token),
+            max_batch_points=max_batch_points,
+            max_log_chars=max_log_chars,
+            max_trajectories_per_batch=max_trajectories_per_batch,
+            include_token_ids=include_token_ids,
+        )
         self.flush_interval_s = flush_interval_s
         self.heartbeat_interval_s = heartbeat_interval_s
         self.retry = RetryPolicy(backoff_initial_s, backoff_max_s)
         self.close_timeout_s = close_timeout_s
-        self.include_token_ids = include_token_ids
         # Heartbeats go on a connection of their own, so a slow batch upload never delays one.
         connect = {"timeout_s": request_timeout_s, "claimant": claimant, "transport": transport}
         self._client = run_api_client(api_url, token, **connect)  # type: ignore[arg-type]
         self._beat_client = run_api_client(api_url, token, **connect)  # type: ignore[arg-type]
-        self._lock = threading.Lock()
-        self.rejected = 0  # batches the server refused (4xx) and trajectories the contract refused
-        self._points: list[MetricPoint] = []
-        self._log_parts: list[str] = []
-        self._buffered_since: float | None = None  # monotonic time of the oldest unspooled point or line
-        self._log_chars = 0
-        self._seq = self._next_seq_on_disk()
-        self._log_seq = 0
         self._heartbeat: Heartbeat | None = None
         self._heartbeat_sent: tuple[int, float] | None = None  # (step, monotonic time)
         self._beat_wake = threading.Event()
@@ -142,55 +97,7 @@ class HttpReporter(Reporter):
         self._beat_thread = threading.Thread(target=self._beat, name=f"http-heartbeat-{run_id}", daemon=True)
         self._beat_thread.start()
 
-    # -- producer side (training thread) --
-
-    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
-        now = time.time()
-        points = [
-            MetricPoint(key=key, step=step, value=value, ts=now) for key, value in to_floats(metrics).items()
-        ]
-        with self._lock:
-            self._points.extend(points)
-            self._mark_buffered_locked()
-            full = len(self._points) >= self.max_batch_points
-            if full:
-                self._cut_metrics_locked()
-        if full:
-            self._wake.set()
-
-    def log_trajectories(self, step: int, trajectories: Sequence[Trajectory]) -> None:
-        wire = [w for w in (self._wire(t) for t in trajectories) if w is not None]
-        size = self.max_trajectories_per_batch
-        with self._lock:
-            self._cut_all_locked()
-            for start in range(0, len(wire), size):
-                self._spool_locked(
-                    "trajectories",
-                    TrajectoryBatch(training_step=step, trajectories=wire[start : start + size]),
-                )
-        self._wake.set()
-
-    def log_token_signals(self, steps: Sequence[StepSignalsWire]) -> None:
-        size = self.max_trajectories_per_batch
-        with self._lock:
-            self._cut_all_locked()
-            for start in range(0, len(steps), size):
-                self._spool_locked("signals", TokenSignalsBatch(steps=list(steps[start : start + size])))
-        self._wake.set()
-
-    def _wire(self, trajectory: Trajectory) -> TrajectoryWire | None:
-        try:
-            return TrajectoryWire.from_trajectory(trajectory, include_token_ids=self.include_token_ids)
-        except ValidationError as error:
-            # The server would refuse it too: one trajectory lost, logged, never the whole batch.
-            self.rejected += 1
-            logger.error("trajectory %s cannot be reported and is dropped: %s", trajectory.id, error)
-            return None
-
-    def set_status(self, status: RunStatus, message: str = "", progress: float | None = None) -> None:
-        with self._lock:
-            self._cut_all_locked()  # a status follows the metrics logged before it
-            self._spool_locked("status", StatusUpdate(status=status, message=message, progress=progress))
+    def _spooled(self) -> None:
         self._wake.set()
 
     def heartbeat(self, step: int, total: int) -> None:
@@ -198,28 +105,10 @@ class HttpReporter(Reporter):
             self._heartbeat = Heartbeat(step=step, total_steps=total, ts=time.time())
         self._beat_wake.set()
 
-    def log_text(self, text: str) -> None:
-        with self._lock:
-            self._log_parts.append(text)
-            self._log_chars += len(text)
-            self._mark_buffered_locked()
-            full = self._log_chars >= self.max_log_chars
-            if full:
-                self._cut_logs_locked()
-        if full:
-            self._wake.set()
-
-    def record_checkpoint(self, record: CheckpointRecord) -> None:
-        with self._lock:
-            self._cut_all_locked()
-            self._spool_locked("checkpoints", record)
-        self._wake.set()
-
     def settle(self, timeout: float | None = None) -> None:
         """Send everything reported so far and wait up to ``timeout`` (default ``close_timeout_s``) for
         its delivery: a resumed attempt gets a new token, so it never replays this spool folder."""
-        with self._lock:
-            self._cut_all_locked()
+        self.cut()
         self._wake.set()
         deadline = time.monotonic() + (self.close_timeout_s if timeout is None else timeout)
         while self.undelivered() and time.monotonic() < deadline:
@@ -234,8 +123,7 @@ class HttpReporter(Reporter):
         """
         if self._closing.is_set():
             return
-        with self._lock:
-            self._cut_all_locked()
+        self.cut()
         self._deadline = time.monotonic() + (self.close_timeout_s if timeout is None else timeout)
         self._closing.set()
         self._interrupt.set()  # cut a backoff sleep short: try once more right away
@@ -253,63 +141,12 @@ class HttpReporter(Reporter):
         if not self._beat_thread.is_alive():
             self._beat_client.close()
 
-    def undelivered(self) -> int:
-        """Batches waiting in the spool folder."""
-        return len(self._spool_files())
-
-    # -- batching (callers hold self._lock) --
-
-    def _mark_buffered_locked(self) -> None:
-        if self._buffered_since is None:
-            self._buffered_since = time.monotonic()
-
-    def _cut_all_locked(self) -> None:
-        self._cut_metrics_locked()
-        self._cut_logs_locked()
-        self._buffered_since = None
-
     def _seconds_until_due(self) -> float:
         with self._lock:
             since = self._buffered_since
         if since is None:
             return self.flush_interval_s
         return max(0.0, since + self.flush_interval_s - time.monotonic())
-
-    def _cut_metrics_locked(self) -> None:
-        if self._points:
-            self._spool_locked("metrics", MetricBatch(points=self._points))
-            self._points = []
-
-    def _cut_logs_locked(self) -> None:
-        if self._log_parts:
-            self._spool_locked("logs", LogChunk(seq=self._log_seq, text="".join(self._log_parts)))
-            self._log_seq += 1
-            self._log_parts, self._log_chars = [], 0
-
-    def _spool_locked(
-        self,
-        kind: str,
-        body: MetricBatch | TrajectoryBatch | TokenSignalsBatch | StatusUpdate | LogChunk | CheckpointRecord,
-    ) -> None:
-        name = f"{self._seq:012d}.{kind}.{body.batch_id}.json.gz"
-        self._seq += 1
-        data = gzip.compress(body.model_dump_json().encode("utf-8"), compresslevel=6)
-        temporary = self.spool_dir / f".{name}.tmp"
-        temporary.write_bytes(data)
-        # Renamed into place only when complete, so the sender never reads half a batch.
-        os.replace(temporary, self.spool_dir / name)
-
-    def _next_seq_on_disk(self) -> int:
-        files = self._spool_files()
-        if not files:
-            return 0
-        logger.info(
-            "%d report batches left in %s by an earlier process will be replayed", len(files), self.spool_dir
-        )
-        return int(files[-1].name.split(".", 1)[0]) + 1
-
-    def _spool_files(self) -> list[Path]:
-        return sorted(p for p in self.spool_dir.iterdir() if p.is_file() and _SPOOL_NAME.match(p.name))
 
     # -- sender side (background thread) --
 
@@ -336,7 +173,7 @@ class HttpReporter(Reporter):
 
     def _drain(self) -> bool:
         """Deliver spooled batches oldest first; False when the server stayed away until the deadline."""
-        while files := self._spool_files():
+        while files := spool_files(self.spool_dir):
             for path in files:
                 try:
                     self._deliver_with_retries(path)
@@ -354,31 +191,16 @@ class HttpReporter(Reporter):
         retrying(self._deliver, path)
 
     def _deliver(self, path: Path) -> None:
-        match = _SPOOL_NAME.match(path.name)
-        if match is None:
-            raise ValueError(f"not a spool file: {path}")
-        kind, batch_id = match.group(2), match.group(3)
-        response = self._client.post(
-            _KIND_PATHS[kind].format(run_id=self.run_id),
-            content=path.read_bytes(),
-            headers={
-                "Content-Type": "application/json",
-                "Content-Encoding": "gzip",
-                IDEMPOTENCY_HEADER: batch_id,
-            },
-        )
-        raise_for_status(response)
-        path.unlink(missing_ok=True)
+        deliver_file(self._client, self.run_id, path)
 
     def _reject(self, path: Path, error: PermanentHttpError) -> None:
-        self.rejected_dir.mkdir(exist_ok=True)
-        os.replace(path, self.rejected_dir / path.name)
+        where = reject(path)
         self.rejected += 1
         logger.error(
             "the server refused report batch %s (%s); dropped it (kept in %s), the others go on",
             path.name,
             error,
-            self.rejected_dir,
+            where.parent,
         )
 
     def _beat(self) -> None:

@@ -21,6 +21,8 @@ from trainer.config import RunConfig, section_model
 from trainer.contract import REWARD_MEAN
 from trainer.studio import import_cli, mcp_cli
 from trainer.studio.client import FINISHED, Settings, StudioClient, StudioError, sha256_of, write_config
+from trainer.studio.study import COMMANDS as STUDY_COMMANDS
+from trainer.studio.sync import sync
 
 EXIT_REFUSED, EXIT_FAILED_OUTCOME, EXIT_UNREACHABLE = 1, 3, 4
 CONFIG_SECTIONS = [name for name in RunConfig.model_fields if section_model(RunConfig, name)]
@@ -88,6 +90,10 @@ class StudioGroup(click.Group):
 def main(ctx: click.Context, as_json: bool, team: str | None, url: str | None) -> None:
     """Agent-R1 Studio from the shell: datasets, experiments, runs, sweeps, imports."""
     ctx.obj = Context(as_json, team, url)
+
+
+for _command in STUDY_COMMANDS:  # compare, histogram, prompt (docs/cli.md#compare-and-histograms)
+    main.add_command(_command)
 
 
 @main.command()
@@ -586,3 +592,4 @@ def import_(
 
 main.add_command(import_cli.import_group(import_))  # docs/importers.md
 main.add_command(mcp_cli.mcp)  # docs/mcp.md
+main.add_command(sync)  # `studio sync`: run folders the SDK kept (docs/sdk.md#offline-and-sync)

@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
-from trainer.contract import API_ROOT
+from trainer.contract import API_ROOT, SDK_META_PATH, SDK_OPEN_PATH
 
 CONFIG_ENV = "STUDIO_CONFIG"
 DEFAULT_CONFIG = Path("~/.config/agent-r1-studio/studio.json")
@@ -203,6 +203,21 @@ class StudioClient:
         result: dict[str, Any] = series["series"][0]
         return result
 
+    def compare_runs(self, run_ids: Sequence[int], baseline: int | None, every: bool) -> dict[str, Any]:
+        params: dict[str, Any] = {"runs": list(run_ids), "all": every}
+        if baseline is not None:
+            params["baseline"] = baseline
+        return self.team_call("GET", "/runs/compare", params=params)
+
+    def histogram(self, run_id: int, measure: str, step: int | None, heat_map: bool) -> dict[str, Any]:
+        path = f"/runs/{run_id}/histograms/{measure}" + ("/heatmap" if heat_map else "")
+        return self.team_call("GET", path, params={} if step is None else {"step": step})
+
+    def prompt_rollouts(self, sample: int, sides: Sequence[str], rollout: int = 0) -> dict[str, Any]:
+        return self.team_call(
+            "GET", f"/prompts/{sample}/rollouts", params={"sides": list(sides), "rollout": rollout}
+        )
+
     def experiment(self, experiment_id: int) -> dict[str, Any]:
         return self.team_call("GET", f"/experiments/{experiment_id}")
 
@@ -262,6 +277,13 @@ class StudioClient:
         finally:
             for handle in [*handles, *([metrics_handle] if metrics_handle else [])]:
                 handle.close()
+
+    def open_sdk_run(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Make or resume the SDK's run: ``{"run", "token", "claimant", "resumed"}`` (docs/sdk.md)."""
+        return self.team_call("POST", SDK_OPEN_PATH, json=body)
+
+    def sdk_meta(self, run_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        return self.team_call("POST", SDK_META_PATH.format(run_id=run_id), json=body)
 
     def watch(
         self, run_id: int, key: str, every_s: float = 2.0

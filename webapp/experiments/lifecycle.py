@@ -171,6 +171,17 @@ class RunLifecycle(models.Model):
         # own: yes again, and nothing changes; any other claimant is refused.
         return changed or (self.is_claimant(claimant) and self.status in CLAIMED)
 
+    def take_external(self, worker: str, claimant: str) -> bool:
+        """An external run's logging process (the SDK's, docs/sdk.md#resume) takes it: ``claimant``
+        owns it from now on. Only a live external run: an ended one takes no writes."""
+        # Race: two processes resuming one run at once: the later UPDATE's claimant owns it, and the
+        # other's reports are refused (409) from then on, as for a launched run's second trainer.
+        now = timezone.now()
+        live = Q(executor__in=outside_executors()) & ~Q(status__in=TERMINAL)
+        return guarded_update(
+            self, live, status=RunStatus.RUNNING, claimed_by=worker, claimant=claimant, heartbeat_at=now
+        )
+
     def is_claimant(self, claimant: str) -> bool:
         """Whether ``claimant`` is the id the run was claimed with (none before the claim)."""
         return bool(self.claimant) and hmac.compare_digest(self.claimant, claimant)

@@ -4,7 +4,6 @@ render. Fragments are named partials of the page template, picked when htmx asks
 from __future__ import annotations
 
 import csv
-import json
 from typing import Any
 from urllib.parse import urlencode
 
@@ -17,7 +16,6 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from trainer.config import flatten_paths
 from trainer.contract import INT4_MAX
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
@@ -26,7 +24,7 @@ from webapp.experiments.models import ACTIVE, TERMINAL, Experiment, Run, RunStat
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps
 from webapp.ingestion import metrics_store
 from webapp.ingestion.models import MetricLatest
-from webapp.results import analytics, export, onboarding, runs_page, workspace
+from webapp.results import analytics, export, onboarding, run_compare, runs_page, workspace
 from webapp.results.forms import RunsActionForm
 from webapp.results.resume import resume_markers
 from webapp.results.runs_columns import default_column_ids
@@ -212,40 +210,29 @@ def runs_delete(request: HttpRequest, team_slug: str) -> HttpResponse:
     return render(request, "results/runs_delete.html", context)
 
 
-MAX_COMPARED_RUNS = 12
-
-
 @login_required
 def runs_compare(request: HttpRequest, team_slug: str) -> HttpResponse:
-    """Any runs' configs (or MLflow params) side by side, the differing rows first."""
+    """Two to eight runs side by side (docs/runs-and-curves.md#compare-runs); more is refused."""
     team = get_team_for_user(request, team_slug)
-    ids = _int_list(request.GET.getlist("run"))[:MAX_COMPARED_RUNS]
-    chosen = [get_run_for_user(request, team_slug, pk) for pk in ids]
+    ids = list(dict.fromkeys(_int_list(request.GET.getlist("run"))))
+    chosen = [get_run_for_user(request, team_slug, pk) for pk in ids[: run_compare.MAX_RUNS]]
+    context: dict[str, Any] = {"team": team, "chosen": chosen, "max_runs": run_compare.MAX_RUNS}
+    try:
+        run_compare.check_count(len(ids))
+    except run_compare.CompareRefused as refused:
+        context["refused"] = str(refused)
+        too_many = len(ids) > run_compare.MAX_RUNS
+        return render(request, "results/runs_compare.html", context, status=400 if too_many else 200)
+    baseline = _optional_int(request.GET.get("baseline"))
     only_different = request.GET.get("all") != "1"
-    context = {"team": team, "chosen": chosen, "only_different": only_different,
-               "rows": compare_rows(chosen, only_different)}  # fmt: skip
+    index = ids.index(baseline) if baseline in ids else 0
+    context |= {
+        "comparison": run_compare.compare(chosen, index, only_different),
+        "only_different": only_different,
+        "query": "&".join(f"run={pk}" for pk in ids),
+        "curve_keys": _curve_keys(chosen),
+    }
     return render(request, "results/runs_compare.html", context)
-
-
-def compare_rows(chosen: list[Run], only_different: bool) -> list[tuple[str, list[str], bool]]:
-    """(path, one value per run, whether they differ) for every config path and MLflow param."""
-    columns: list[dict[str, str]] = []
-    for run in chosen:
-        values = {path: _shown(value) for path, value in flatten_paths(run.config or {}).items()}
-        values |= {f"params.{param.key}": param.value for param in run.logged.params()}
-        columns.append(values)
-    paths = sorted(set().union(*columns)) if columns else []
-    rows = []
-    for path in paths:
-        shown = [column.get(path, "—") for column in columns]
-        differs = len(set(shown)) > 1
-        if differs or not only_different:
-            rows.append((path, shown, differs))
-    return sorted(rows, key=lambda row: not row[2])
-
-
-def _shown(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 # -- the comparison table ---------------------------------------------------------------------------
@@ -331,6 +318,16 @@ def _workspace_page(request: HttpRequest, team: Team, experiment: Experiment | N
         "smoothing": request.GET.get("smoothing", "0.6"),
     }
     return render(request, "results/curves.html", context)
+
+
+def _curve_keys(chosen: list[Run]) -> list[str]:
+    """The keys of the default workspace the runs logged: the compare page overlays one at a time."""
+    logged = _logged_keys(chosen)
+    return [
+        key
+        for key in workspace.default_keys([run.experiment.task for run in chosen], logged)
+        if key in logged
+    ]
 
 
 def _logged_keys(chosen: list[Run]) -> list[str]:

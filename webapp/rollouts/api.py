@@ -1,5 +1,5 @@
-"""REST reads of a run's trajectories: filtered and paginated as the rollout viewer's list, and one
-with every step. Personal API token; runs outside the caller's teams are 404."""
+"""REST reads of a run's trajectories: filtered and paginated as the rollout viewer's list, one
+with every step, and their histograms over steps. Personal API token; runs outside the caller's teams are 404."""
 
 from __future__ import annotations
 
@@ -9,11 +9,17 @@ from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from django.utils.html import strip_tags
 from ninja import Field, Query, Router, Schema
+from ninja.errors import HttpError
 
+from webapp.accounts.access import get_team_for_user
 from webapp.accounts.token_auth import UserTokenAuth
-from webapp.api import Page, PageParams, paginate
+from webapp.api import FieldError, Page, PageParams, paginate
 from webapp.experiments.access import get_run_for_user
 from webapp.ingestion.models import Trajectory
+from webapp.rollouts import compare, histograms
+from webapp.rollouts.compare import MAX_SIDES
+from webapp.rollouts.histograms import BINS, MAX_BINS, HeatMap, Histogram
+from webapp.rollouts.measures import MEASURES
 from webapp.rollouts.search import SEARCH_RESULTS, search_hits
 from webapp.rollouts.viewer import RolloutFilter, as_json
 
@@ -60,6 +66,147 @@ def trajectories(
 def trajectory(request: HttpRequest, team_slug: str, run_id: int, uid: str) -> dict[str, Any]:
     run = get_run_for_user(request, team_slug, run_id)
     return as_json(get_object_or_404(Trajectory, run=run, uid=uid), with_steps=True)
+
+
+class BinOut(Schema):
+    low: float = Field(description="The bin holds values >= low ...")
+    below: float = Field(description="... and < below; the rollout list's measure_min and measure_below.")
+    count: int
+
+
+class HistogramOut(Schema):
+    measure: str
+
+    @staticmethod
+    def resolve_measure(obj: Histogram | HeatMap) -> str:
+        return obj.measure.name
+
+    step: int
+    bins: list[BinOut]
+
+
+class HeatMapOut(Schema):
+    measure: str
+
+    @staticmethod
+    def resolve_measure(obj: Histogram | HeatMap) -> str:
+        return obj.measure.name
+
+    edges: list[float] = Field(
+        description="The value bins' edges: bin i holds edges[i] <= value < edges[i+1]."
+    )
+    steps: list[tuple[int, int]] = Field(description="Each column's first and last training step.")
+    counts: list[list[int]] = Field(description="Trajectories per [column][value bin].")
+
+
+class HistogramQuery(Schema):
+    step: int | None = Field(None, ge=0, description="Default: the newest step with rollouts.")
+    bins: int = Field(BINS, ge=1, le=MAX_BINS)
+
+
+def _measure(name: str) -> str:
+    if name not in MEASURES:
+        raise HttpError(404, f"no measure {name!r}; one of {', '.join(MEASURES)}")
+    return name
+
+
+@router.get(
+    "/{team_slug}/runs/{int:run_id}/histograms/{measure}",
+    response=HistogramOut,
+    summary="One step's histogram",
+)
+def step_histogram(
+    request: HttpRequest, team_slug: str, run_id: int, measure: str, query: Query[HistogramQuery]
+) -> Histogram:
+    """Trajectories of one training step binned by a measure (reward, advantage, length, turns,
+    tool_calls); a bin's low and below filter the trajectories list to exactly its trajectories."""
+    run = get_run_for_user(request, team_slug, run_id)
+    step = query.step if query.step is not None else histograms.latest_step(run.pk)
+    if step is None:
+        raise HttpError(404, "this run has no rollouts")
+    return histograms.step_histogram(run.pk, _measure(measure), step, query.bins)
+
+
+@router.get(
+    "/{team_slug}/runs/{int:run_id}/histograms/{measure}/heatmap",
+    response=HeatMapOut,
+    summary="A measure's heat-map over every step",
+)
+def heat_map(
+    request: HttpRequest, team_slug: str, run_id: int, measure: str, query: Query[HistogramQuery]
+) -> HeatMap:
+    """Every step's histogram of a measure on one set of value bins, steps grouped in columns."""
+    run = get_run_for_user(request, team_slug, run_id)
+    return histograms.heat_map(run.pk, _measure(measure), query.bins)
+
+
+class SidesQuery(Schema):
+    sides: list[str] = Field(
+        [], description=f"2 to {MAX_SIDES} RUN:STEP pairs, repeated (?sides=12:40&sides=13:40&sides=12:80)."
+    )
+    rollout: int = Field(0, ge=0, description="Which of the n samples (the first when a step has fewer).")
+
+
+class SideOut(Schema):
+    run: int
+    step: int
+    uid: str
+    total_reward: float
+    advantage: float | None
+    tool_path: list[tuple[str, str]] = Field(description="(kind, tool) against the first rollout's path.")
+
+
+class CellOut(Schema):
+    response: str
+    tools: list[str]
+    diff: list[tuple[str, str]] | None = Field(description="(same|added|removed, text) against the first.")
+
+
+class AlignedStepOut(Schema):
+    index: int
+    cells: list[CellOut | None] = Field(description="One per side; null where it took fewer steps.")
+
+
+class ManyRolloutsOut(Schema):
+    sides: list[SideOut]
+    steps: list[AlignedStepOut]
+
+
+@router.get(
+    "/{team_slug}/prompts/{int:sample}/rollouts",
+    response=ManyRolloutsOut,
+    summary="One prompt's rollouts aligned",
+)
+def prompt_rollouts(
+    request: HttpRequest, team_slug: str, sample: int, query: Query[SidesQuery]
+) -> dict[str, Any]:
+    """Dataset row ``sample``'s rollouts in 2 to 8 runs or steps, aligned step by step, each diffed
+    word by word against the first (docs/rollouts.md#same-prompt)."""
+    get_team_for_user(request, team_slug)
+    pairs = compare.parse_sides(query.sides, limit=MAX_SIDES)
+    if not 2 <= len(pairs) == len(query.sides):
+        raise FieldError([("sides", f"name 2 to {MAX_SIDES} sides as RUN:STEP")])
+    found = []
+    for run_id, step in pairs:
+        side = compare.rollout_of_prompt(
+            get_run_for_user(request, team_slug, run_id), sample, step, query.rollout
+        )
+        if side is None:
+            raise HttpError(404, f"run {run_id} has no rollout of dataset row {sample} at step {step}")
+        found.append(side)
+    many = compare.compare_many(found)
+    sides = [
+        {
+            "run": s.trajectory.run_id,
+            "step": s.trajectory.training_step,
+            "uid": s.trajectory.uid,
+            "total_reward": s.trajectory.total_reward,
+            "advantage": s.advantage,
+            "tool_path": path,
+        }
+        for s, path in many.columns
+    ]
+    return {"sides": sides, "steps": many.steps}
 
 
 class SearchHitOut(Schema):

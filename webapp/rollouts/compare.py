@@ -6,8 +6,9 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from trainer.contract import INT4_MAX
 from webapp.experiments.models import Run
 from webapp.ingestion.models import (
     TextBlob,
@@ -61,6 +62,8 @@ class RolloutSide:
     response: str  # every step's response, in order
     advantage: float | None
     tool_path: list[str]  # the names of the tools it called, in order
+    step_responses: list[str] = field(default_factory=list)  # each step's response
+    step_tools: list[list[str]] = field(default_factory=list)  # the tools each step called
 
 
 @dataclass
@@ -84,10 +87,15 @@ class RolloutComparison:
 def rollout_side(trajectory: Trajectory) -> RolloutSide:
     steps = list(trajectory.own_steps().defer("tokens", "token_signals", "search").order_by("index"))
     texts = TextBlob.texts_for(s.response_id for s in steps)
-    path = list(trajectory.own_tool_calls().order_by("step_index", "position").values_list("name", flat=True))
-    response = "\n".join(texts.get(s.response_id, "") for s in steps)
+    calls = list(
+        trajectory.own_tool_calls().order_by("step_index", "position").values_list("step_index", "name")
+    )
+    responses = [texts.get(s.response_id, "") for s in steps]
     advantage = next((s.advantage for s in reversed(steps) if s.advantage is not None), None)
-    return RolloutSide(trajectory, response, advantage, path)
+    per_step = [[name for index, name in calls if index == s.index] for s in steps]
+    return RolloutSide(
+        trajectory, "\n".join(responses), advantage, [name for _i, name in calls], responses, per_step
+    )
 
 
 def compare_rollouts(before: Trajectory, after: Trajectory) -> RolloutComparison:
@@ -124,3 +132,65 @@ def sequence_diff(
             elif not joined:
                 parts.extend((kind, item) for item in items)
     return parts
+
+
+# -- three or more rollouts of one prompt --------------------------------------------------------
+
+MAX_SIDES = 8  # as many as the runs the compare page sets side by side
+
+
+@dataclass
+class StepCell:
+    response: str
+    tools: list[str]
+    diff: list[tuple[str, str]] | None  # against the first rollout's same step; None: the first, or too long
+
+
+@dataclass
+class AlignedStep:
+    index: int
+    cells: list[StepCell | None]  # one per rollout; None where that rollout took fewer steps
+
+
+@dataclass
+class ManyRollouts:
+    """Rollouts of one prompt aligned step by step, each diffed against the first."""
+
+    sides: list[RolloutSide]
+    steps: list[AlignedStep]
+    tool_paths: list[list[tuple[str, str]]]  # each one's tool path against the first one's
+
+    @property
+    def columns(self) -> list[tuple[RolloutSide, list[tuple[str, str]]]]:
+        return list(zip(self.sides, self.tool_paths, strict=True))
+
+
+def compare_many(trajectories: Sequence[Trajectory]) -> ManyRollouts:
+    sides = [rollout_side(t) for t in trajectories]
+    first = sides[0]
+    longest = max(len(side.step_responses) for side in sides)
+    steps = []
+    for index in range(longest):
+        cells: list[StepCell | None] = []
+        for position, side in enumerate(sides):
+            if index >= len(side.step_responses):
+                cells.append(None)
+                continue
+            response = side.step_responses[index]
+            against = first.step_responses[index] if index < len(first.step_responses) else ""
+            diff = None if position == 0 else word_diff(against, response)
+            cells.append(StepCell(response, side.step_tools[index], diff))
+        steps.append(AlignedStep(index, cells))
+    paths = [sequence_diff(first.tool_path, side.tool_path) for side in sides]
+    return ManyRollouts(sides, steps, paths)
+
+
+def parse_sides(values: Sequence[str], limit: int = MAX_SIDES - 2) -> list[tuple[int, int]]:
+    """The first ``limit`` ``run:step`` pairs of a query (``also=12:40``), in order; anything else
+    is left out."""
+    found = []
+    for value in values:
+        run, _colon, step = value.partition(":")
+        if run.isdigit() and step.isdigit() and int(run) <= INT4_MAX and int(step) <= INT4_MAX:
+            found.append((int(run), int(step)))
+    return found[:limit]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django import forms
 
 from webapp.rollouts.labelling import ANY_LABEL, NO_LABEL
+from webapp.rollouts.measures import MEASURE_CHOICES
 from webapp.rollouts.viewer import RolloutFilter
 
 YES_NO = [("", "any"), ("yes", "yes"), ("no", "no")]
@@ -29,6 +30,9 @@ class RolloutFilterForm(forms.Form):
     group = forms.CharField(required=False, max_length=200, widget=forms.HiddenInput)
     sample = forms.IntegerField(required=False, min_value=0, label="Dataset row")
     label = forms.ChoiceField(required=False, choices=[("", "any")], label="Label")
+    measure = forms.ChoiceField(required=False, choices=[("", "any"), *MEASURE_CHOICES], label="Value of")
+    measure_min = forms.FloatField(required=False, label="from (≥)")
+    measure_below = forms.FloatField(required=False, label="below (<)")
 
     def __init__(
         self,
@@ -60,6 +64,9 @@ class RolloutFilterForm(forms.Form):
             group=data.get("group", ""),
             sample=data.get("sample"),
             label=data.get("label", ""),
+            measure=data.get("measure", ""),
+            measure_min=data.get("measure_min"),
+            measure_below=data.get("measure_below"),
         )
 
 
@@ -81,3 +88,11 @@ class PromptCompareForm(forms.Form):
     b = forms.IntegerField(required=False, min_value=0, label="against step")
     run_b = forms.IntegerField(required=False, min_value=1, label="of run (id)")
     rollout = forms.IntegerField(required=False, min_value=0, initial=0, label="Sample #")
+
+
+class HistogramForm(forms.Form):
+    """Which measure the histograms show, and the step of the one-step histogram (default: the
+    newest step with rollouts)."""
+
+    measure = forms.ChoiceField(required=False, choices=MEASURE_CHOICES, label="Histogram of")
+    step = forms.IntegerField(required=False, min_value=0, label="at step")

@@ -15,7 +15,8 @@ from django.db import connection
 from django.db.models import Q, QuerySet
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
-from ninja import Schema
+from ninja import Field, Schema
+from pydantic import field_validator
 
 from webapp.experiments.models import Run
 from webapp.ingestion.models import (
@@ -27,6 +28,7 @@ from webapp.ingestion.models import (
 from webapp.ingestion.token_signals import TokenSignals, unpack_token_signals
 from webapp.rollouts.compare import DIFF_MAX_CHARS
 from webapp.rollouts.labelling import label_condition
+from webapp.rollouts.measures import MEASURES, value_range
 
 
 class RolloutFilter(Schema):
@@ -44,6 +46,17 @@ class RolloutFilter(Schema):
     group: str = ""
     sample: int | None = None  # one dataset row (extra_info.index): the per-prompt learning page links here
     label: str = ""  # a label's name, "(any)" or "(none)" (docs/annotations.md#in-the-rollout-list)
+    # A value range of one measure (a histogram's bin links here): measure_min <= value < measure_below.
+    measure: str = Field("", description=f"One of {', '.join(MEASURES)}.")
+    measure_min: float | None = None
+    measure_below: float | None = None
+
+    @field_validator("measure")
+    @classmethod
+    def _known_measure(cls, name: str) -> str:
+        if name and name not in MEASURES:
+            raise ValueError(f"not a measure; one of {', '.join(MEASURES)}")
+        return name
 
     def apply(self, trajectories: QuerySet[Trajectory]) -> QuerySet[Trajectory]:
         return trajectories.filter(self.conditions())
@@ -70,7 +83,11 @@ class RolloutFilter(Schema):
         if self.group:
             found["group_id"] = self.group
         chosen = Q(**{prefix + lookup: value for lookup, value in found.items()})
-        return chosen & label_condition(self.label, prefix) if self.label else chosen
+        if self.measure:
+            chosen &= value_range(self.measure, self.measure_min, self.measure_below, prefix)
+        if self.label:
+            chosen &= label_condition(self.label, prefix)
+        return chosen
 
 
 def nearest_step_with_rollouts(run: Run, step: int) -> int | None:

@@ -4,6 +4,8 @@ Each: access helper → parse the query → one query → render."""
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
@@ -16,9 +18,9 @@ from webapp.experiments.access import get_run_for_user
 from webapp.experiments.models import Run
 from webapp.htmx import template_for
 from webapp.ingestion.models import Trajectory
-from webapp.rollouts import compare, labelling, review_views, viewer
+from webapp.rollouts import compare, histograms, labelling, review_views, viewer
 from webapp.rollouts.access import get_trajectory_for_user
-from webapp.rollouts.forms import PromptCompareForm, RolloutFilterForm, SearchForm
+from webapp.rollouts.forms import HistogramForm, PromptCompareForm, RolloutFilterForm, SearchForm
 from webapp.rollouts.questions import user_question
 from webapp.rollouts.review_forms import PromoteForm, QueueForm
 from webapp.rollouts.search import SEARCH_RESULTS, search_hits
@@ -153,6 +155,7 @@ def prompt_compare(request: HttpRequest, team_slug: str, run_id: int, sample: in
     after = compare.rollout_of_prompt(other, sample, b, rollout_index)
     assert before is not None and after is not None  # both steps have rollouts of the row
     prompt = viewer.first_prompts(run, [sample]).get(sample, "")
+    also = _more_rollouts(request, team_slug, sample, rollout_index)
     context = {
         "team": run.team,
         "run": run,
@@ -167,5 +170,72 @@ def prompt_compare(request: HttpRequest, team_slug: str, run_id: int, sample: in
         "prompt": prompt,
         "question": user_question(prompt),
         "comparison": compare.compare_rollouts(before, after),
+        "many": compare.compare_many([before, after, *also]) if also else None,
+        "also": [f"{t.run_id}:{t.training_step}" for t in also],
     }
     return render(request, "results/prompt_compare.html", context)
+
+
+def _more_rollouts(request: HttpRequest, team_slug: str, sample: int, rollout_index: int) -> list[Trajectory]:
+    """The rollouts of the row that ``also=RUN:STEP`` adds to the two (docs/rollouts.md#same-prompt)."""
+    found = []
+    for run_id, step in compare.parse_sides(request.GET.getlist("also")):
+        side = compare.rollout_of_prompt(
+            get_run_for_user(request, team_slug, run_id), sample, step, rollout_index
+        )
+        if side is None:
+            raise Http404(f"run {run_id} has no rollout of dataset row {sample} at step {step}")
+        found.append(side)
+    return found
+
+
+@login_required
+def prompt_compare_runs(request: HttpRequest, team_slug: str) -> HttpResponse:
+    """One dataset row's newest rollout in each of the chosen runs (the compare page's form): the
+    first run's page of the row with the others added."""
+    get_team_for_user(request, team_slug)
+    sample = request.GET.get("sample", "")
+    if not sample.isdigit() or int(sample) > INT4_MAX:
+        raise Http404("choose a dataset row")
+    runs = [get_run_for_user(request, team_slug, pk) for pk in _run_ids(request)[: compare.MAX_SIDES]]
+    sides = [(run, steps[-1]) for run in runs if (steps := compare.steps_of_prompt(run, int(sample)))]
+    if len(sides) < 2:
+        raise Http404(f"fewer than two of these runs have rollouts of dataset row {sample}")
+    (first, a), (second, b), *more = sides
+    query = urlencode(
+        {"a": a, "run_b": second.pk, "b": b, "also": [f"{r.pk}:{s}" for r, s in more]}, doseq=True
+    )
+    return redirect(f"{reverse('prompt_compare', args=[team_slug, first.pk, sample])}?{query}")
+
+
+def _run_ids(request: HttpRequest) -> list[int]:
+    values = request.GET.getlist("run")
+    return [int(v) for v in values if v.isdigit() and int(v) <= INT4_MAX]
+
+
+@login_required
+def run_histograms(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse:
+    """A measure's heat-map over every step and its histogram at one step; each bin links to the
+    rollout list filtered to its trajectories (docs/rollouts.md#histograms)."""
+    run = get_run_for_user(request, team_slug, run_id)
+    form = HistogramForm(request.GET)
+    data = form.cleaned_data if form.is_valid() else {}
+    measure = data.get("measure") or histograms.DEFAULT_MEASURE
+    latest = histograms.latest_step(run.pk)
+    step = latest if data.get("step") is None else data["step"]
+    heat = histograms.heat_map(run.pk, measure)
+    chosen = histograms.step_histogram(run.pk, measure, step) if step is not None else None
+    rollouts_url = reverse("rollouts", args=[team_slug, run.pk])
+    context = {
+        "team": run.team,
+        "run": run,
+        "form": form,
+        "measure": measure,
+        "step": step,
+        "latest": latest,
+        "heat": heat,
+        "histogram": chosen,
+        "bin_links": chosen.links(rollouts_url) if chosen else [],
+        "chart": histograms.chart_data(heat, chosen, rollouts_url),
+    }
+    return render(request, "results/histograms.html", context)

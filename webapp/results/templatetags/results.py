@@ -39,6 +39,12 @@ def signed(value: Any) -> str:
 
 
 @register.filter
+def change(value: Any) -> str:
+    """A % change against the baseline run, signed, one decimal."""
+    return "—" if value is None else f"{float(value):+.1f}%"
+
+
+@register.filter
 def as_json(value: Any) -> str:
     """Tool arguments as the model wrote them (JSON), not as a Python repr; escaped by the template."""
     return json.dumps(value, ensure_ascii=False)
@@ -62,8 +68,10 @@ def run_nav(context: Any, run: Any) -> dict[str, Any]:
         "rollouts": has_rollouts,
         "run_tools": expect_more or (has_rollouts and ToolCall.objects.filter(run_id=run.pk).exists()),
         "run_prompts": has_rollouts,
+        "run_histograms": has_rollouts,
     }
-    labels = {"run": "Overview", "run_curves": "Curves", "rollouts": "Rollouts", "run_tools": "Tools", "run_prompts": "Prompts"}  # fmt: skip
+    labels = {"run": "Overview", "run_curves": "Curves", "rollouts": "Rollouts", "run_tools": "Tools", "run_prompts": "Prompts",
+              "run_histograms": "Histograms"}  # fmt: skip
     tabs = [
         (reverse(name, args=[team.slug, run.pk]), label, name)
         for name, label in labels.items()
