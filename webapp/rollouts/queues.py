@@ -26,6 +26,11 @@ QUEUE_MAX = 500
 MAX_REVIEWS = 5
 
 
+def no_filter() -> RolloutFilter:
+    """Every trajectory of the run (the filters' defaults)."""
+    return RolloutFilter.model_validate({})
+
+
 class QueueRefused(ValueError):
     """A queue that cannot be built; the message says why."""
 
@@ -34,7 +39,7 @@ class QueueRefused(ValueError):
 class Criteria:
     """What a queue is built from: the rollout list's filters, a search within them, an order, a size."""
 
-    filters: RolloutFilter = field(default_factory=RolloutFilter)
+    filters: RolloutFilter = field(default_factory=no_filter)
     q: str = ""
     order: str = "lowest reward"
     limit: int = 50

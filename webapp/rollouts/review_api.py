@@ -23,7 +23,7 @@ from webapp.ingestion.models import Trajectory
 from webapp.rollouts import labelling, promote, queues
 from webapp.rollouts.access import get_queue_for_user
 from webapp.rollouts.models import Annotation, ReviewQueue
-from webapp.rollouts.queues import MAX_REVIEWS, QUEUE_MAX
+from webapp.rollouts.queues import MAX_REVIEWS, QUEUE_MAX, no_filter
 from webapp.rollouts.viewer import RolloutFilter
 
 router = Router(auth=UserTokenAuth(), tags=["review"])
@@ -66,7 +66,7 @@ class AnnotationOut(Schema):
 
 class QueueIn(StrictSchema):
     name: str = Field("", max_length=200)
-    filters: RolloutFilter = Field(default_factory=RolloutFilter)
+    filters: RolloutFilter = Field(default_factory=no_filter)
     q: str = Field("", max_length=200, description="A search within the filters (docs/rollouts.md#search).")
     order: str = Field("lowest reward", description=f"One of: {', '.join(queues.ORDERS)}.")
     limit: int = Field(50, ge=1, le=QUEUE_MAX)
@@ -110,7 +110,7 @@ class RolloutsPromoteIn(PromoteIn):
         max_length=promote.PROMOTE_MAX,
         description="Trajectory ids; empty: the filters'.",
     )
-    filters: RolloutFilter = Field(default_factory=RolloutFilter)
+    filters: RolloutFilter = Field(default_factory=no_filter)
 
 
 def _queue_out(queue: ReviewQueue, *, with_items: bool) -> dict[str, Any]:
