@@ -354,6 +354,22 @@ def _sft_problems(config: RunConfig) -> list[Problem]:
     start = config.start_from
     if start.step is not None and start.run is None:
         problems.append(("start_from.run", "start_from.step names a checkpoint of a run: set start_from.run"))
+    if start.optimizer and start.run is None:
+        problems.append(
+            (
+                "start_from.optimizer",
+                "the optimiser state is a checkpoint's: set start_from.run, or leave it off",
+            )
+        )
+    if start.optimizer and config.model.lora_rank > 0:
+        # A LoRA run that starts from a checkpoint merges it and trains fresh adapters (docs/sft.md#start-from).
+        problems.append(
+            (
+                "start_from.optimizer",
+                "a LoRA run trains fresh adapters on the checkpoint's merged weights, which no saved "
+                "optimiser state belongs to: set model.lora_rank to 0, or leave start_from.optimizer off",
+            )
+        )
     return problems
 
 

@@ -285,6 +285,12 @@ class StartFromConfig(Section):
         description="The checkpoint folder (step_*) the web app resolved start_from.run and step to; its "
         "policy/ weights replace model.path's. Set by the server only.",
     )
+    optimizer: bool = Field(
+        default=False,
+        description="Keep the optimiser state of that checkpoint too (AdamW's moments), not only its "
+        "weights: its run must have set trainer.resume, and this run must train the same way (same "
+        "algorithm, no LoRA).",
+    )
 
 
 class ResourcesConfig(Section):

@@ -18,6 +18,7 @@ from webapp.api import api, error_body
 from webapp.datasets.api import team_router as datasets_team_router
 from webapp.experiments.api import router as experiments_router
 from webapp.experiments.evaluations_api import router as evaluations_router
+from webapp.experiments.fork_api import router as fork_router
 from webapp.experiments.models import Run
 from webapp.experiments.sdk_api import router as sdk_router
 from webapp.experiments.sweep_api import router as sweeps_router
@@ -54,6 +55,7 @@ api.add_router("/t", datasets_team_router)
 api.add_router("/t", tools_router)
 api.add_router("/t", evaluations_router)
 api.add_router("/t", checkpoints_router)
+api.add_router("/t", fork_router)
 api.add_router("/t", resume_router)
 api.add_router("/t", storage_router)
 api.add_router("/t", rewards_router)

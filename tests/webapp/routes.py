@@ -152,7 +152,7 @@ def _build_world(folder: Path) -> World:
     folder = Path(checkpoint_dir(runs["own run"])) / "step_00000001"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "trainer_state.json").write_text('{"step": 1}')
-    Checkpoint.objects.create(run=runs["own run"], step=1, path=str(folder), size_bytes=11)
+    checkpoint = Checkpoint.objects.create(run=runs["own run"], step=1, path=str(folder), size_bytes=11)
     evaluation = Run.objects.create(
         experiment=experiment, team=acme, seed=9, status=RunStatus.SUCCEEDED, kind=RunKind.EVALUATION,
         evaluated_run=runs["own run"], evaluated_step=1, config={"data": {"val_path": f"dataset:{dataset.pk}"}},
@@ -208,6 +208,7 @@ def _build_world(folder: Path) -> World:
         "mlflow_run": runs["own run"].mlflow_run_id,
         "finished": runs["finished run"].pk,
         "evaluation": evaluation.pk,
+        "checkpoint": checkpoint.pk,
         "reward": reward.pk,
         "recipe_import": recipe_import.pk,
         "viewer_membership": acme.memberships.get(user=users["viewer"]).pk,
@@ -332,6 +333,10 @@ PAGES: dict[str, Page] = {
         data=lambda w: {"dataset": f"dataset:{w.ids['dataset']}", "k": 2, "temperature": 1.0},
     ),
     "checkpoint_download": Page("read", team(run_id=_id("run"), step=lambda w: 1)),
+    "checkpoint_registry": Page("read", team(), query="?tag=best&sort=size"),
+    "checkpoint_tags": Page(
+        "write", team(pk=_id("checkpoint")), post="write", get=False, data=lambda w: {"add": "candidate"}
+    ),
     "run": Page("read", team(pk=_id("run"))),
     "run_cancel": Page("read", team(pk=_id("run")), post="write", get=False),
     "run_resume": Page("write", team(pk=_id("run")), post="write"),  # GET: the confirmation
@@ -567,6 +572,7 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     },
     "/api/t/{team_slug}/sweeps/{pk}/cancel": lambda w: None,
     "/api/t/{team_slug}/runs/{run_id}/cancel": lambda w: None,
+    "/api/t/{team_slug}/runs/{run_id}/fork": lambda w: {"step": 1, "name": "api fork"},
     "/api/t/{team_slug}/runs/{run_id}/resume": lambda w: None,
     "/api/t/{team_slug}/runs/{run_id}/storage": lambda w: {"retention": "sample", "sample_fraction": 0.5},
     "/api/t/{team_slug}/evaluations": lambda w: {"experiment": w.ids["experiment"], "k": 2},

@@ -12,7 +12,16 @@ def test_alice_logs_in_and_sees_her_teams_dashboard(personas: Any, login: Any, l
     assert page.url == f"{live_server.url}/t/{personas['acme'].slug}/"
     assert page.locator("h1").inner_text() == "Acme dashboard"
     nav = page.locator("nav.mainnav a").all_inner_texts()
-    assert nav == ["Dashboard", "Datasets", "Tools", "Experiments", "Runs", "Curves", "Compare"]
+    assert nav == [
+        "Dashboard",
+        "Datasets",
+        "Tools",
+        "Experiments",
+        "Runs",
+        "Checkpoints",
+        "Curves",
+        "Compare",
+    ]
     # htmx is served from static/ and loaded; CSRF travels in hx-headers.
     assert page.evaluate("typeof window.htmx") == "object"
     assert "X-CSRFToken" in (page.locator("body").get_attribute("hx-headers") or "")
@@ -48,7 +57,16 @@ def test_the_pages_own_scripts_and_styles_pass_the_content_security_policy(
     refused: list[str] = []
     page.on("console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None)  # fmt: skip
     slug = personas["acme"].slug
-    for path in ("", "datasets/", "tools/", "experiments/", "experiments/new/", "curves/", "compare/"):
+    for path in (
+        "",
+        "datasets/",
+        "tools/",
+        "experiments/",
+        "experiments/new/",
+        "curves/",
+        "compare/",
+        "checkpoints/",
+    ):
         response = page.goto(f"{live_server.url}/t/{slug}/{path}")
         assert response.status == 200 and "script-src 'self'" in response.headers["content-security-policy"]
         page.wait_for_load_state("networkidle")

@@ -18,6 +18,7 @@ __all__ = [
     "METRICS_PATH",
     "MLFLOW_ARTIFACT_PATH",
     "MLFLOW_ROOT",
+    "OPTIMIZER_FILE",
     "POLICY_FOLDER",
     "SDK_ID_PATTERN",
     "SDK_META_PATH",
@@ -33,6 +34,9 @@ API_ROOT = "/api"
 # Inside a checkpoint folder (step_*), the policy's weights as a model folder (docs/checkpoints.md):
 # what an evaluation scores and what a run that starts from the checkpoint loads.
 POLICY_FOLDER = "policy"
+# Beside it, the optimiser's state (resumable runs only): what a resume and a fork that keeps the
+# optimiser state load (docs/checkpoints.md#fork).
+OPTIMIZER_FILE = "optimizer.pt"
 MLFLOW_ROOT = "/mlflow"
 # A file the SDK's log_artifact puts onto its run, through MLflow's artifact service (run token).
 MLFLOW_ARTIFACT_PATH = (

@@ -304,6 +304,42 @@ def cancel(context: Context, run_id: int) -> None:
     )
 
 
+@runs.command("fork")
+@click.argument("run_id", type=int)
+@click.option("--step", type=int, default=None, help="The checkpoint's step; default: the latest one.")
+@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE", help=SET_HELP)
+@click.option("--name", default=None, help="Default: '… · fork of run N at step S'.")
+@click.option("--keep-optimizer", is_flag=True, help="Keep the checkpoint's optimiser state too.")
+@click.option("--launch/--no-launch", "then_launch", default=True, show_default=True)
+@pass_context
+def fork(
+    context: Context,
+    run_id: int,
+    step: int | None,
+    overrides: tuple[str, ...],
+    name: str | None,
+    keep_optimizer: bool,
+    then_launch: bool,
+) -> None:
+    """A new experiment from a run's checkpoint with anything changed (docs/checkpoints.md#fork), launched."""
+    config = _overrides(overrides)
+    if keep_optimizer:
+        config["start_from.optimizer"] = True
+    body: dict[str, Any] = {"step": step, "config": config}
+    if name:
+        body["name"] = name
+    client = context.client()
+    made = client.fork(run_id, body)
+    launched = client.launch(made["id"]) if then_launch else []
+    context.emit(
+        {"experiment": made, "runs": launched},
+        lambda: "\n".join(
+            [f"experiment {made['id']} {made['name']!r}"]
+            + [f"run {r['id']} {r['name']!r}: {r['status']}" for r in launched]
+        ),
+    )
+
+
 @runs.command("resume")
 @click.argument("run_id", type=int)
 @pass_context

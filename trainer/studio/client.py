@@ -182,6 +182,9 @@ class StudioClient:
         )
         return result
 
+    def fork(self, run_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        return self.team_call("POST", f"/runs/{run_id}/fork", json=body)
+
     def runs(self, **filters: Any) -> dict[str, Any]:
         chosen = {k: v for k, v in filters.items() if v not in (None, "")}
         return self.team_call("GET", "/runs", params=chosen)

@@ -182,6 +182,10 @@ def limit_problems(config: RunConfig) -> list[Problem]:
         problems.append(("name", f"at most {MAX_NAME_LENGTH} characters, not {len(config.name)}"))
     if not 0 <= config.trainer.seed <= INT4_MAX:
         problems.append(("trainer.seed", f"a seed lies between 0 and {INT4_MAX}"))
+    if (config.start_from.step or 0) > INT4_MAX:  # a fork's or a start's step (docs/checkpoints.md#fork)
+        problems.append(("start_from.step", f"a checkpoint step lies between 0 and {INT4_MAX}"))
+    if (config.start_from.run or 0) > 2**63 - 1:
+        problems.append(("start_from.run", "not a run's id"))
     return problems
 
 

@@ -33,7 +33,8 @@ from webapp.experiments.logs import TAIL_BYTES, log_tail
 from webapp.experiments.models import LAUNCH_KEY, Experiment, LaunchRefused, NameTaken, Run, Unchangeable
 from webapp.experiments.tasks import cancel_run
 from webapp.retention.accounting import storage_of
-from webapp.retention.schemas import RetentionIn, StorageOut
+from webapp.retention.checkpoint_policy import KeepPolicy
+from webapp.retention.schemas import CheckpointPolicyIn, RetentionIn, StorageOut
 
 # What the experiment form opens with when no model is chosen (the built-in, offline one).
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -127,6 +128,9 @@ class ExperimentCreate(StrictSchema):
     retention: RetentionIn | None = Field(
         None, description="Which trajectories its runs store (docs/rollouts.md#retention); none: all."
     )
+    checkpoint_policy: CheckpointPolicyIn | None = Field(
+        None, description="Which checkpoints its runs keep on disk (docs/checkpoints.md#keep-policies)."
+    )
 
     def mapping(self) -> dict[str, Any]:
         """The config with the shortcuts filled in where it does not say: only preset, task and
@@ -178,10 +182,19 @@ def create_experiment(request: HttpRequest, team_slug: str, body: ExperimentCrea
         raise FieldError([("seeds", "each seed may appear once")])
     config = accepted(team, body.mapping())
     retention = body.retention.policy() if body.retention is not None else None
+    keep = body.checkpoint_policy.policy() if body.checkpoint_policy is not None else KeepPolicy()
+    if keep.problems(config):
+        raise FieldError(keep.problems(config), prefix="checkpoint_policy.", status=422)
     with answer_conflicts():
         made = Experiment.create(
-            team, request.user, config, body.seeds, description=body.description, retention=retention
+            team,
+            request.user,
+            keep.trainer_config(config),
+            body.seeds,
+            description=body.description,
+            retention=retention,
         )
+    keep.save_for(made)
     return Status(201, made)
 
 
@@ -238,15 +251,17 @@ def clone_experiment(request: HttpRequest, team_slug: str, pk: int, body: Experi
     mapping.update(flatten_paths(body.config))
     mapping["name"] = body.name or f"{source.name} (clone)"[:MAX_NAME_LENGTH]
     config = accepted(source.team, mapping)
+    keep = KeepPolicy.of_experiment(source.pk) or KeepPolicy()  # a clone keeps its source's
     with answer_conflicts():
         made = Experiment.create(
             source.team,
             request.user,
-            config,
+            keep.trainer_config(config),
             source.seeds,
             description=source.description,
             cloned_from=source,
         )
+    keep.save_for(made)
     return Status(201, made)
 
 

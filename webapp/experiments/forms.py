@@ -23,7 +23,7 @@ from webapp.accounts.models import Team
 from webapp.experiments.acceptance import MAX_NAME_LENGTH, MAX_SEEDS, Refused, accept
 from webapp.experiments.checkpoint_size import CheckpointPlan
 from webapp.experiments.models import MAX_LABEL_LENGTH
-from webapp.retention.forms import RetentionForm
+from webapp.retention.forms import CheckpointPolicyForm, RetentionForm
 
 # The run-kind box, and the inputs a refresh of the dataset pickers reads (the task and that box).
 SFT_FIELD = "sft.enabled"
@@ -33,6 +33,7 @@ BASIC_PATHS = [
     SFT_FIELD,
     "start_from.run",
     "start_from.step",
+    "start_from.optimizer",
     "rollout.max_steps",
     "rollout.context_policy",
     "data.reward_rule",
@@ -85,6 +86,7 @@ LABELS = {
     "sft.enabled": "Supervised fine-tuning (SFT) on demonstrations",
     "start_from.run": "Start from run",
     "start_from.step": "Start from checkpoint step",
+    "start_from.optimizer": "Keep optimiser state",
     "sft.max_length": "SFT packed length",
 }
 
@@ -158,8 +160,9 @@ def form_field(path: str) -> forms.Field:
     return forms.CharField(**common)
 
 
-class ExperimentForm(RetentionForm):
-    """An experiment's config, and the retention policy its runs start with (RetentionForm)."""
+class ExperimentForm(RetentionForm, CheckpointPolicyForm):
+    """An experiment's config, the retention policy its runs start with (RetentionForm), and which of
+    their checkpoints stay on disk (CheckpointPolicyForm)."""
 
     name = forms.CharField(max_length=MAX_NAME_LENGTH, label="Name")
     description = forms.CharField(
@@ -262,6 +265,10 @@ class ExperimentForm(RetentionForm):
         return [self[path] for path in ADVANCED_PATHS] + [self[name] for name in self.RETENTION_FIELDS]
 
     @property
+    def keep_policy_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.KEEP_POLICY_FIELDS]
+
+    @property
     def checkpoint_plan(self) -> CheckpointPlan:
         """The checkpoints the form's values make: the line under Advanced says their size."""
         keep = self["trainer.keep_checkpoints"].value()
@@ -311,10 +318,14 @@ class ExperimentForm(RetentionForm):
         if data["name"]:  # always, but for a preview
             fields["name"] = data["name"]
         try:
-            return accept(self.team, fields)
+            config = accept(self.team, fields)
         except Refused as refused:
             self._place_errors(refused.by_path())
             return None
+        policy = self.keep_policy()
+        for field, message in policy.problems(config):
+            self.add_error(field, message)
+        return None if policy.problems(config) else policy.trainer_config(config)
 
     def _place_errors(self, errors: Mapping[str, list[str]]) -> None:
         aliases = {

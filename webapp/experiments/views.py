@@ -13,6 +13,7 @@ from django.views.decorators.http import require_POST
 from pydantic import ValidationError
 
 from trainer.config import RunConfig, validation_errors
+from trainer.contract import INT4_MAX
 from trainer.registry import RegistryError
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
@@ -20,6 +21,7 @@ from webapp.datasets.picker import DatasetPicker
 from webapp.experiments.acceptance import Refused
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
 from webapp.experiments.demo import start_demo
+from webapp.experiments.fork import fork_mapping
 from webapp.experiments.forms import SFT_FIELD, ExperimentForm, initial_from_config
 from webapp.experiments.models import (
     ACTIVE,
@@ -28,12 +30,14 @@ from webapp.experiments.models import (
     Experiment,
     LaunchRefused,
     NameTaken,
+    Run,
     RunKind,
     RunStatus,
     TeamRunLimit,
 )
 from webapp.experiments.tasks import cancel_run
 from webapp.htmx import HtmxHttpRequest, template_for
+from webapp.retention.checkpoint_policy import KeepPolicy
 from webapp.retention.models import ExperimentRetention
 from webapp.retention.policy import Retention
 
@@ -113,9 +117,10 @@ def index(request: HttpRequest, team_slug: str) -> HttpResponse:
 def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
     source = _clone_source(request, team_slug)
-    initial = _initial(request, source)
+    fork = _fork_source(request, team_slug)
+    initial = _initial(request, source) if fork is None else _fork_initial(*fork)
     picker = dataset_picker(request, team, initial)
-    if source is None:  # a new form (or a task switch): the task recipe's own datasets, else none
+    if source is None and fork is None:  # a new form (or a task switch): the recipe's datasets, else none
         initial.update(train_dataset=picker.train, val_dataset=picker.val)
     choices = form_choices(team, picker)
     form = ExperimentForm(request.POST or None, initial=initial, choices=choices, team=team)
@@ -134,6 +139,7 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
         "team": team,
         "form": form,
         "source": source,
+        "fork": fork,
         "preview": preview,
         # The preview button swaps only its own section: it lists what stops a preview, or nothing shows.
         "preview_refused": form.labelled_errors() if previewing and preview is None else [],
@@ -163,6 +169,7 @@ def _create(
             cloned_from=source,
             retention=form.retention_policy(),
         )
+        form.keep_policy().save_for(experiment)
     except NameTaken as taken:
         earlier = Experiment.objects.filter(team=team, name=config.name, runs__launch_key=key).first()
         if key and earlier is not None:  # the same form sent twice (a double-click): it launched once
@@ -204,6 +211,21 @@ def _clone_source(request: HttpRequest, team_slug: str) -> Experiment | None:
     return get_experiment_for_user(request, team_slug, int(clone_id))
 
 
+def _fork_source(request: HttpRequest, team_slug: str) -> tuple[Run, int | None] | None:
+    """The run and checkpoint step a Fork link names (?fork=<run>&step=<step>), docs/checkpoints.md#fork."""
+    run_id, step = request.GET.get("fork", ""), request.GET.get("step", "")
+    if not (run_id.isdigit() and len(run_id) <= 18):  # a bigint id, not a number Postgres refuses
+        return None
+    chosen = int(step) if step.isdigit() and int(step) <= INT4_MAX else None
+    return get_run_for_user(request, team_slug, int(run_id)), chosen
+
+
+def _fork_initial(run: Run, step: int | None) -> dict[str, Any]:
+    """The form of a fork: the run's experiment's config, starting from the checkpoint, its one seed."""
+    config = RunConfig.from_mapping(fork_mapping(run, step))
+    return {**initial_from_config(config), "seeds": str(run.seed)}
+
+
 def _initial(request: HttpRequest, source: Experiment | None) -> dict[str, Any]:
     """Values the form opens with: the clone source's, else the chosen preset's (and task's) defaults."""
     parsed = stored_config(source.config)[0] if source is not None else None
@@ -212,6 +234,8 @@ def _initial(request: HttpRequest, source: Experiment | None) -> dict[str, Any]:
         initial.update(name=f"{source.name} (clone)", seeds=",".join(map(str, source.seeds)))
         kept = ExperimentRetention.objects.filter(experiment=source).first()
         initial.update(Retention.of(kept).fields() if kept is not None else {})
+        keep = KeepPolicy.of_experiment(source.pk)  # a clone keeps its source's keep-policy too
+        initial.update(keep.fields() if keep is not None else {})
         return initial
     preset = request.GET.get("preset") or "grpo"
     task = request.GET.get("task") or "arithmetic"

@@ -37,6 +37,7 @@ from webapp.experiments.jobs import Job, JobRefused, TooManyJobs
 from webapp.experiments.models import Run
 from webapp.experiments.run_auth import RunTokenAuth, get_run_for_claimant
 from webapp.ingestion import metrics_store, token_signals, trajectories
+from webapp.ingestion.checkpoint_keeping import apply_keep_policy
 from webapp.ingestion.metrics_store import BadBatch
 from webapp.ingestion.models import Checkpoint
 from webapp.ingestion.models import LogChunk as StoredLogChunk
@@ -199,4 +200,7 @@ def post_logs(request: HttpRequest, run_id: int, chunk: LogChunk) -> dict[str, A
 def post_checkpoint(request: HttpRequest, run_id: int, record: CheckpointRecord) -> dict[str, Any]:
     run = get_run_for_claimant(request, run_id)
     stored = Checkpoint.record(run, record.batch_id, record)
+    if stored and not record.deleted:
+        # The experiment's keep-policy decides what stays (docs/checkpoints.md#keep-policies).
+        apply_keep_policy(run)
     return {"stored": int(stored), "duplicate": not stored}

@@ -17,6 +17,7 @@ import hashlib
 import zlib
 from collections.abc import Iterable
 
+from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVectorField
 from django.db import connection, models, transaction
@@ -334,6 +335,11 @@ class LogChunk(models.Model):
         return created
 
 
+MAX_CHECKPOINT_TAG = 40
+TRAINER_DELETED = "the trainer (trainer.keep_checkpoints)"
+POLICY_DELETED = "the keep-policy"  # followed by the policy in words (docs/checkpoints.md#keep-policies)
+
+
 class Checkpoint(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
     step = models.IntegerField()
@@ -343,11 +349,29 @@ class Checkpoint(models.Model):
     # The trainer deleted its files (trainer.keep_checkpoints, docs/checkpoints.md); the row stays so the
     # run page can say which steps were saved.
     deleted = models.BooleanField(default=False)
+    # Who deleted it, in words: the trainer (trainer.keep_checkpoints) or the experiment's keep-policy
+    # (docs/checkpoints.md#keep-policies); "" while it is kept.
+    deleted_by = models.CharField(max_length=200, blank=True)
+    # The team's own marks on the registry page ("best", "candidate"): docs/checkpoints.md#the-registry.
+    tags = ArrayField(models.CharField(max_length=MAX_CHECKPOINT_TAG), default=list, blank=True)
     received = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         db_table = "results_checkpoint"
         ordering = ["run_id", "step"]
+
+    def change_tags(self, *, add: str = "", remove: str = "") -> list[str]:
+        """Add and/or remove one tag (docs/checkpoints.md#the-registry); the tags it has now."""
+        with transaction.atomic():
+            # Race: two members tagging the same checkpoint at once; the row lock orders them, so
+            # neither change is lost.
+            locked = Checkpoint.objects.select_for_update().get(pk=self.pk)
+            tags = [tag for tag in locked.tags if tag != remove]
+            if add and add not in tags:
+                tags.append(add)
+            Checkpoint.objects.filter(pk=self.pk).update(tags=tags)
+        self.tags = tags
+        return tags
 
     @classmethod
     def record(cls, run: Run, batch_id: str, record: CheckpointRecord) -> bool:
@@ -359,7 +383,9 @@ class Checkpoint(models.Model):
             if record.deleted:
                 # Race: none; the trainer reports a step's deletion only after its save was posted, and
                 # one trainer's batches arrive in order.
-                cls.objects.filter(run=run, step=record.step).update(deleted=True)
+                cls.objects.filter(run=run, step=record.step, deleted=False).update(
+                    deleted=True, deleted_by=TRAINER_DELETED
+                )
             else:
                 cls.objects.create(
                     run=run,

@@ -14,9 +14,12 @@ from pathlib import Path
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, StreamingHttpResponse
+from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.utils.cache import patch_cache_control
 
+from webapp.accounts.access import get_team_for_user
+from webapp.accounts.models import Role
 from webapp.experiments.access import get_run_for_user
 from webapp.experiments.models import Run
 from webapp.experiments.run_files import checkpoint_folder
@@ -92,3 +95,11 @@ def download(request: HttpRequest, team_slug: str, run_id: int, step: int) -> St
     if folder is None:
         raise Http404("the checkpoint's files are gone (deleted under trainer.keep_checkpoints, or moved)")
     return download_response(run, checkpoint, folder)
+
+
+def get_checkpoint_for_user(
+    request: HttpRequest, team_slug: str, pk: int, *, write: bool = False
+) -> Checkpoint:
+    """The one access helper of a checkpoint by its id: one of another team's is a 404."""
+    team = get_team_for_user(request, team_slug, role=Role.MEMBER if write else Role.VIEWER)
+    return get_object_or_404(Checkpoint.objects.select_related("run"), pk=pk, run__team=team)

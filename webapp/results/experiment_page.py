@@ -10,8 +10,10 @@ from trainer.config import diff
 from webapp.experiments.access import get_experiment_for_user
 from webapp.experiments.views import new_launch_key, stored_config
 from webapp.htmx import HtmxHttpRequest
+from webapp.results.checkpoint_registry import RegistryQuery, totals
 from webapp.results.eval_table import evaluation_table
 from webapp.results.views import render_runs_table
+from webapp.retention.checkpoint_policy import KeepPolicy
 
 
 @login_required
@@ -29,5 +31,8 @@ def detail(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
         "changes": changes,
         "launch_key": new_launch_key(),
         "evaluations": evaluation_table(experiment),
+        # Which checkpoints its runs keep and what deleting the others saved (docs/checkpoints.md#keep-policies).
+        "keep_policy": KeepPolicy.of_experiment(experiment.pk),
+        "checkpoints": totals(experiment.team, RegistryQuery(experiment=experiment.pk)),
     }
     return render_runs_table(request, experiment.team, experiment, "experiments/detail.html", context)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from webapp.results import checkpoints, import_views, run_page, sweep_page, views
+from webapp.results import checkpoints, import_views, registry_views, run_page, sweep_page, views
 
 urlpatterns = [
     path("runs/", views.runs, name="runs"),
@@ -30,4 +30,6 @@ urlpatterns = [
     ),
     path("runs/<int:run_id>/retention/", run_page.run_retention, name="run_retention"),
     path("sweeps/<int:pk>/", sweep_page.sweep_detail, name="sweep"),
+    path("checkpoints/", registry_views.registry, name="checkpoint_registry"),
+    path("checkpoints/<int:pk>/tags/", registry_views.checkpoint_tags, name="checkpoint_tags"),
 ]

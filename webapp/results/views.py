@@ -24,7 +24,7 @@ from webapp.experiments.models import ACTIVE, TERMINAL, Experiment, Run, RunStat
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps
 from webapp.ingestion import metrics_store
 from webapp.ingestion.models import MetricLatest
-from webapp.results import analytics, export, onboarding, run_compare, runs_page, workspace
+from webapp.results import analytics, export, lineage, onboarding, run_compare, runs_page, workspace
 from webapp.results.forms import RunsActionForm
 from webapp.results.resume import resume_markers
 from webapp.results.runs_columns import default_column_ids
@@ -314,6 +314,8 @@ def _workspace_page(request: HttpRequest, team: Team, experiment: Experiment | N
         "panels": panels,
         "is_default": is_default,
         "grouped": grouped,
+        "lineage": request.GET.get("lineage") == "1",
+        "has_forks": any(run.started_from_id for run in chosen),
         "x_axis": request.GET.get("x", "step"),
         "smoothing": request.GET.get("smoothing", "0.6"),
     }
@@ -377,7 +379,12 @@ def curves_data(request: HttpRequest, team_slug: str) -> JsonResponse:
     ``hi`` narrow it to a zoomed step range, read from the raw points once the range is short."""
     get_team_for_user(request, team_slug)
     chosen, keys, lo, hi = _chosen_for_data(request, team_slug)
-    series = [metrics_store.downsample(run.pk, key, lo, hi).as_dict() for run in chosen for key in keys]
+    if (
+        request.GET.get("lineage") == "1"
+    ):  # forks continue their parents' curves (docs/checkpoints.md#lineage)
+        series = [lineage.continued_series(run, key, lo, hi) for run in chosen for key in keys]
+    else:
+        series = [metrics_store.downsample(run.pk, key, lo, hi).as_dict() for run in chosen for key in keys]
     groups: dict[int, list[int]] = {}
     for run in chosen:
         groups.setdefault(run.experiment_id, []).append(run.pk)

@@ -4,7 +4,8 @@ from typing import Any
 
 from django import forms
 
-from webapp.retention.models import RetentionKind
+from webapp.retention.checkpoint_policy import KeepPolicy
+from webapp.retention.models import KeepMode, RetentionKind
 from webapp.retention.policy import MAX_KEEP_SUCCESSES, Retention
 
 
@@ -47,4 +48,45 @@ class RetentionForm(forms.Form):
                 chosen[name] = self.fields[name].initial
         return Retention(
             str(chosen["retention"]), int(chosen["keep_successes"]), float(chosen["sample_fraction"])
+        )
+
+
+class CheckpointPolicyForm(forms.Form):
+    """An experiment's keep-policy for checkpoints (docs/checkpoints.md#keep-policies), in the
+    experiment form: every rule left empty keeps what the trainer keeps (trainer.keep_checkpoints)."""
+
+    keep_last = forms.IntegerField(
+        min_value=1,
+        required=False,
+        label="Keep the last k",
+        help_text="The newest k checkpoints of each run.",
+    )
+    keep_best_metric = forms.CharField(
+        max_length=200,
+        required=False,
+        label="Keep the best by metric",
+        help_text="A metric each checkpoint carries, e.g. val/arithmetic/acc or reward/mean.",
+    )
+    keep_best_mode = forms.ChoiceField(
+        choices=KeepMode.choices, initial=KeepMode.MAX, required=False, label="Best is the"
+    )
+    keep_best_count = forms.IntegerField(min_value=1, initial=1, required=False, label="How many best")
+    keep_every = forms.IntegerField(
+        min_value=1,
+        required=False,
+        label="Keep every n steps",
+        help_text="Those whose step is a multiple of n.",
+    )
+
+    KEEP_POLICY_FIELDS = ("keep_last", "keep_best_metric", "keep_best_mode", "keep_best_count", "keep_every")
+
+    def keep_policy(self) -> KeepPolicy:
+        """The policy the (valid) form describes."""
+        data = self.cleaned_data
+        return KeepPolicy(
+            keep_last=data.get("keep_last") or None,
+            keep_every=data.get("keep_every") or None,
+            keep_best_metric=(data.get("keep_best_metric") or "").strip(),
+            keep_best_mode=data.get("keep_best_mode") or KeepMode.MAX,
+            keep_best_count=data.get("keep_best_count") or 1,
         )

@@ -74,3 +74,28 @@ class RunStorage(RetentionSettings):
     def applying(self) -> bool:
         """A change whose deletions have not run yet (the task is queued or running)."""
         return self.changed_at is not None and (self.applied_at is None or self.applied_at < self.changed_at)
+
+
+class KeepMode(models.TextChoices):
+    MAX = "max", "highest"
+    MIN = "min", "lowest"
+
+
+class CheckpointKeepPolicy(models.Model):
+    """Which checkpoints of an experiment's runs stay on disk (docs/checkpoints.md#keep-policies):
+    the rules combine, a checkpoint any of them keeps stays (webapp.retention.checkpoint_policy)."""
+
+    experiment = models.OneToOneField(
+        "experiments.Experiment", on_delete=models.CASCADE, primary_key=True, related_name="checkpoint_policy"
+    )
+    keep_last = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The newest k; none: no such rule."
+    )
+    keep_every = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Those whose step is a multiple of n; none: no such rule."
+    )
+    keep_best_metric = models.CharField(
+        max_length=200, blank=True, help_text="A metric key; empty: no such rule."
+    )
+    keep_best_mode = models.CharField(max_length=3, choices=KeepMode.choices, default=KeepMode.MAX)
+    keep_best_count = models.PositiveIntegerField(default=1)

@@ -7,7 +7,9 @@ from typing import Literal
 
 from ninja import Field, Schema
 
+from trainer.contract import INT4_MAX
 from webapp.api import StrictSchema
+from webapp.retention.checkpoint_policy import KeepPolicy
 from webapp.retention.models import RunStorage
 from webapp.retention.policy import MAX_KEEP_SUCCESSES, Retention
 
@@ -52,3 +54,27 @@ class StorageOut(Schema):
     @staticmethod
     def resolve_policy(obj: RunStorage) -> str:
         return Retention.of(obj).describe()
+
+
+class CheckpointPolicyIn(StrictSchema):
+    """Which checkpoints of each run stay on disk (docs/checkpoints.md#keep-policies): the rules
+    combine, and a run's newest checkpoint always stays. Every rule left out keeps what the trainer keeps."""
+
+    keep_last: int | None = Field(None, ge=1, le=INT4_MAX, description="The newest k.")
+    keep_every: int | None = Field(
+        None, ge=1, le=INT4_MAX, description="Those whose step is a multiple of n."
+    )
+    keep_best_metric: str = Field("", max_length=200, description="The best by this metric key.")
+    keep_best_mode: Literal["max", "min"] = Field(
+        "max", description="Whether best is the highest or the lowest."
+    )
+    keep_best_count: int = Field(1, ge=1, le=INT4_MAX, description="How many best.")
+
+    def policy(self) -> KeepPolicy:
+        return KeepPolicy(
+            self.keep_last,
+            self.keep_every,
+            self.keep_best_metric.strip(),
+            self.keep_best_mode,
+            self.keep_best_count,
+        )

@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 from trainer.backend_protocol import NOT_RESUMABLE, ResumePoint
+from trainer.contract import OPTIMIZER_FILE  # what a fork that keeps the optimiser state reads too
 
 PREFIX = "step_"
 STATE_FILE = "trainer_state.json"
-OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.pt"
 
 

@@ -27,6 +27,7 @@ from trainer.backends.torch.checkpoint import (
 from trainer.backends.torch.checkpoint_folders import checkpoint_step, latest_checkpoint
 from trainer.backends.torch.data import Row, batch_for_step, load_rows
 from trainer.backends.torch.engine import TorchGenerationEngine
+from trainer.backends.torch.fork import keep_start_optimizer
 from trainer.backends.torch.optim import adamw
 from trainer.backends.torch.rollout import rollout
 from trainer.backends.torch.threads import ThreadBudget
@@ -222,6 +223,8 @@ def setup_run(config: RunConfig) -> Run:
     )
     minibatch_generator = torch.Generator().manual_seed(config.trainer.seed + 1)
     run = Run(config, tokenizer, models, engine, minibatch_generator, train_rows, val_rows, threads=threads)
+    if resume_from is None:
+        keep_start_optimizer(config, models)
     if resume_from is not None:
         resumed = load_training_state(resume_from, models, generators=run.generators)
         run.start_step = resumed.step + 1

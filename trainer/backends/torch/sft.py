@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from trainer.backends.torch.checkpoint import load_training_state
 from trainer.backends.torch.checkpoint_folders import latest_checkpoint
 from trainer.backends.torch.data import batch_for_step
+from trainer.backends.torch.fork import keep_start_optimizer
 from trainer.backends.torch.loop import (
     TrainResult,
     initial_weights,
@@ -123,6 +124,8 @@ def setup_sft(config: RunConfig) -> SftRun:
         policy=policy, actor_optimizer=optimizer, pad_token_id=int(tokenizer.pad_token_id), device=device
     )
     run = SftRun(config, tokenizer, models, train, val)
+    if resume_from is None:
+        keep_start_optimizer(config, models)
     if resume_from is not None:
         resumed = load_training_state(resume_from, models, generators=run.generators)
         run.start_step, run.last_metrics = resumed.step + 1, dict(resumed.state.get("metrics") or {})
