@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("ingestion", "0001_moved_from_results"),
+        ("ingestion", "0002_checkpoint_tags_and_deleted_by"),
     ]
 
     operations = [
