@@ -35,6 +35,7 @@ from webapp.results.export_api import router as exports_router
 from webapp.results.resume_api import router as resume_router
 from webapp.results.storage_api import router as storage_router
 from webapp.rollouts.api import router as rollouts_router
+from webapp.rollouts.review_api import router as review_router
 from webapp.tools.api import rewards_router
 from webapp.tools.api import router as tools_router
 from webapp.tools.outbound_api import router as outbound_router
@@ -50,6 +51,7 @@ api.add_router("/t", sweeps_router)
 api.add_router("/t", compare_router)
 api.add_router("/t", results_router)
 api.add_router("/t", rollouts_router)
+api.add_router("/t", review_router)
 api.add_router("/t", health_router)
 api.add_router("/t", datasets_team_router)
 api.add_router("/t", tools_router)

@@ -33,6 +33,7 @@ from webapp.mlflow_api.views import ENDPOINTS
 from webapp.playground.models import PlaygroundAnswer, PlaygroundSession
 from webapp.results.import_jobs import IMPORT_JOB, IMPORT_TASK
 from webapp.results.model_export import EXPORT_JOB, EXPORT_TASK
+from webapp.rollouts.models import QueueItem, ReviewQueue
 from webapp.tools.models import TeamReward, TeamTool, ToolTrial
 
 PERSONAS = ("anonymous", "outsider", "viewer", "member", "owner")
@@ -181,6 +182,8 @@ def _build_world(folder: Path) -> World:
         success=False,
     )
     sweep = Sweep.objects.create(team=acme, name="sweep", spec={"seeds": [1], "params": []})
+    queue = ReviewQueue.objects.create(team=acme, run=runs["own run"], name="queue")
+    QueueItem.objects.create(queue=queue, trajectory=trajectory, position=0)
     import_job = Job.objects.create(
         kind=IMPORT_JOB, task=IMPORT_TASK, team=acme, user=users["member"], status=JobStatus.DONE
     )
@@ -200,6 +203,7 @@ def _build_world(folder: Path) -> World:
         "export_job": export_job.pk,
         "playground_session": session.pk,
         "sweep": sweep.pk,
+        "queue": queue.pk,
         "import_job": import_job.pk,
         "demonstrations_job": demonstrations_job.pk,
         "dataset": dataset.pk,
@@ -423,6 +427,30 @@ PAGES: dict[str, Page] = {
     "export_start": Page("read", team(run_id=_id("run"), step=lambda w: 1), post="write", get=False),
     "export_job": Page("read", team(pk=_id("export_job"))),
     "export_download": Page("read", team(pk=_id("export_job")), absent=True),  # its folder: none written
+    "trajectory_annotate": Page(
+        "read",
+        team(run_id=_id("run"), pk=_id("trajectory")),
+        post="write",
+        get=False,
+        data=lambda w: {"label": "wrong"},
+    ),
+    "review_queue_new": Page(
+        "read",
+        team(run_id=_id("run")),
+        post="write",
+        get=False,
+        data=lambda w: {"order": "newest", "limit": 5},
+    ),
+    "rollouts_dataset": Page(
+        "read", team(run_id=_id("run")), post="write", get=False, data=lambda w: {"name": "x"}
+    ),
+    "labels": Page(
+        "read", team(), post="write", data=lambda w: {"name": "x", "colour": "#000000", "key": "x"}
+    ),
+    "review_queues": Page("read", team()),
+    "review_queue": Page("read", team(pk=_id("queue"))),
+    "review_queue_next": Page("read", team(pk=_id("queue"))),
+    "review_queue_dataset": Page("read", team(pk=_id("queue")), post="write", get=False),
 }
 # Found by the resolver but served by other tables of this module: the JSON API (from its OpenAPI
 # schema), the MLflow endpoint (from its ENDPOINTS), and the admin (staff only, every pattern).
@@ -492,7 +520,7 @@ API_PKS = {
     "/datasets/imports/{pk}": "recipe_import", "/rewards/{pk}": "reward", "/trials/{pk}": "trial",
     "/members/{pk}": "viewer_membership", "/sweeps/{pk}": "sweep", "/evaluations/{pk}": "evaluation",
     "{team_slug}/imports/{pk}": "import_job", "{team_slug}/demonstrations/{pk}": "demonstrations_job",
-    "/outbound-targets/{pk}": "outbound_target",
+    "/outbound-targets/{pk}": "outbound_target", "/queues/{pk}": "queue",
     "{team_slug}/playground/{pk}": "playground_session", "{team_slug}/exports/{pk}": "export_job",
 }  # fmt: skip
 
@@ -599,6 +627,11 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
         "prompt": "2 + 2?",
     },
     "/api/t/{team_slug}/runs/{run_id}/checkpoints/{step}/export": lambda w: {"merge_lora": False},
+    "/api/t/{team_slug}/labels": lambda w: {"name": "api label", "colour": "#000000", "key": "z"},
+    "/api/t/{team_slug}/runs/{run_id}/trajectories/{uid}/annotations": lambda w: {"label": "wrong"},
+    "/api/t/{team_slug}/runs/{run_id}/queues": lambda w: {"order": "newest", "limit": 5},
+    "/api/t/{team_slug}/queues/{pk}/dataset": lambda w: {"name": "api promoted"},
+    "/api/t/{team_slug}/runs/{run_id}/datasets": lambda w: {"name": "api promoted run"},
 }
 API_CALLERS = ("anonymous", "outsider", "viewer", "member", "owner", *SCOPED_TOKENS, *RUN_TOKENS)
 # Operations only a team's owners may make (a member gets a 403 like a viewer).

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import quote
 
 import httpx
 
@@ -234,6 +235,20 @@ class StudioClient:
 
     def cancel_sweep(self, sweep_id: int) -> dict[str, Any]:
         return self.team_call("POST", f"/sweeps/{sweep_id}/cancel")
+
+    def annotate(self, run_id: int, uid: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.team_call(
+            "POST", f"/runs/{run_id}/trajectories/{quote(uid, safe='')}/annotations", json=body
+        )
+
+    def build_queue(self, run_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        return self.team_call("POST", f"/runs/{run_id}/queues", json=body)
+
+    def queue(self, queue_id: int) -> dict[str, Any]:
+        return self.team_call("GET", f"/queues/{queue_id}")
+
+    def export_queue(self, queue_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        return self.team_call("POST", f"/queues/{queue_id}/dataset", json=body)
 
     def import_run(
         self, dumps: list[Path], metrics: Path | None, experiment: str, name: str, every_s: float = 1.0
