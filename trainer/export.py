@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainer.models import ADAPTER_CONFIG, is_adapter, load_policy, load_tokenizer
+from trainer.models import ADAPTER_CONFIG, is_adapter, load_policy, load_tokenizer, staged_folder
 
 WEIGHTS_SUFFIX = ".safetensors"
 
@@ -25,18 +24,12 @@ def export_checkpoint(
 ) -> Path:
     """Write ``policy`` (a checkpoint's policy/ folder or a model folder) to ``target`` as a Hugging Face
     folder with ``card`` as its README.md. An existing ``target`` is replaced."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
-    try:
+
+    def build(staging: Path) -> None:
         _write(policy, tokenizer_path, staging, merge_lora=merge_lora)
         (staging / "README.md").write_text(card, encoding="utf-8")
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return target
+
+    return staged_folder(target, build)
 
 
 def _write(policy: Path, tokenizer_path: Path, out: Path, *, merge_lora: bool) -> None:

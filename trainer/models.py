@@ -73,15 +73,26 @@ def smollm2_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 
 
 def _build_once(target: Path, build: Callable[[Path], object], *, done_note: str) -> Path:
-    """``target``, built by ``build`` into a sibling temp folder that is then renamed into place: two
-    processes racing here both succeed (one folder wins), and a crash never leaves a half-written
-    folder that looks finished."""
+    """``target``, built once: two processes racing here both succeed (one folder wins)."""
+
+    def build_and_mark(staging: Path) -> None:
+        build(staging)
+        (staging / _DONE_MARKER).write_text(done_note + "\n")
+
+    return staged_folder(target, build_and_mark, keep=lambda: (target / _DONE_MARKER).is_file())
+
+
+def staged_folder(
+    target: Path, build: Callable[[Path], object], *, keep: Callable[[], bool] = lambda: False
+) -> Path:
+    """``target``, written by ``build`` into a sibling temp folder that then replaces it (unless
+    ``keep()`` says the target already there stays): a crash never leaves a half-written folder that
+    looks finished."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:
         build(staging)
-        (staging / _DONE_MARKER).write_text(done_note + "\n")
-        if not (target / _DONE_MARKER).is_file():
+        if not keep():
             if target.exists():
                 shutil.rmtree(target)
             staging.rename(target)

@@ -151,22 +151,11 @@ def _score(row: Mapping[str, Any], steps: list[Step]) -> float:
 def load_engine(weights: Path, tokenizer_path: Path, config: RunConfig) -> tuple[LLMClient, Any]:
     """A generation engine over ``weights`` (a model folder or a checkpoint's policy/, LoRA merged)
     and the tokenizer of the model the run started from."""
-    from trainer.backends.torch.engine import TorchGenerationEngine
-    from trainer.backends.torch.loop import DTYPES, resolve_device, thread_budget
-    from trainer.models import load_policy, load_tokenizer
-    from trainer.rollout import stop_token_ids
+    from trainer.backends.torch.evaluate import frozen_engine
+    from trainer.backends.torch.loop import resolve_device, thread_budget
+    from trainer.models import load_tokenizer
 
+    tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=config.model.trust_remote_code)
     device = resolve_device(config.trainer.device)
-    trust = config.model.trust_remote_code
-    tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=trust)
-    policy = load_policy(weights, dtype=DTYPES[config.model.dtype], trust_remote_code=trust)
-    policy = policy.to(device).eval().requires_grad_(False)
-    engine = TorchGenerationEngine(
-        policy,
-        stop_token_ids=stop_token_ids(tokenizer, policy.generation_config),
-        pad_token_id=int(tokenizer.pad_token_id),
-        device=device,
-        seed=config.trainer.seed,
-        threads=thread_budget(config),
-    )
+    engine = frozen_engine(config, weights, tokenizer, device, thread_budget(config))
     return engine, tokenizer

@@ -13,7 +13,7 @@ import logging
 import random
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -41,6 +41,24 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+def frozen_engine(
+    config: RunConfig, weights: Path, tokenizer: Any, device: torch.device, threads: Any
+) -> TorchGenerationEngine:
+    """A generation engine over the policy in ``weights``, loaded for inference only (evaluation,
+    the playground)."""
+    trust = config.model.trust_remote_code
+    policy = load_policy(weights, dtype=DTYPES[config.model.dtype], trust_remote_code=trust)
+    policy = policy.to(device).eval().requires_grad_(False)
+    return TorchGenerationEngine(
+        policy,
+        stop_token_ids=stop_token_ids(tokenizer, policy.generation_config),
+        pad_token_id=int(tokenizer.pad_token_id),
+        device=device,
+        seed=config.trainer.seed,
+        threads=threads,
+    )
+
+
 def evaluated_weights(config: RunConfig) -> Path:
     """The folder whose weights are evaluated: the checkpoint's policy/, else the weights the
     experiment starts from (its start_from checkpoint, or model.path)."""
@@ -65,18 +83,7 @@ def evaluate(
     tokenizer = load_tokenizer(
         resolve_model_path(config.model.path), trust_remote_code=config.model.trust_remote_code
     )
-    policy = load_policy(
-        weights, dtype=DTYPES[config.model.dtype], trust_remote_code=config.model.trust_remote_code
-    )
-    policy = policy.to(device).eval().requires_grad_(False)
-    engine = TorchGenerationEngine(
-        policy,
-        stop_token_ids=stop_token_ids(tokenizer, policy.generation_config),
-        pad_token_id=int(tokenizer.pad_token_id),
-        device=device,
-        seed=config.trainer.seed,
-        threads=threads,
-    )
+    engine = frozen_engine(config, weights, tokenizer, device, threads)
     k, size = config.rollout.n, config.trainer.batch_size
     batches = [rows[start : start + size] for start in range(0, len(rows), size)]
     total = len(batches)
