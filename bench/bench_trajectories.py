@@ -13,12 +13,15 @@ Then, over HTTP on loopback against gunicorn, logged in:
   the same run (a page users already wait for).
 - the trajectory page of a 4,000-token step with its six per-token signals; the peer: the same
   page of a step with the same response and no signals.
+- a review queue of 50 built from the rollout list (docs/annotations.md#queues): the lowest rewards
+  of one training step, of the whole run, and the failures a search finds; each POST builds one.
 - histograms over steps (docs/rollouts.md#histograms), over the REST API with a personal token:
   one step's reward histogram, the heat-map of reward over every step, and of advantage (joined
   with each trajectory's first step); the compare page of 8 runs (docs/runs-and-curves.md#compare-runs):
   the big run and 7 more, each with COMPARE_POINTS steps of metrics. Their peer: the rollout list.
 Goals: search p50 <= 100 ms at 1,000,000 steps (issue 16); a step's histogram <= 100 ms, the
-heat-map over all steps <= 300 ms, the compare of 8 runs <= 200 ms (issue 32). Prints figures, each with the load average
+heat-map over all steps <= 300 ms, the compare of 8 runs <= 200 ms,
+a 50-item review queue <= 200 ms (issue 32). Prints figures, each with the load average
 it was measured under, and ratios; no pass/fail.
 """
 
@@ -35,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _common import load_average, postgres, ratio, setup_django, studio_server, timed_page
+from _common import load_average, p50, postgres, ratio, setup_django, studio_server, timed_page
 from bench_runs_table import PASSWORD, logged_in
 
 STEPS = int(os.environ.get("BENCH_STEPS", "1000000"))
@@ -224,6 +227,20 @@ def timed(client: httpx.Client, url: str, must_contain: str) -> Figure:
     return Figure(p50, size, load_average())
 
 
+def timed_queue(client: httpx.Client, url: str, query: str) -> Figure:
+    """p50 server time of building a 50-item review queue (the POST; the redirect is not followed)."""
+    client.get(url)  # sets the CSRF cookie
+    form = {"order": "lowest reward", "limit": "50", "csrfmiddlewaretoken": client.cookies["csrftoken"]}
+    samples = []
+    for _ in range(REQUESTS):
+        started = time.perf_counter()
+        response = client.post(f"{url}queue/?{query}", data=form)
+        samples.append(time.perf_counter() - started)
+        if response.status_code != 302 or "/queues/" not in response.headers["location"]:
+            raise RuntimeError(f"no queue built from {query!r}: HTTP {response.status_code}")
+    return Figure(p50(samples), 0, load_average())
+
+
 def main() -> None:
     with postgres(Path(KEEP).resolve() if KEEP else None) as database_url:
         setup_django(database_url)
@@ -255,6 +272,15 @@ def main() -> None:
             group = timed(client, f"/t/{seeded.team}/runs/{run}/groups/{group_id}/", group_id)
             page = timed(client, f"{rollouts}{seeded.with_signals}/", "token-view")
             plain = timed(client, f"{rollouts}{seeded.without}/", "Response")
+            queues = {
+                "queue of 50: lowest rewards of one training step": timed_queue(
+                    client, rollouts, f"step={STEPS // 128}"
+                ),
+                "queue of 50: lowest rewards of the whole run": timed_queue(client, rollouts, ""),
+                f"queue of 50: failures with '{COMMON}' (search)": timed_queue(
+                    client, rollouts, f"q={COMMON}&success=no"
+                ),
+            }
             studied = study_figures(server.url, client, seeded)
     print(f"{STEPS} steps in one run; goal: search p50 <= 100 ms")
     print(f"{'rollout list first page (the peer of searches)':52s} p50 {rollout_list.p50 * 1000:7.1f} ms "
@@ -266,6 +292,9 @@ def main() -> None:
           f"{plain.size / 1024:4.0f} KiB ({plain.load})")  # fmt: skip
     print(f"{f'trajectory page, {LONG_TOKENS} tokens with 6 signals':52s} {page.line(plain)}")
     for name, figure in studied.items():
+        print(f"{name:52s} {figure.line(rollout_list)}")
+    print("goal: a 50-item review queue built <= 200 ms")
+    for name, figure in queues.items():
         print(f"{name:52s} {figure.line(rollout_list)}")
     print(
         f"bytes stored per step (row, indexes, TOAST): {stored['step']:.0f}; of it the search index "

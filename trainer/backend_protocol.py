@@ -70,9 +70,22 @@ class Job:
     env: Mapping[str, str]  # added to the process's (or the Ray job's) environment
     num_cpus: float  # Ray's entrypoint_num_cpus: what the entrypoint itself holds
     num_gpus: float = 0  # Ray's entrypoint_num_gpus (0: the entrypoint needs no GPU of its own)
+    memory_bytes: int = 0  # Ray's entrypoint_memory (0: none asked)
+    resources: Mapping[str, float] = field(
+        default_factory=dict
+    )  # Ray's entrypoint_resources ("where to run")
     runtime_env: Mapping[str, Any] = field(default_factory=dict)  # Ray runtime_env fields beside env_vars
     needs: ClusterNeeds | None = None  # checked against the cluster before submitting; None: no precheck
     stall_hint: str = ""  # what a live run that makes no progress is probably waiting for
+
+
+def entrypoint_placement(config: RunConfig) -> dict[str, Any]:
+    """Job's memory and "where to run" resources: what the entrypoint asks of the node it lands on
+    beyond CPUs and GPUs, so that Ray places it (docs/ray.md#several-nodes)."""
+    return {
+        "memory_bytes": int(config.resources.memory_gb * 2**30),
+        "resources": dict(config.resources.where),
+    }
 
 
 def trainer_argv(env: LaunchEnv) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 Estimator = Literal["gae", "token_gae", "grpo", "rloo", "reinforce", "gigpo"]
 PolicyLoss = Literal["vanilla", "gspo", "reinforce"]
@@ -297,6 +297,42 @@ class ResourcesConfig(Section):
     gpus_per_node: int = Field(default=0, ge=0, description="GPUs the run needs on each node.")
     nodes: int = Field(default=1, ge=1, description="Nodes the run spans (verl backend only).")
     cpus: int = Field(default=2, ge=1, description="CPUs the run needs (the Ray job's entrypoint_num_cpus).")
+    memory_gb: float = Field(
+        default=0,
+        ge=0,
+        description="Memory the run needs in GiB (the Ray job's entrypoint_memory); 0 asks none.",
+    )
+    where: dict[str, float] = Field(
+        default_factory=dict,
+        description="Where to run: custom resources a Ray node must offer, as name=amount, e.g. node_a=1 "
+        "for a node started with --resources='{\"node_a\": 1}' (docs/ray.md#several-nodes). Ray executor only.",
+    )
+
+    @field_validator("where", mode="before")
+    @classmethod
+    def _where_from_text(cls, value: object) -> object:
+        """The form's text "a=1, b=0.5" as the mapping a YAML config writes."""
+        return parse_where(value) if isinstance(value, str) else value
+
+    @field_validator("where")
+    @classmethod
+    def _where_amounts(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = [name for name, amount in value.items() if amount <= 0 or not name.strip()]
+        if bad:
+            raise ValueError(f"give each resource a name and an amount above 0: {', '.join(bad)}")
+        return value
+
+
+def parse_where(text: str) -> dict[str, object]:
+    """ "node_a=1, fast_disk=0.5" → {"node_a": "1", "fast_disk": "0.5"} (pydantic checks the amounts);
+    a name alone asks 1 of it."""
+    pairs = [part.strip() for part in text.replace(";", ",").split(",") if part.strip()]
+    return {name.strip(): amount.strip() or "1" for name, _, amount in (p.partition("=") for p in pairs)}
+
+
+def where_text(where: dict[str, float]) -> str:
+    """The mapping as the form shows it: "node_a=1, fast_disk=0.5"."""
+    return ", ".join(f"{name}={amount:g}" for name, amount in where.items())
 
 
 class ReportConfig(Section):

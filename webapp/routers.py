@@ -27,12 +27,15 @@ from webapp.experiments.trainer_api import router as lifecycle_router
 from webapp.ingestion.api import router as ingest_router
 from webapp.monitoring.api import router as health_router
 from webapp.outage import database_down_response
+from webapp.playground.api import router as playground_router
 from webapp.results.api import router as results_router
 from webapp.results.checkpoints_api import router as checkpoints_router
 from webapp.results.compare_api import router as compare_router
+from webapp.results.export_api import router as exports_router
 from webapp.results.resume_api import router as resume_router
 from webapp.results.storage_api import router as storage_router
 from webapp.rollouts.api import router as rollouts_router
+from webapp.rollouts.review_api import router as review_router
 from webapp.tools.api import rewards_router
 from webapp.tools.api import router as tools_router
 from webapp.tools.outbound_api import router as outbound_router
@@ -48,6 +51,7 @@ api.add_router("/t", sweeps_router)
 api.add_router("/t", compare_router)
 api.add_router("/t", results_router)
 api.add_router("/t", rollouts_router)
+api.add_router("/t", review_router)
 api.add_router("/t", health_router)
 api.add_router("/t", datasets_team_router)
 api.add_router("/t", tools_router)
@@ -60,6 +64,8 @@ api.add_router("/t", rewards_router)
 api.add_router("/t", members_router)
 api.add_router("", tokens_router)
 api.add_router("", outbound_router)
+api.add_router("/t", playground_router)
+api.add_router("/t", exports_router)
 api.add_router("/t", sdk_router)
 
 

@@ -158,6 +158,7 @@ INSTALLED_APPS = [
     "webapp.monitoring",
     "webapp.results",
     "webapp.mlflow_api",
+    "webapp.playground",
 ]
 
 MIDDLEWARE = [
@@ -403,6 +404,28 @@ MODELS_DIR = Path(
         str(SHARED_DIR / "models"),
         help="Folder of the Hugging Face models runs may train (model.path lies under it, or is an "
         "offline alias); an absolute path.",
+    )
+    or ""
+)
+# The playground (docs/playground.md#budgets): what one answer may spend, whatever the experiment says.
+PLAYGROUND_TIME_S = env.integer(
+    "STUDIO_PLAYGROUND_TIME_S",
+    120,
+    minimum=1,
+    help="Seconds one playground answer may generate for before it is stopped (each side of a comparison its own).",
+)
+PLAYGROUND_MAX_TOKENS = env.integer(
+    "STUDIO_PLAYGROUND_MAX_TOKENS",
+    1024,
+    minimum=1,
+    help="Model tokens one playground answer may generate over all its steps before it is stopped.",
+)
+# Checkpoint exports (docs/checkpoints.md#export): one Hugging Face folder per export.
+EXPORT_DIR = Path(
+    env.string(
+        "STUDIO_EXPORT_DIR",
+        str(VAR_DIR / "exports"),
+        help="Folder checkpoint exports are written to, one Hugging Face folder each; an absolute path.",
     )
     or ""
 )

@@ -88,5 +88,6 @@ urlpatterns = [
     path("t/<slug:team_slug>/", include("webapp.rollouts.urls")),
     path("t/<slug:team_slug>/", include("webapp.monitoring.urls")),
     path("t/<slug:team_slug>/", include("webapp.experiments.urls")),
+    path("t/<slug:team_slug>/", include("webapp.playground.urls")),
     path("admin/", admin.site.urls),
 ]

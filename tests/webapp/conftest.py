@@ -175,7 +175,11 @@ class RayHead:
     (an interrupted or killed session).
     """
 
-    def __init__(self, temp_dir: Path) -> None:
+    def __init__(
+        self, temp_dir: Path, extra_env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()
+    ) -> None:
+        self.extra_env = extra_env or {}  # a cluster's head: its health checks (tests/webapp/ray_cluster.py)
+        self.extra_args = extra_args
         self.port = free_port()
         self.dashboard_port = free_port()
         self.temp_dir = temp_dir
@@ -197,13 +201,14 @@ class RayHead:
             "DASHBOARD_METRIC_PORT": str(free_port()),
             RAY_HEAD_MARK: str(self.temp_dir),
             "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            **self.extra_env,
         }
         self.proc = subprocess.Popen(
             [ray, "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
              f"--port={self.port}", f"--dashboard-port={self.dashboard_port}", "--num-cpus=2",
              "--disable-usage-stats", "--include-dashboard=true", f"--temp-dir={self.temp_dir}",
              f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
-             f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}"],
+             f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}", *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
         )  # fmt: skip
         self.watchdog = subprocess.Popen(

@@ -30,7 +30,10 @@ from webapp.ingestion.models import Checkpoint, Trajectory
 from webapp.mlflow_api.models import ExperimentTag
 from webapp.mlflow_api.trace_reads import ENDPOINTS as TRACE_ENDPOINTS
 from webapp.mlflow_api.views import ENDPOINTS
+from webapp.playground.models import PlaygroundAnswer, PlaygroundSession
 from webapp.results.import_jobs import IMPORT_JOB, IMPORT_TASK
+from webapp.results.model_export import EXPORT_JOB, EXPORT_TASK
+from webapp.rollouts.models import QueueItem, ReviewQueue
 from webapp.tools.models import TeamReward, TeamTool, ToolTrial
 
 PERSONAS = ("anonymous", "outsider", "viewer", "member", "owner")
@@ -179,6 +182,8 @@ def _build_world(folder: Path) -> World:
         success=False,
     )
     sweep = Sweep.objects.create(team=acme, name="sweep", spec={"seeds": [1], "params": []})
+    queue = ReviewQueue.objects.create(team=acme, run=runs["own run"], name="queue")
+    QueueItem.objects.create(queue=queue, trajectory=trajectory, position=0)
     import_job = Job.objects.create(
         kind=IMPORT_JOB, task=IMPORT_TASK, team=acme, user=users["member"], status=JobStatus.DONE
     )
@@ -189,8 +194,16 @@ def _build_world(folder: Path) -> World:
         user=users["member"],
         status=JobStatus.DONE,
     )
+    export_job = Job.objects.create(
+        kind=EXPORT_JOB, task=EXPORT_TASK, team=acme, user=users["member"], status=JobStatus.DONE
+    )
+    session = PlaygroundSession.objects.create(team=acme, experiment=experiment, prompt="2 + 2?")
+    PlaygroundAnswer.objects.create(session=session, position=0, label="base model")
     ids = {
+        "export_job": export_job.pk,
+        "playground_session": session.pk,
         "sweep": sweep.pk,
+        "queue": queue.pk,
         "import_job": import_job.pk,
         "demonstrations_job": demonstrations_job.pk,
         "dataset": dataset.pk,
@@ -403,6 +416,41 @@ PAGES: dict[str, Page] = {
     "run_limit": Page("read", team(), post="owner", get=False, data=lambda w: {"max_active": "3"}),
     "outbound_targets": Page("user", post="staff", data=lambda w: {"rule": "matrix.example:443"}),
     "outbound_target_remove": Page("user", kwargs=lambda w: {"pk": 10**9}, post="staff", get=False),
+    "playground": Page(
+        "read",
+        team(),
+        query="?experiment={experiment}",
+        post="write",
+        data=lambda w: {"experiment": w.ids["experiment"], "model_a": "base", "prompt": "2 + 2?"},
+    ),
+    "playground_session": Page("read", team(pk=_id("playground_session"))),
+    "export_start": Page("read", team(run_id=_id("run"), step=lambda w: 1), post="write", get=False),
+    "export_job": Page("read", team(pk=_id("export_job"))),
+    "export_download": Page("read", team(pk=_id("export_job")), absent=True),  # its folder: none written
+    "trajectory_annotate": Page(
+        "read",
+        team(run_id=_id("run"), pk=_id("trajectory")),
+        post="write",
+        get=False,
+        data=lambda w: {"label": "wrong"},
+    ),
+    "review_queue_new": Page(
+        "read",
+        team(run_id=_id("run")),
+        post="write",
+        get=False,
+        data=lambda w: {"order": "newest", "limit": 5},
+    ),
+    "rollouts_dataset": Page(
+        "read", team(run_id=_id("run")), post="write", get=False, data=lambda w: {"name": "x"}
+    ),
+    "labels": Page(
+        "read", team(), post="write", data=lambda w: {"name": "x", "colour": "#000000", "key": "x"}
+    ),
+    "review_queues": Page("read", team()),
+    "review_queue": Page("read", team(pk=_id("queue"))),
+    "review_queue_next": Page("read", team(pk=_id("queue"))),
+    "review_queue_dataset": Page("read", team(pk=_id("queue")), post="write", get=False),
 }
 # Found by the resolver but served by other tables of this module: the JSON API (from its OpenAPI
 # schema), the MLflow endpoint (from its ENDPOINTS), and the admin (staff only, every pattern).
@@ -472,7 +520,8 @@ API_PKS = {
     "/datasets/imports/{pk}": "recipe_import", "/rewards/{pk}": "reward", "/trials/{pk}": "trial",
     "/members/{pk}": "viewer_membership", "/sweeps/{pk}": "sweep", "/evaluations/{pk}": "evaluation",
     "{team_slug}/imports/{pk}": "import_job", "{team_slug}/demonstrations/{pk}": "demonstrations_job",
-    "/outbound-targets/{pk}": "outbound_target",
+    "/outbound-targets/{pk}": "outbound_target", "/queues/{pk}": "queue",
+    "{team_slug}/playground/{pk}": "playground_session", "{team_slug}/exports/{pk}": "export_job",
 }  # fmt: skip
 
 
@@ -572,6 +621,17 @@ API_BODIES: dict[str, Callable[[World], Any]] = {
     "/api/t/{team_slug}/sdk/runs/{run_id}/meta": lambda w: {"summary": {"best": 1}},
     "/api/tokens": lambda w: {"name": "ci", "scopes": ["read"], "expires_in_days": 7},
     "/api/outbound-targets": lambda w: {"rule": "matrix.example:443"},
+    "/api/t/{team_slug}/playground": lambda w: {
+        "experiment": w.ids["experiment"],
+        "models": ["base"],
+        "prompt": "2 + 2?",
+    },
+    "/api/t/{team_slug}/runs/{run_id}/checkpoints/{step}/export": lambda w: {"merge_lora": False},
+    "/api/t/{team_slug}/labels": lambda w: {"name": "api label", "colour": "#000000", "key": "z"},
+    "/api/t/{team_slug}/runs/{run_id}/trajectories/{uid}/annotations": lambda w: {"label": "wrong"},
+    "/api/t/{team_slug}/runs/{run_id}/queues": lambda w: {"order": "newest", "limit": 5},
+    "/api/t/{team_slug}/queues/{pk}/dataset": lambda w: {"name": "api promoted"},
+    "/api/t/{team_slug}/runs/{run_id}/datasets": lambda w: {"name": "api promoted run"},
 }
 API_CALLERS = ("anonymous", "outsider", "viewer", "member", "owner", *SCOPED_TOKENS, *RUN_TOKENS)
 # Operations only a team's owners may make (a member gets a 403 like a viewer).

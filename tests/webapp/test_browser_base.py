@@ -21,6 +21,8 @@ def test_alice_logs_in_and_sees_her_teams_dashboard(personas: Any, login: Any, l
         "Checkpoints",
         "Curves",
         "Compare",
+        "Review",
+        "Playground",
     ]
     # htmx is served from static/ and loaded; CSRF travels in hx-headers.
     assert page.evaluate("typeof window.htmx") == "object"

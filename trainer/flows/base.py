@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -106,6 +106,8 @@ class AgentFlowBase(ABC):
         # Templates such as SmolLM2's ignore ``tools=``; then the tool list goes into the system
         # message in the tool format's own words, or the model would never learn the tools exist.
         self.template_renders_tools = template_renders_tools(tokenizer)
+        # Told of each step as soon as it is made: the playground shows an episode while it runs.
+        self.on_step: Callable[[Step], None] | None = None
 
     @abstractmethod
     async def run(self, sampling: SamplingParams, **row: Any) -> FlowOutput:
@@ -190,7 +192,7 @@ class AgentFlowBase(ABC):
     ) -> Step:
         # The mask is all ones: a step's response holds only the model's tokens; tool output
         # reaches the model through the next step's prompt.
-        return Step(
+        step = Step(
             prompt_ids=list(prompt_ids),
             response_ids=list(generation.token_ids),
             response_mask=[1] * len(generation.token_ids),
@@ -203,6 +205,9 @@ class AgentFlowBase(ABC):
             prompt_text=self.decode(prompt_ids, skip_special_tokens=False),
             response_text=response_text,
         )
+        if self.on_step is not None:
+            self.on_step(step)
+        return step
 
     def finish(self, steps: list[Step], stop_reason: str) -> FlowOutput:
         """Wrap up an episode: record why it stopped and sum the flow metrics."""

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import quote
 
 import httpx
 
@@ -235,6 +236,20 @@ class StudioClient:
     def cancel_sweep(self, sweep_id: int) -> dict[str, Any]:
         return self.team_call("POST", f"/sweeps/{sweep_id}/cancel")
 
+    def annotate(self, run_id: int, uid: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.team_call(
+            "POST", f"/runs/{run_id}/trajectories/{quote(uid, safe='')}/annotations", json=body
+        )
+
+    def build_queue(self, run_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        return self.team_call("POST", f"/runs/{run_id}/queues", json=body)
+
+    def queue(self, queue_id: int) -> dict[str, Any]:
+        return self.team_call("GET", f"/queues/{queue_id}")
+
+    def export_queue(self, queue_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        return self.team_call("POST", f"/queues/{queue_id}/dataset", json=body)
+
     def import_run(
         self, dumps: list[Path], metrics: Path | None, experiment: str, name: str, every_s: float = 1.0
     ) -> dict[str, Any]:
@@ -265,6 +280,36 @@ class StudioClient:
         finally:
             for handle in [*handles, *([metrics_handle] if metrics_handle else [])]:
                 handle.close()
+
+    def export_checkpoint(
+        self, run_id: int, step: int, merge_lora: bool, every_s: float = 1.0
+    ) -> dict[str, Any]:
+        """Start the export of a checkpoint and follow its job until the folder is written
+        (docs/checkpoints.md#export); StudioError with the job's reason when it failed."""
+        path = f"/runs/{run_id}/checkpoints/{step}/export"
+        job = self.team_call("POST", path, json={"merge_lora": merge_lora})
+        while job["status"] not in JOB_FINISHED:
+            time.sleep(every_s)
+            job = self.team_call("GET", f"/exports/{job['id']}")
+        if job["status"] != "done":
+            raise StudioError(f"the export failed: {job['message']}", 400)
+        return job
+
+    def download_export(self, job_id: int, target: Path) -> int:
+        """Save the export's zip at ``target``, streamed; the bytes written."""
+        written = 0
+        try:
+            with self._http.stream("GET", self.team_path(f"/exports/{job_id}/download")) as response:
+                if response.status_code >= 400:
+                    raise StudioError(
+                        f"the export cannot be downloaded ({response.status_code})", response.status_code
+                    )
+                with target.open("wb") as out:
+                    for chunk in response.iter_bytes():
+                        written += out.write(chunk)
+        except httpx.HTTPError as error:
+            raise StudioError(f"cannot reach {self.settings.url}: {error}") from None
+        return written
 
     def open_sdk_run(self, body: dict[str, Any]) -> dict[str, Any]:
         """Make or resume the SDK's run: ``{"run", "token", "claimant", "resumed"}`` (docs/sdk.md)."""

@@ -49,3 +49,38 @@ def cluster_nodes(address: str) -> list[NodeResources]:
         )
         for node in alive
     ]
+
+
+@dataclass(frozen=True)
+class NodePlace:
+    """The node a Ray job's driver ran on, as the run page and a lost-node message name it."""
+
+    node_id: str
+    name: str  # `ray start --node-name`; Ray's default is the node's IP address
+    ip: str
+    alive: bool
+
+    def describe(self) -> str:
+        where = self.ip if self.name == self.ip else f"{self.name}, {self.ip}"
+        return f"{where} · {self.node_id[:8]}"
+
+
+def node_place(address: str, node_id: str) -> NodePlace | None:
+    """The node ``node_id`` of the cluster, alive or dead; None when the cluster does not know it."""
+    from ray.util.state import get_node
+
+    node = get_node(node_id, address=address, timeout=10)
+    if node is None:
+        return None
+    return NodePlace(node.node_id, node.node_name or node.node_ip, node.node_ip, node.state == "ALIVE")
+
+
+def asked_resources(
+    cpus: float | None, gpus: float | None, memory: int | None, custom: dict[str, float] | None
+) -> str:
+    """What a Ray job's entrypoint waits for, as "2 CPU, 1 GPU, 4 GiB memory, 1 node_a"."""
+    parts = [f"{cpus:g} CPU"] if cpus else []
+    parts += [f"{gpus:g} GPU"] if gpus else []
+    parts += [f"{memory / 2**30:g} GiB memory"] if memory else []
+    parts += [f"{amount:g} {name}" for name, amount in (custom or {}).items()]
+    return ", ".join(parts) or "nothing named"

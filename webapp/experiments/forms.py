@@ -18,6 +18,7 @@ from pydantic.fields import FieldInfo
 
 from trainer.backends import BACKENDS
 from trainer.config import RunConfig, _section_model, flatten_paths, honoured_fields
+from trainer.config_sections import where_text
 from trainer.contract import INT4_MAX
 from webapp.accounts.models import Team
 from webapp.experiments.acceptance import MAX_NAME_LENGTH, MAX_SEEDS, Refused, accept
@@ -42,6 +43,8 @@ BASIC_PATHS = [
     "resources.gpus_per_node",
     "resources.nodes",
     "resources.cpus",
+    "resources.memory_gb",
+    "resources.where",
 ]
 # Under "advanced": filled from the preset (and the task's recipe), all editable.
 ADVANCED_PATHS = [
@@ -88,6 +91,8 @@ LABELS = {
     "start_from.step": "Start from checkpoint step",
     "start_from.optimizer": "Keep optimiser state",
     "sft.max_length": "SFT packed length",
+    "resources.memory_gb": "Memory (GiB)",
+    "resources.where": "Where to run (Ray resources)",
 }
 
 MODEL_CHOICES = [
@@ -355,6 +360,7 @@ def initial_from_config(config: RunConfig) -> dict[str, Any]:
     """Form initial values for an existing config (the clone form and the preset switch)."""
     flat = flatten_paths(config.model_dump())
     initial = {path: flat[path] for path in BASIC_PATHS + ADVANCED_PATHS}
+    initial["resources.where"] = where_text(config.resources.where)
     model_path = config.model.path
     known = {value for value, _ in MODEL_CHOICES}
     initial.update(

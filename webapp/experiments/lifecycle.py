@@ -18,7 +18,7 @@ from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from webapp.experiments.executors import outside_executors
+from webapp.experiments.executors import WAITING_FOR_RESOURCES, outside_executors
 from webapp.experiments.signals import run_finished
 from webapp.guarded import guarded_update
 
@@ -51,6 +51,9 @@ class RunLifecycle(models.Model):
     executor = models.CharField(max_length=10, default="local")
     # Local: the process group id; Ray: the submission id. Set when the executor has started it.
     executor_ref = models.CharField(max_length=200, blank=True)
+    node = models.CharField(
+        max_length=200, blank=True, help_text="The Ray node the run's trainer ran on (name, address · id)."
+    )
     cancel_requested = models.BooleanField(default=False)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     step = models.IntegerField(default=0)
@@ -117,6 +120,18 @@ class RunLifecycle(models.Model):
         # that the reaper can find and stop the process.
         self._row().update(executor_ref=executor_ref)
         self.executor_ref = executor_ref
+
+    def record_node(self, node: str) -> None:
+        """The node the executor placed the run on; a "waiting for resources" message is over then."""
+        # Unguarded on purpose: where a run ran stays true whatever its status is now.
+        self._row().update(node=node)
+        self._row().filter(message__startswith=WAITING_FOR_RESOURCES).update(message="")
+        self.refresh_from_db(fields=["node", "message"])
+
+    def note_waiting(self, message: str) -> bool:
+        """What a started run's executor still waits for (a Ray job queued for resources)."""
+        # Race: the trainer claiming meanwhile: only a run still starting takes the message.
+        return self.message != message and self._transition((RunStatus.STARTING,), message=message)
 
     def enqueue(self) -> bool:
         # Race: a double-clicked "launch" would enqueue twice; only the first draft → queued wins.
@@ -327,6 +342,7 @@ class RunLifecycle(models.Model):
             step=step,
             message=f"resumed from its checkpoint of step {step}",
             executor_ref="",
+            node="",  # the new attempt's executor places it anew (docs/ray.md#a-lost-node)
             claimed_by="",
             claimant="",
             token_hash="",

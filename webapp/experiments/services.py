@@ -116,6 +116,10 @@ def reconcile(run: Run) -> None:
     if not state.started:
         recover_lost_start(run)
         return
+    if state.node and state.node != run.node:
+        run.record_node(state.node)  # the run page shows where it runs (docs/ray.md#several-nodes)
+    if state.alive and state.pending and state.message and not run.cancel_requested:
+        run.note_waiting(state.message)
     if state.alive and state.pending and run.cancel_requested:
         # Ray cannot stop a PENDING job (ray-project/ray#58353): stop_job only queues a stop for a
         # supervisor that does not exist yet. Nothing of the run has started, so it ends here; if

@@ -68,9 +68,13 @@ def zip_chunks(folder: Path) -> Iterator[bytes]:
 
 
 def download_response(run: Run, checkpoint: Checkpoint, folder: Path) -> StreamingHttpResponse:
+    return folder_response(folder, f"run-{run.pk}-{folder.name}")
+
+
+def folder_response(folder: Path, name: str) -> StreamingHttpResponse:
+    """``folder`` as the zip download ``name``.zip (a checkpoint, an export)."""
     response = StreamingHttpResponse(zip_chunks(folder), content_type="application/zip")
-    filename = f"run-{run.pk}-{folder.name}.zip"
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    response["Content-Disposition"] = f'attachment; filename="{name}.zip"'
     patch_cache_control(response, private=True)  # run data: never kept by a shared cache
     return response
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from django.urls import path
 
-from webapp.results import checkpoints, import_views, registry_views, run_page, sweep_page, views
+from webapp.results import (
+    checkpoints,
+    export_views,
+    import_views,
+    registry_views,
+    run_page,
+    sweep_page,
+    views,
+)
 
 urlpatterns = [
     path("runs/", views.runs, name="runs"),
@@ -28,6 +36,9 @@ urlpatterns = [
     path(
         "runs/<int:run_id>/checkpoints/<int:step>/download/", checkpoints.download, name="checkpoint_download"
     ),
+    path("runs/<int:run_id>/checkpoints/<int:step>/export/", export_views.export_start, name="export_start"),
+    path("exports/<int:pk>/", export_views.export_job, name="export_job"),
+    path("exports/<int:pk>/download/", export_views.export_download, name="export_download"),
     path("runs/<int:run_id>/retention/", run_page.run_retention, name="run_retention"),
     path("sweeps/<int:pk>/", sweep_page.sweep_detail, name="sweep"),
     path("checkpoints/", registry_views.registry, name="checkpoint_registry"),

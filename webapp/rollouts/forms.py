@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django import forms
 
+from webapp.rollouts.labelling import ANY_LABEL, NO_LABEL
 from webapp.rollouts.measures import MEASURE_CHOICES
 from webapp.rollouts.viewer import RolloutFilter
 
@@ -28,13 +29,26 @@ class RolloutFilterForm(forms.Form):
     data_source = forms.ChoiceField(required=False, choices=[("", "any")], label="Data source")
     group = forms.CharField(required=False, max_length=200, widget=forms.HiddenInput)
     sample = forms.IntegerField(required=False, min_value=0, label="Dataset row")
+    label = forms.ChoiceField(required=False, choices=[("", "any")], label="Label")
     measure = forms.ChoiceField(required=False, choices=[("", "any"), *MEASURE_CHOICES], label="Value of")
     measure_min = forms.FloatField(required=False, label="from (≥)")
     measure_below = forms.FloatField(required=False, label="below (<)")
 
-    def __init__(self, *args: object, data_sources: list[str] = (), **kwargs: object) -> None:  # type: ignore[assignment]
+    def __init__(
+        self,
+        *args: object,
+        data_sources: list[str] = (),  # type: ignore[assignment]
+        labels: list[str] = (),  # type: ignore[assignment]
+        **kwargs: object,
+    ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.fields["data_source"].choices = [("", "any"), *((s, s or "(none)") for s in data_sources)]  # type: ignore[attr-defined]
+        self.fields["label"].choices = [  # type: ignore[attr-defined]
+            ("", "any"),
+            (ANY_LABEL, "labelled"),
+            (NO_LABEL, "not labelled"),
+            *((name, name) for name in labels),
+        ]
 
     def to_filter(self) -> RolloutFilter:
         data = self.cleaned_data if self.is_valid() else {}
@@ -49,6 +63,7 @@ class RolloutFilterForm(forms.Form):
             data_source=data.get("data_source", ""),
             group=data.get("group", ""),
             sample=data.get("sample"),
+            label=data.get("label", ""),
             measure=data.get("measure", ""),
             measure_min=data.get("measure_min"),
             measure_below=data.get("measure_below"),

@@ -27,6 +27,7 @@ from webapp.ingestion.models import (
 )
 from webapp.ingestion.token_signals import TokenSignals, unpack_token_signals
 from webapp.rollouts.compare import DIFF_MAX_CHARS
+from webapp.rollouts.labelling import label_condition
 from webapp.rollouts.measures import MEASURES, value_range
 
 
@@ -44,6 +45,7 @@ class RolloutFilter(Schema):
     data_source: str = ""
     group: str = ""
     sample: int | None = None  # one dataset row (extra_info.index): the per-prompt learning page links here
+    label: str = ""  # a label's name, "(any)" or "(none)" (docs/annotations.md#in-the-rollout-list)
     # A value range of one measure (a histogram's bin links here): measure_min <= value < measure_below.
     measure: str = Field("", description=f"One of {', '.join(MEASURES)}.")
     measure_min: float | None = None
@@ -83,6 +85,8 @@ class RolloutFilter(Schema):
         chosen = Q(**{prefix + lookup: value for lookup, value in found.items()})
         if self.measure:
             chosen &= value_range(self.measure, self.measure_min, self.measure_below, prefix)
+        if self.label:
+            chosen &= label_condition(self.label, prefix)
         return chosen
 
 

@@ -18,10 +18,11 @@ from webapp.experiments.access import get_run_for_user
 from webapp.experiments.models import Run
 from webapp.htmx import template_for
 from webapp.ingestion.models import Trajectory
-from webapp.rollouts import compare, histograms, viewer
+from webapp.rollouts import compare, histograms, labelling, review_views, viewer
 from webapp.rollouts.access import get_trajectory_for_user
 from webapp.rollouts.forms import HistogramForm, PromptCompareForm, RolloutFilterForm, SearchForm
 from webapp.rollouts.questions import user_question
+from webapp.rollouts.review_forms import PromoteForm, QueueForm
 from webapp.rollouts.search import SEARCH_RESULTS, search_hits
 
 PAGE_SIZE = 50
@@ -30,14 +31,30 @@ PAGE_SIZE = 50
 @login_required
 def rollouts(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse:
     run = get_run_for_user(request, team_slug, run_id)
-    form = RolloutFilterForm(request.GET or None, data_sources=viewer.data_sources(run))
+    labels = labelling.team_labels(run.team)
+    form = RolloutFilterForm(
+        request.GET or None, data_sources=viewer.data_sources(run), labels=[label.name for label in labels]
+    )
     chosen = form.to_filter().apply(Trajectory.objects.filter(run=run))
     page = Paginator(
         chosen.order_by("-training_step", "group_id", "rollout_index", "id"), PAGE_SIZE
     ).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    context = {"team": run.team, "run": run, "form": form, "page": page, "query": query.urlencode()}
+    page.object_list = list(page.object_list)
+    labels_of = labelling.labels_by_trajectory(t.pk for t in page.object_list)
+    for shown in page.object_list:
+        shown.review_labels = labels_of.get(shown.pk, [])  # type: ignore[attr-defined]  # the Labels column
+    context = {
+        "team": run.team,
+        "run": run,
+        "form": form,
+        "page": page,
+        "query": query.urlencode(),
+        "can_write": review_views.may_write(request, team_slug),
+        "queue_form": QueueForm(members=review_views.team_members(run.team)),
+        "promote_form": PromoteForm(),
+    }
     return render(
         request, template_for(request, "results/rollouts.html", {"rollout-table": "table"}), context
     )
@@ -56,12 +73,14 @@ def rollouts_at(request: HttpRequest, team_slug: str, run_id: int, step: int) ->
 def trajectory(request: HttpRequest, team_slug: str, run_id: int, pk: int) -> HttpResponse:
     found = get_trajectory_for_user(request, team_slug, run_id, pk)
     siblings = Trajectory.objects.filter(run=found.run, group_id=found.group_id).exclude(pk=found.pk)
+    steps = viewer.step_views(found)
     context = {
         "team": found.run.team,
         "run": found.run,
         "trajectory": found,
-        "steps": viewer.step_views(found),
+        "steps": steps,
         "siblings": siblings.order_by("rollout_index")[:16],
+        **review_views.review_context(request, found, steps),
     }
     return render(request, "results/trajectory.html", context)
 
@@ -99,13 +118,22 @@ def search(request: HttpRequest, team_slug: str) -> HttpResponse:
     form = SearchForm(
         request.GET if "q" in request.GET else None,
         data_sources=viewer.data_sources(run) if run else [],
+        labels=[label.name for label in labelling.team_labels(team)],
         initial={"run": run.pk if run else None},
     )
     hits = None
     if form.is_valid():
         runs = [run.pk] if run else list(Run.objects.filter(team=team).values_list("pk", flat=True))
         hits = search_hits(runs, form.to_filter(), form.cleaned_data["q"])
-    context = {"team": team, "run": run, "form": form, "hits": hits, "limit": SEARCH_RESULTS}
+    context = {
+        "team": team,
+        "run": run,
+        "form": form,
+        "hits": hits,
+        "limit": SEARCH_RESULTS,
+        "can_write": review_views.may_write(request, team_slug),
+        "queue_form": QueueForm(members=review_views.team_members(team)),
+    }
     return render(request, "results/search.html", context)
 
 

@@ -319,3 +319,23 @@ def test_verl_refuses_a_checkpoint_on_cancel_on_that_field(personas: Any, arithm
         )
     else:
         raise AssertionError("verl accepted trainer.checkpoint_on_cancel")
+
+
+def test_where_to_run_and_memory_are_stored_as_ray_resources_and_shown_again_on_a_clone(
+    personas: Any, arithmetic: Any
+) -> None:
+    acme = personas["acme"]
+    client = client_for("alice")
+    where = {"resources.where": "node_a=1, fast_disk = 0.5", "resources.memory_gb": "4", "executor": "ray"}
+    saved = client.post(f"/t/{acme.slug}/experiments/new/", form_data(arithmetic, **where))
+    assert saved.status_code == 302, saved.context["form"].errors if saved.context else saved
+    source = Experiment.objects.get(team=acme, name="arith grpo")
+    config = RunConfig.model_validate(source.config)
+    assert config.resources.where == {"node_a": 1.0, "fast_disk": 0.5} and config.resources.memory_gb == 4
+    clone = client.get(f"/t/{acme.slug}/experiments/new/?clone={source.pk}")
+    assert clone.context["form"].initial["resources.where"] == "node_a=1, fast_disk=0.5"
+    refused = client.post(
+        f"/t/{acme.slug}/experiments/new/",
+        form_data(arithmetic, name="none", **{"resources.where": "node_a=0"}),
+    )
+    assert "above 0: node_a" in str(refused.context["form"].errors["resources.where"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainer.backend_protocol import Job, LaunchEnv, Problem, ResumePoint, trainer_argv
+from trainer.backend_protocol import Job, LaunchEnv, Problem, ResumePoint, entrypoint_placement, trainer_argv
 from trainer.backends.torch.checkpoint_folders import resume_point
 from trainer.contract import TOKEN_ENV
 
@@ -66,6 +66,7 @@ class TorchBackend:
             env={TOKEN_ENV: env.token},
             num_cpus=config.resources.cpus,
             num_gpus=config.resources.gpus_per_node,
+            **entrypoint_placement(config),
         )
 
     def resume_point(self, config: RunConfig) -> ResumePoint:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainer.backend_protocol import Job, LaunchEnv, Problem, ResumePoint, trainer_argv
+from trainer.backend_protocol import Job, LaunchEnv, Problem, ResumePoint, entrypoint_placement, trainer_argv
 from trainer.backends.verl.command import prompts_per_mini_batch
 from trainer.backends.verl.metric_keys import canonical_key
 from trainer.backends.verl.needs import cluster_needs
@@ -117,6 +117,7 @@ class VerlBackend:
             runtime_env={"worker_process_setup_hook": HOOK},
             needs=cluster_needs(config),
             stall_hint=STALL_HINT,
+            **entrypoint_placement(config),
         )
 
     def resume_point(self, config: RunConfig) -> ResumePoint:

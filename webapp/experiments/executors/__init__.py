@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from webapp.experiments.executors.base import (
     EXECUTORS,
+    WAITING_FOR_RESOURCES,
     Executor,
     ExecutorState,
     StartRefused,
@@ -36,6 +37,7 @@ EXTERNAL_EXECUTOR = ExternalExecutor.name  # the executor the MLflow API and imp
 __all__ = [
     "EXECUTORS",
     "EXTERNAL_EXECUTOR",
+    "WAITING_FOR_RESOURCES",
     "ClusterTooSmall",
     "Executor",
     "ExecutorState",

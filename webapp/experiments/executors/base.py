@@ -35,6 +35,11 @@ class ExecutorState:
     stopped: bool = False  # ended because someone stopped it
     pending: bool = False  # alive but not started: a Ray job still waiting for its entrypoint's resources
     started: bool = True  # False: the executor never got the run (its launch died before handing it over)
+    node: str = ""  # where the run's process runs (a Ray node), when the executor knows and says
+
+
+# What a started run's message starts with while its executor waits for resources (a Ray job queued).
+WAITING_FOR_RESOURCES = "waiting for resources:"
 
 
 class StartRefused(RuntimeError):

@@ -9,22 +9,33 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+from django.db.models import Max
 
 from trainer.backends import Job
 from webapp.experiments import cluster
-from webapp.experiments.executors.base import ExecutorState, StartRefused, job_for, launch_env, runs_folder
+from webapp.experiments.executors.base import (
+    WAITING_FOR_RESOURCES,
+    ExecutorState,
+    StartRefused,
+    job_for,
+    launch_env,
+    runs_folder,
+)
 
 if TYPE_CHECKING:
     from webapp.experiments.models import Run
 
 logger = logging.getLogger(__name__)
 REF_PREFIX = "ray:"
+ASKS = "asks"  # the job metadata key of what its entrypoint asks for ("2 CPU, 1 node_a")
 
 
 def submission_id(run: Run) -> str:
-    """Deterministic per run (and per installation): Ray refuses a reused id, so retries are safe."""
+    """Deterministic per run attempt (and per installation): Ray refuses a reused id, so retries of one
+    start are safe, and a resumed run (docs/resume.md) is a new job with an id of its own."""
     install = hashlib.sha256(str(settings.SECRET_KEY).encode()).hexdigest()[:8]
-    return f"studio-{install}-run-{run.pk}"
+    attempt = run.attempts.aggregate(last=Max("number"))["last"] or 1
+    return f"studio-{install}-run-{run.pk}" + (f"-attempt-{attempt}" if attempt > 1 else "")
 
 
 class ClusterTooSmall(StartRefused):
@@ -38,6 +49,10 @@ def ray_job_options(job: Job, env: dict[str, str]) -> dict[str, Any]:
     options: dict[str, Any] = {"runtime_env": runtime_env, "entrypoint_num_cpus": job.num_cpus}
     if job.num_gpus:
         options["entrypoint_num_gpus"] = job.num_gpus
+    if job.memory_bytes:
+        options["entrypoint_memory"] = job.memory_bytes
+    if job.resources:
+        options["entrypoint_resources"] = dict(job.resources)
     return options
 
 
@@ -85,7 +100,11 @@ class RayExecutor:
             client.submit_job(  # type: ignore[attr-defined]
                 entrypoint=entrypoint,
                 submission_id=job_id,
-                metadata={"studio_run": str(run.pk), "experiment": run.experiment.name[:100]},
+                metadata={
+                    "studio_run": str(run.pk),
+                    "experiment": run.experiment.name[:100],
+                    ASKS: _asks(job),
+                },
                 **ray_job_options(job, launch_env(job)),
             )
         except RuntimeError as exc:
@@ -107,15 +126,43 @@ class RayExecutor:
                 raise
             # The ref is planned before submitting: a launch that died in between submitted nothing.
             return ExecutorState(alive=False, started=False, message=f"ray job {job_id} was never submitted")
-        if info.status in (JobStatus.PENDING, JobStatus.RUNNING):
-            return ExecutorState(alive=True, pending=info.status == JobStatus.PENDING)
-        message = f"ray job {job_id} {info.status.value}"
-        if info.message:
-            message += f": {info.message}"
+        if info.status == JobStatus.PENDING:
+            return ExecutorState(alive=True, pending=True, message=f"{WAITING_FOR_RESOURCES} {_asked(info)}")
+        node = run.node or self._node_seen(info)
+        if info.status == JobStatus.RUNNING:
+            return ExecutorState(alive=True, node=node)
+        message = self._lost_node(run, info) or _ended(job_id, info)
         code = 0 if info.status == JobStatus.SUCCEEDED else getattr(info, "driver_exit_code", None)
         return ExecutorState(
-            alive=False, exit_code=code, message=message, stopped=info.status == JobStatus.STOPPED
+            alive=False, exit_code=code, message=message, stopped=info.status == JobStatus.STOPPED, node=node
         )
+
+    def _node_seen(self, info: Any) -> str:
+        """The node the job's driver runs on, as the run page shows it ("" before it started)."""
+        place = self._place(info)
+        return place.describe() if place else ""
+
+    def _place(self, info: Any) -> cluster.NodePlace | None:
+        node_id = getattr(info, "driver_node_id", None)
+        if not node_id:
+            return None
+        try:
+            return cluster.node_place(self.address(), node_id)
+        except Exception as exc:  # the state API is down: the next poll asks again
+            logger.info("no node for ray job %s: %s", info.submission_id, exc)
+            return None
+
+    def _lost_node(self, run: Run, info: Any) -> str:
+        """ "node N lost at step S" when the job failed because its driver's node died
+        (docs/ray.md#a-lost-node): the run's reports up to step S and its checkpoints stay."""
+        from ray.job_submission import JobStatus
+
+        if info.status != JobStatus.FAILED:
+            return ""
+        place = self._place(info)
+        if place is None or place.alive:
+            return ""
+        return f"node {place.name} lost at step {run.step}"
 
     def stop(self, run: Run, *, force: bool = False) -> None:
         client = self.client()
@@ -146,6 +193,19 @@ class RayExecutor:
             logger.info("no ray logs for run %s: %s", run.pk, exc)
             return ""
         return str(logs)[-max_bytes:]
+
+
+def _ended(job_id: str, info: Any) -> str:
+    return f"ray job {job_id} {info.status.value}" + (f": {info.message}" if info.message else "")
+
+
+def _asks(job: Job) -> str:
+    return cluster.asked_resources(job.num_cpus, job.num_gpus, job.memory_bytes, dict(job.resources))
+
+
+def _asked(info: Any) -> str:
+    """What a PENDING job waits for, as its submission wrote it down (Ray's job details do not say)."""
+    return str((info.metadata or {}).get(ASKS) or "what the run's resources section asks")
 
 
 def _job_id(run: Run) -> str:

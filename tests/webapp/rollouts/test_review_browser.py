@@ -1,0 +1,137 @@
+"""Real Chromium on review (docs/annotations.md): a member labels 20 steps with the keyboard, builds a
+queue of the lowest-reward rollouts of a step, a second member finishes it, and the queue is saved as
+a dataset that the evaluation form offers at once."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.webapp.datasets.conftest import contract_row, write_parquet
+from tests.webapp.trainer_posts import trajectory
+from trainer.contract import TrajectoryBatch
+from webapp.ingestion import trajectories
+
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("quick_passwords")]
+
+SHOTS = Path("var/shots/annotate")
+
+
+@pytest.fixture
+def reviewed_run(transactional_db: Any, personas: Any, tmp_path: Path) -> Any:
+    """A run trained on a dataset of 10 rows: at step 40 one two-step rollout of each (rewards 0 .. 0.9)."""
+    from webapp.datasets import files
+    from webapp.datasets.models import Dataset
+    from webapp.experiments.models import Experiment, Run
+
+    parquet = write_parquet(tmp_path / "rows.parquet", [contract_row(i) for i in range(10)])
+    incoming = Path(shutil.copy(parquet, files.incoming_dir() / "review-source.parquet"))
+    source, _ = Dataset.from_file(
+        personas["acme"],
+        incoming,
+        sha256=files.sha256_of(incoming),
+        name="arith",
+        source="t",
+        validate_later=False,
+    )
+    source.validate()
+    experiment = Experiment.objects.create(
+        team=personas["acme"], name="review", task="arithmetic", preset="grpo"
+    )
+    run = Run.objects.create(
+        experiment=experiment,
+        team=personas["acme"],
+        seed=1,
+        name="review run",
+        config={"data": {"train_path": f"dataset:{source.pk}"}},
+    )
+    batch = [trajectory(f"s40-p{p}-s0", f"s40-p{p}", p / 10) for p in range(10)]
+    parsed = TrajectoryBatch.model_validate({"training_step": 40, "trajectories": batch})
+    trajectories.store_batch(run, parsed, "b40")
+    return run
+
+
+def _shots(page: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for width in (1440, 1024):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
+
+
+def _label_with_key(page: Any, key: str, item: str) -> None:
+    page.keyboard.press(key)
+    page.locator(f"{item} .annotate-status").filter(has_text="saved: ").wait_for()
+
+
+def test_label_steps_by_keyboard_queue_the_worst_finish_as_a_second_member_and_save_a_dataset(
+    signed_in: Callable[[str], Any], live_server: Any, reviewed_run: Any
+) -> None:
+    from webapp.datasets.models import Dataset
+    from webapp.ingestion.models import Trajectory
+    from webapp.rollouts.models import Annotation
+
+    run, base = reviewed_run, f"{live_server.url}/t/acme/runs/{reviewed_run.pk}"
+    page = signed_in("alice")
+    for t in Trajectory.objects.filter(run=run).order_by("sample_index"):
+        page.goto(f"{base}/rollouts/{t.pk}/")
+        page.keyboard.press("j")  # from the whole trajectory to step 0
+        _label_with_key(page, "2", "#step-0")  # wrong; the mark moves on to step 1
+        _label_with_key(page, "5", "#step-1")  # format only
+    assert Annotation.objects.filter(step_index__isnull=False, author__username="alice").count() == 20
+    assert page.locator("#step-1").get_attribute("aria-current") == "true"
+    _shots(page, "trajectory")
+
+    page.goto(f"{base}/rollouts/?step=40&label=format+only")
+    assert "10 trajectories" in page.inner_text("#rollout-table")
+    page.fill("#review-these input[name=name]", "worst of step 40")
+    page.select_option("#review-these select[name=order]", "lowest reward")
+    page.fill("#review-these input[name=limit]", "4")
+    page.select_option("#review-these select[name=assignees]", ["bob"])
+    _shots(page, "rollouts")
+    page.click("#review-these button[type=submit]")
+    page.wait_for_url("**/queues/*/")
+    assert "0 / 4 done" in page.inner_text("#queue-progress")
+
+    page.click("#start-review")
+    page.wait_for_url("**?queue=*")
+    assert "item 1 of 4" in page.inner_text(".queue-bar")
+    page.fill("#whole-trajectory input[name=corrected_answer]", "42")
+    page.click("#whole-trajectory button[type=submit]")
+    page.locator("#whole-trajectory .annotate-status").filter(has_text="saved").wait_for()
+    page.keyboard.press("k")  # the mark left the form's field: back to the whole trajectory
+    _label_with_key(page, "2", "#whole-trajectory")
+
+    page = signed_in("bob")
+    page.goto(f"{live_server.url}/t/acme/queues/")
+    page.click("a:has-text('worst of step 40')")
+    page.click("#start-review")
+    for item in (2, 3, 4):
+        page.wait_for_url("**?queue=*")
+        assert f"item {item} of 4" in page.inner_text(".queue-bar")
+        _label_with_key(page, "1", "#whole-trajectory")
+        if item == 2:
+            _shots(page, "queue-item")
+        page.keyboard.press("n")
+    page.wait_for_url("**/queues/*/")
+    assert "4 / 4 done" in page.inner_text("#queue-progress") and "Every item is done" in page.content()
+    _shots(page, "queue")
+
+    page.fill("#save-dataset input[name=name]", "reviewed step 40")
+    page.click("#save-dataset button[type=submit]")
+    page.wait_for_url("**/datasets/*/")
+    dataset = Dataset.objects.get(name="reviewed step 40")
+    rows = pq.read_table(dataset.path).to_pylist()
+    assert [(r["extra_info"]["index"], r["reward_model"]["ground_truth"]) for r in rows] == [
+        (0, "42"),
+        (1, "2"),
+        (2, "4"),
+        (3, "6"),
+    ]
+    _shots(page, "dataset")
+    page.goto(f"{live_server.url}/t/acme/experiments/{run.experiment_id}/evaluate/")
+    assert "reviewed step 40" in page.inner_text("body")
