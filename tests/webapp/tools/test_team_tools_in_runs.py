@@ -28,7 +28,8 @@ from trainer.config import RunConfig
 from trainer.contract import API_ENV, CLAIMANT_ENV, REWARD_ERRORS, RUN_ID_ENV, TOKEN_ENV
 from trainer.flows import FLOWS, AgentEnvLoop
 from webapp.datasets.models import Dataset
-from webapp.experiments.models import Experiment, Run, RunStatus
+from webapp.experiments.models import Experiment, Run, RunKind, RunStatus
+from webapp.experiments.run_files import checkpoint_dir
 from webapp.ingestion.models import MetricKey, MetricPoint, TextBlob, ToolCall, Trajectory
 from webapp.tools.models import TeamReward, TeamTool
 
@@ -159,8 +160,15 @@ def claimed_run(personas: Any, config: RunConfig) -> tuple[Run, str]:
     experiment = Experiment.objects.create(
         team=team, name=config.name, task=config.task, config=json.loads(config.to_json())
     )
-    run = Run.objects.create(experiment=experiment, team=team, seed=1, executor="local")
-    run.freeze_config(json.loads(config.to_json()))
+    run = Run.objects.create(
+        experiment=experiment, team=team, seed=1, executor="local",
+        kind=RunKind.SFT if config.sft.enabled else RunKind.TRAINING,
+        started_from_id=config.start_from.run, started_from_step=config.start_from.step,
+    )  # fmt: skip
+    # Its checkpoints where the server looks for them, as a launch puts them (so a run can start from one)
+    run.freeze_config(
+        json.loads(config.with_overrides(**{"trainer.checkpoint_dir": checkpoint_dir(run)}).to_json())
+    )
     run.enqueue()  # queued; no launch task is sent: this test is the trainer
     return run, run.issue_token()
 
