@@ -28,6 +28,7 @@ from trainer.contract import TrajectoryBatch
 from webapp.accounts.models import ApiToken, Scope
 from webapp.experiments.models import Experiment, Run, RunStatus
 from webapp.ingestion import trajectories
+from webapp.rollouts.models import Annotation
 
 STUDIO = str(Path(sys.executable).parent / "studio")
 ROOT = Path(__file__).resolve().parents[2]  # this checkout's code, whichever one the venv installed
@@ -78,6 +79,9 @@ async def over_stdio(env: dict[str, str], world: dict[str, Any]) -> dict[str, An
             "health": await call(session, "get_health", run_id=ours),
             "compare": await call(session, "compare_runs", run_ids=[ours, theirs]),
             "cancel": await call(session, "cancel_run", run_id=ours),
+            "label": await call(
+                session, "label_trajectory", run_id=ours, trajectory_id="t1", label="correct"
+            ),
         }
 
 
@@ -102,6 +106,8 @@ def test_an_agent_lists_runs_reads_rollouts_and_a_read_only_token_cannot_write(
     assert failed and "not found" in message  # comparing with another team's run reveals nothing
     failed, message = seen["cancel"]
     assert failed and "read" in message.lower()
+    failed, message = seen["label"]
+    assert failed and "read" in message.lower() and not Annotation.objects.exists()
     world["ours"].refresh_from_db()
     assert world["ours"].status == RunStatus.RUNNING and not world["ours"].cancel_requested
 
@@ -139,6 +145,15 @@ async def over_http(url: str, run_id: int) -> dict[str, Any]:
         return {
             "runs": await call(session, "list_runs", query="ACME"),
             "search": await call(session, "search_trajectories", query="answer", run_ids=[run_id]),
+            "label": await call(
+                session,
+                "label_trajectory",
+                run_id=run_id,
+                trajectory_id="t1",
+                label="wrong",
+                note="off by one",
+            ),
+            "fork": await call(session, "fork_run", run_id=run_id, changes={"optim.lr": 5e-7}),
             "cancel": await call(session, "cancel_run", run_id=run_id),
         }
 
@@ -153,5 +168,11 @@ def test_over_streamable_http_a_member_token_searches_and_cancels(
     assert not failed and [r["id"] for r in runs["runs"]] == [world["ours"].pk]
     failed, hits = seen["search"]
     assert not failed and len(hits["hits"]) == 4 and all("answer" in h["snippet"] for h in hits["hits"])
+    failed, labelled = seen["label"]
+    assert not failed and labelled["label"] == "wrong"
+    assert Annotation.objects.get(trajectory__uid="t1").note == "off by one"
+    failed, message = seen["fork"]
+    # The fork reached the REST API, which refuses this bare experiment's config in its own words.
+    assert failed and "config.task: unknown task" in message
     failed, cancelled = seen["cancel"]
     assert not failed and cancelled["cancel_requested"]

@@ -166,6 +166,35 @@ class StudioTools:
         found = self.client.cancel(run_id)
         return {**_run_line(found), "cancel_requested": found["cancel_requested"]}
 
+    def fork_run(
+        self,
+        run_id: int,
+        step: int | None = None,
+        changes: dict[str, Any] | None = None,
+        name: str | None = None,
+    ) -> dict[str, Any]:
+        """Fork a run's checkpoint (its latest when no step) into a new experiment with ``changes``
+        (RunConfig fields such as optim.lr) over its config; launch it with launch_experiment. Needs a
+        token that may write (docs/checkpoints.md#fork)."""
+        body: dict[str, Any] = {"step": step, "config": changes or {}}
+        if name:
+            body["name"] = name
+        return self.client.fork(run_id, body)
+
+    def label_trajectory(
+        self,
+        run_id: int,
+        trajectory_id: str,
+        label: str,
+        step: int | None = None,
+        note: str = "",
+        corrected_answer: str = "",
+    ) -> dict[str, Any]:
+        """Label a trajectory (or one of its steps) with a label of the team's set, a note and a
+        corrected answer. Needs a token that may write (docs/annotations.md)."""
+        body = {"step": step, "label": label, "note": note, "corrected_answer": corrected_answer}
+        return self.client.annotate(run_id, trajectory_id, body)
+
     def tools(self) -> Sequence[tuple[Callable[..., Any], ToolAnnotations]]:
         reads = (
             self.list_runs,
@@ -179,7 +208,10 @@ class StudioTools:
         )
         return [
             *((tool, READ) for tool in reads),
-            *((tool, WRITE) for tool in (self.launch_experiment, self.cancel_run)),
+            *(
+                (tool, WRITE)
+                for tool in (self.launch_experiment, self.cancel_run, self.fork_run, self.label_trajectory)
+            ),
         ]
 
 
