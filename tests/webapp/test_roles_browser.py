@@ -71,7 +71,7 @@ def test_a_viewer_sees_no_write_buttons_and_a_refused_action_explains_itself(
     response = page.goto(base + "/experiments/new/")
     assert response.status == 403
     assert page.inner_text("h1") == "You cannot do that here"
-    assert "viewer" in page.inner_text("#refused") and page.locator("nav.mainnav a").count() == 7
+    assert "viewer" in page.inner_text("#refused") and page.locator("nav.mainnav a").count() == 10
     page.click("text=Back to the Acme dashboard")
     page.wait_for_url(f"{base}/")
 

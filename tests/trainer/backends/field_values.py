@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 import typing
 from typing import Annotated, Any
 
@@ -24,7 +25,9 @@ def _candidates(annotation: Any, default: Any) -> list[Any]:
         return list(typing.get_args(annotation))
     if annotation is bool:
         return [not default]
-    options = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
+    # Only a union is unwrapped (X | None): dict[str, float]'s arguments are its key and value types.
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    options = [a for a in typing.get_args(annotation) if a is not type(None)] if union else [annotation]
     values: list[Any] = []
     for option in options:
         number = default if isinstance(default, int | float) and not isinstance(default, bool) else 1

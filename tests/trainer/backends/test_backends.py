@@ -42,6 +42,7 @@ PATHS = VerlPaths(
 # both mean verl's GPUs (cpu is refused).
 VERL_READ_BY_US = {
     *("name", "task", "preset", "backend", "executor", "resources.cpus", "trainer.device"),
+    *("resources.memory_gb", "resources.where"),  # the Ray job's entrypoint asks Ray for them
     *("rollout.max_new_tokens", "rollout.window", "rollout.env_type", "rollout.tools", "rollout.tool_format"),
     *("rollout.env_kwargs", "data.train_path", "data.val_path", "data.rewards", "trainer.checkpoint_dir"),
     "data.reward_rule",  # the agent loop scores by it, in verl's workers
@@ -115,6 +116,13 @@ def test_values_a_backend_cannot_honour_are_refused_on_their_field(
 ENV = LaunchEnv(
     run_id="7", api_url="http://web:8000/", token="r7_secret", project="demo", mlflow_run_id="abc"
 )
+
+
+@pytest.mark.parametrize("backend", ["torch", "verl"])
+def test_a_jobs_memory_and_where_to_run_are_asked_of_ray_for_its_entrypoint(backend: str) -> None:
+    where = {"resources.memory_gb": 1.5, "resources.where": {"node_a": 1, "fast_disk": 0.5}}
+    job = BACKENDS.get(backend).job(VALID[backend].with_overrides(executor="ray", **where), ENV)
+    assert (job.memory_bytes, dict(job.resources)) == (int(1.5 * 2**30), {"node_a": 1, "fast_disk": 0.5})
 
 
 def test_a_torch_job_trains_in_its_entrypoint_and_gets_only_its_token() -> None:

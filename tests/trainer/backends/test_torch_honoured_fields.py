@@ -64,6 +64,9 @@ NOT_BUILT = {
     # It needs a resumable checkpoint, which no probe here writes.
     "start_from.optimizer": "tests/trainer/backends/test_torch_fork.py checks the moments it loads",
     "rollout.tool_warmup_steps": "the web app's tool-use health checks read it (docs/health.md#tool-use)",
+    # Asked of Ray for the job's entrypoint (Job.memory_gb, Job.resources), as resources.cpus is.
+    "resources.memory_gb": "tests/trainer/backends/test_backends.py checks the job asks Ray for it",
+    "resources.where": "tests/webapp/experiments/test_ray_cluster.py places a run on the node it names",
 }
 
 
