@@ -18,7 +18,7 @@ from trainer.registry import RegistryError
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
 from webapp.datasets.picker import DatasetPicker
-from webapp.experiments.acceptance import Refused
+from webapp.experiments.acceptance import Refused, validated
 from webapp.experiments.access import get_experiment_for_user, get_run_for_user
 from webapp.experiments.demo import start_demo
 from webapp.experiments.fork import fork_mapping
@@ -222,7 +222,8 @@ def _fork_source(request: HttpRequest, team_slug: str) -> tuple[Run, int | None]
 
 def _fork_initial(run: Run, step: int | None) -> dict[str, Any]:
     """The form of a fork: the run's experiment's config, starting from the checkpoint, its one seed."""
-    config = RunConfig.from_mapping(fork_mapping(run, step))
+    # Validated as acceptance does: a resumable config gets its launch-time checkpoint folder.
+    config = validated(fork_mapping(run, step))
     return {**initial_from_config(config), "seeds": str(run.seed)}
 
 

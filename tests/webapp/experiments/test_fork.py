@@ -106,6 +106,30 @@ def test_the_run_pages_fork_link_opens_the_form_filled_in_with_the_runs_config_a
     assert outsider.get(link.replace("&amp;", "&")).status_code == 404
 
 
+def test_a_resumable_runs_fork_link_opens_the_form_and_the_fork_stays_resumable(
+    personas: Any,
+    rows: str,  # noqa: F811
+    client: Client,
+) -> None:
+    resumable = {"trainer.resume": True, "trainer.save_every": 2}
+    config = accept(personas["acme"], fields(rows, name="resumable", **resumable))
+    experiment = Experiment.create(personas["acme"], personas["alice"], config, [1])
+    run = Run.objects.create(
+        experiment=experiment, team=personas["acme"], status=RunStatus.FAILED, name="resumable · seed 1",
+        seed=1, config=json.loads(config.to_json()),
+    )  # fmt: skip
+    saved_checkpoint(run, 2, RESUMABLE)
+    client.force_login(personas["alice"])
+    answer = client.get(f"{reverse('experiment_new', args=[personas['acme'].slug])}?fork={run.pk}&step=2")
+    assert answer.status_code == 200
+    form = answer.content.decode()
+    assert "Fork of resumable" in form and 'name="trainer.resume"' in form and "checked" in form
+    token = ApiToken.issue(personas["alice"], "t")[1]
+    made = fork(client, token, run, {"step": 2, "config": {"optim.lr": 1e-6}})
+    assert made.status_code == 201, made.content
+    assert made.json()["config"]["trainer"]["resume"] is True
+
+
 def test_the_workspace_draws_a_fork_after_its_parents_first_steps_and_the_comparison_counts_each_run_once(
     personas: Any, parent: Run, client: Client
 ) -> None:
