@@ -213,6 +213,14 @@ def with_our_keys(points: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
     return [*points, *({**p, "key": ours[p["key"]]} for p in points if ours[p["key"]])]
 
 
+def hold_run(run_id: int) -> None:
+    """The weakest row lock on the run, for the rest of the transaction: only a resume's FOR UPDATE
+    waits for it (or it for the resume), so a batch is never stored while a resume deletes and rebuilds
+    what came after its checkpoint (docs/resume.md#superseded)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM experiments_run WHERE id = %s FOR KEY SHARE", [run_id])
+
+
 def write_points(run_id: int, batch_id: str, points: Sequence[dict[str, Any]]) -> WriteResult:
     """Store a validated batch atomically; a replayed batch id changes nothing. Inside a caller's
     transaction it joins it (no savepoint: the batch is all or nothing with the caller's work)."""
@@ -223,6 +231,7 @@ def write_points(run_id: int, batch_id: str, points: Sequence[dict[str, Any]]) -
             return WriteResult()
         points = with_our_keys(points)
         cols = columns(points)
+        hold_run(run_id)
         with connection.cursor() as cursor:
             _stage(cursor, copy_payload(run_id, cols))
             cursor.execute(_STORE_STAGED, {"run": run_id, "levels": LEVELS, "widths": list(SUMMARY_WIDTHS)})

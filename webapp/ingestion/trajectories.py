@@ -16,6 +16,7 @@ from trainer.contract import (
 )
 from webapp.experiments.models import Run
 from webapp.ingestion import storage
+from webapp.ingestion.metrics_store import hold_run
 from webapp.ingestion.models import (
     IngestBatch,
     PendingTokenSignals,
@@ -63,6 +64,7 @@ def store_batch(run: Run, batch: TrajectoryBatch, batch_id: str) -> StoreResult:
     with transaction.atomic():
         if not IngestBatch.claim(run.pk, batch_id, "trajectories"):
             return StoreResult(duplicate_batch=True, skipped=len(batch.trajectories))
+        hold_run(run.pk)  # before any other lock: a resume takes the run first too
         counters = accounting.storage_row(run)  # held to the end: the run's batches take turns
         uids = [t.id for t in batch.trajectories]
         known = set(Trajectory.objects.filter(run=run, uid__in=uids).values_list("uid", flat=True))

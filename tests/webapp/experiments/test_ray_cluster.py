@@ -46,6 +46,9 @@ def on_cluster(cluster: RayCluster, live_server: Any, settings: Any) -> RayClust
     return cluster
 
 
+LOST_STEPS = 60
+
+
 def cluster_config(datasets: dict[str, Any], *, steps: int = 2, **changes: Any) -> RunConfig:
     """The cheapest trainer config the Ray tests use, holding a whole node's CPUs."""
     config = tiny_config(datasets, executor="ray", steps=steps)
@@ -161,13 +164,17 @@ def test_a_node_lost_while_a_run_trains_fails_the_run_keeps_what_it_had_and_resu
     # trainer.resume needs a checkpoint folder to be valid; the launch sets the run's own.
     resumable = {"trainer.save_every": 1, "trainer.resume": True, "trainer.checkpoint_dir": "/set-at-launch"}
     # On either worker node: the one it lands on is lost, and the other one is left for the resume.
+    # 60 tiny steps: on a loaded machine the reaper's polls are slow, and a short run could end before
+    # the kill below lands.
     run = launched(
-        personas, cluster_config(arithmetic, steps=12, **{"resources.where": {WORKER_NODE: 1}}, **resumable)
+        personas,
+        cluster_config(arithmetic, steps=LOST_STEPS, **{"resources.where": {WORKER_NODE: 1}}, **resumable),
     )
 
     def checkpointed() -> Run | None:
         services.reconcile(Run.objects.get(pk=run.pk))
         found = Run.objects.get(pk=run.pk)
+        assert not found.is_terminal, f"the run ended ({found.status}) before its node could be lost"
         return found if found.node and found.step >= 2 and checkpoints(found) else None
 
     placed = poll_until(checkpointed, every_s=0.5)
@@ -186,4 +193,4 @@ def test_a_node_lost_while_a_run_trains_fails_the_run_keeps_what_it_had_and_resu
     services.start_run(Run.objects.get(pk=run.pk))
     (again,) = reap_until_ended([run])
     assert again.status == RunStatus.SUCCEEDED, again.message
-    assert again.step == 12 and not again.node.startswith(f"{lost.name},"), again.node
+    assert again.step == LOST_STEPS and not again.node.startswith(f"{lost.name},"), again.node
