@@ -8,15 +8,17 @@ chosen model in turn and runs the prompt through the agent loop, storing every s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import pyarrow.parquet as pq
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 
 from trainer.config import RunConfig
@@ -223,14 +225,18 @@ def _play(session: PlaygroundSession, answer: PlaygroundAnswer) -> None:
         RunConfig.model_validate(answer.run.config) if answer.run else experiment_config(session.experiment)
     )
     steps: list[dict[str, Any]] = []
+    # The agent loop calls on_step inside its asyncio event loop, where Django refuses database calls
+    # (SynchronousOnlyOperation): each step's write goes through this one thread, awaited there.
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="playground-steps")
 
     def on_step(view: dict[str, Any]) -> None:
         steps.append(view)
-        _set(answer, steps=list(steps), response_tokens=sum(step["tokens"] for step in steps))
+        changes = {"steps": list(steps), "response_tokens": sum(step["tokens"] for step in steps)}
+        writer.submit(_set, answer, **changes).result()
 
     rewards = sorted(set(config.data.rewards.values()))
     specs = specs_for_run(session.team, list(session.tools), rewards)
-    with run_scope(specs, config.data.rewards, config.data.reward_rule):
+    with run_scope(specs, config.data.rewards, config.data.reward_rule), _closing(writer):
         llm, tokenizer = load_engine(_weights(answer, config), resolve_model_path(config.model.path), config)
         result = play(
             session.row,
@@ -248,6 +254,16 @@ def _play(session: PlaygroundSession, answer: PlaygroundAnswer) -> None:
         reward=result.reward,
         response_tokens=result.response_tokens,
     )
+
+
+@contextlib.contextmanager
+def _closing(writer: ThreadPoolExecutor) -> Iterator[None]:
+    """Shut the step writer down with its thread's database connection."""
+    try:
+        yield
+    finally:
+        writer.submit(lambda: connection.close()).result()  # looked up in the writer's own thread
+        writer.shutdown()
 
 
 def _weights(answer: PlaygroundAnswer, config: RunConfig) -> Any:

@@ -19,9 +19,11 @@ pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 
 def test_smollm2_and_a_checkpoint_answer_a_gsm8k_prompt_side_by_side(
-    personas: dict[str, Any], trained_run: Run, settings: Any
+    personas: dict[str, Any], trained_run: Run, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings.PLAYGROUND_MAX_TOKENS = 24  # CPU is scarce: a few words of each model are enough here
+    # The test runner allows database calls from async code; a Celery worker does not.
+    monkeypatch.delenv("DJANGO_ALLOW_ASYNC_UNSAFE", raising=False)
     ask = services.Ask(choices=["base", f"{trained_run.pk}:2"], prompt=GSM8K_QUESTION, ground_truth="42")
     session = services.start(trained_run.experiment, personas["alice"], ask)
     playground_task(session.job.pk)
