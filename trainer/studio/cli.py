@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +20,20 @@ from tqdm import tqdm
 from trainer.config import RunConfig, section_model
 from trainer.contract import REWARD_MEAN
 from trainer.studio import import_cli, mcp_cli
-from trainer.studio.client import FINISHED, Settings, StudioClient, StudioError, sha256_of, write_config
+from trainer.studio.cli_context import (
+    EXIT_FAILED_OUTCOME,
+    EXIT_REFUSED,
+    EXIT_UNREACHABLE,
+    Context,
+    dataset_text,
+    pass_context,
+    set_pairs,
+)
+from trainer.studio.client import FINISHED, Settings, StudioError, sha256_of, write_config
+from trainer.studio.review_cli import COMMANDS as REVIEW_COMMANDS
 from trainer.studio.study import COMMANDS as STUDY_COMMANDS
 from trainer.studio.sync import sync
 
-EXIT_REFUSED, EXIT_FAILED_OUTCOME, EXIT_UNREACHABLE = 1, 3, 4
 CONFIG_SECTIONS = [name for name in RunConfig.model_fields if section_model(RunConfig, name)]
 # How --set names a field (docs/cli.md#field-paths); the server names a path it does not know, and the
 # known paths it may mean.
@@ -45,25 +54,6 @@ def sparkline(values: Sequence[float], width: int = 60) -> str:
     low, high = min(shown), max(shown)
     span = high - low
     return "".join(BARS[int((v - low) / span * (len(BARS) - 1)) if span else 0] for v in shown)
-
-
-class Context:
-    def __init__(self, as_json: bool, team: str | None, url: str | None) -> None:
-        self.as_json = as_json
-        self.settings = Settings.load()
-        if team:
-            self.settings.team = team
-        if url:
-            self.settings.url = url
-
-    def client(self) -> StudioClient:
-        return StudioClient(self.settings)
-
-    def emit(self, value: Any, text: str | Callable[[], str]) -> None:
-        click.echo(json.dumps(value, indent=2) if self.as_json else (text() if callable(text) else text))
-
-
-pass_context = click.make_pass_decorator(Context)
 
 
 def _fail(error: StudioError) -> None:
@@ -93,6 +83,8 @@ def main(ctx: click.Context, as_json: bool, team: str | None, url: str | None) -
 
 
 for _command in STUDY_COMMANDS:  # compare, histogram, prompt (docs/cli.md#compare-and-histograms)
+    main.add_command(_command)
+for _command in REVIEW_COMMANDS:  # label, queue, export (docs/annotations.md#rest-and-cli)
     main.add_command(_command)
 
 
@@ -136,15 +128,9 @@ def upload(context: Context, file: Path, name: str) -> None:
             total=size, unit="B", unit_scale=True, desc="uploading", disable=quiet, file=sys.stderr
         ) as bar:
             found = client.upload_dataset(file, name, bar.update)
-    context.emit(found, lambda: _dataset_text(found))
+    context.emit(found, lambda: dataset_text(found))
     if found["status"] not in ("valid",):
         sys.exit(EXIT_FAILED_OUTCOME)
-
-
-def _dataset_text(dataset: dict[str, Any]) -> str:
-    lines = [f"dataset {dataset['id']} {dataset['name']!r}: {dataset['status']}"]
-    lines += [f"  {problem.get('message', problem)}" for problem in dataset.get("problems", [])[:10]]
-    return "\n".join(lines)
 
 
 # -- experiments ----------------------------------------------------------------------------------
@@ -183,26 +169,13 @@ def create(
         "preset": preset,
         "task": task,
         "dataset": dataset,
-        "config": _overrides(overrides),
+        "config": set_pairs(overrides),
         "seeds": list(seeds),
     }
     if name:
         body["name"] = name
     made = context.client().create_experiment(body)
     context.emit(made, f"experiment {made['id']} {made['name']!r}")
-
-
-def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
-    chosen: dict[str, Any] = {}
-    for pair in pairs:
-        path, sep, raw = pair.partition("=")
-        if not sep or not path:
-            raise click.BadParameter(f"{pair!r}: write PATH=VALUE", param_hint="--set")
-        try:
-            chosen[path] = json.loads(raw)
-        except json.JSONDecodeError:
-            chosen[path] = raw
-    return chosen
 
 
 @experiments.command("launch")
@@ -322,7 +295,7 @@ def fork(
     then_launch: bool,
 ) -> None:
     """A new experiment from a run's checkpoint with anything changed (docs/checkpoints.md#fork), launched."""
-    config = _overrides(overrides)
+    config = set_pairs(overrides)
     if keep_optimizer:
         config["start_from.optimizer"] = True
     body: dict[str, Any] = {"step": step, "config": config}
@@ -405,7 +378,7 @@ def sweep_create(
     client = context.client()
     spec = _grid_file(grid) if grid else {}
     base_config = client.experiment(base)["config"] if base is not None else {}
-    spec["config"] = sweep_config(base_config, spec.get("config") or {}, _overrides(overrides))
+    spec["config"] = sweep_config(base_config, spec.get("config") or {}, set_pairs(overrides))
     spec["presets"] = [*spec.get("presets", []), *presets]
     spec["tasks"] = [{"task": t} if isinstance(t, str) else t for t in [*spec.get("tasks", []), *tasks]]
     spec["params"] = [*spec.get("params", []), *(_axis(param) for param in params)]
@@ -516,82 +489,6 @@ def _sweep_text(found: dict[str, Any], rewards: dict[int, float] | None = None) 
                 f"step {steps_text(run)}{reward}{message}"
             )
     return "\n".join(lines)
-
-
-# -- review (docs/annotations.md#rest-and-cli) ------------------------------------------------------
-
-
-@main.command()
-@click.argument("run_id", type=int)
-@click.argument("trajectory")
-@click.argument("label")
-@click.option("--step", type=int, default=None, help="A step's index (default: the whole trajectory).")
-@click.option("--note", default="")
-@click.option("--answer", default="", help="The corrected answer (a saved dataset takes it as ground truth).")
-@pass_context
-def label(
-    context: Context, run_id: int, trajectory: str, label: str, step: int | None, note: str, answer: str
-) -> None:
-    """Label TRAJECTORY (its id) of RUN_ID with LABEL ("" for none); your own annotation, replaced."""
-    body = {"step": step, "label": label, "note": note, "corrected_answer": answer}
-    done = context.client().annotate(run_id, trajectory, body)
-    context.emit(
-        done, f"{trajectory}{'' if step is None else f' step {step}'}: {done['label'] or '(no label)'}"
-    )
-
-
-@main.command()
-@click.argument("run_id", type=int)
-@click.option(
-    "--filter",
-    "filters",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="A rollout filter: step=40, success=false.",
-)
-@click.option("--search", default="", help="A full-text search within the filters, e.g. Traceback.")
-@click.option("--order", default="lowest reward", show_default=True)
-@click.option("--limit", type=int, default=50, show_default=True)
-@click.option("--assign", multiple=True, help="A member's user name; repeat for more.")
-@click.option("--reviews", type=int, default=1, show_default=True, help="Reviewers per item.")
-@click.option("--name", default="")
-@pass_context
-def queue(
-    context: Context,
-    run_id: int,
-    filters: tuple[str, ...],
-    search: str,
-    order: str,
-    limit: int,
-    assign: tuple[str, ...],
-    reviews: int,
-    name: str,
-) -> None:
-    """Build a review queue of RUN_ID's rollouts."""
-    body = {
-        "name": name,
-        "filters": _overrides(filters),
-        "q": search,
-        "order": order,
-        "limit": limit,
-        "assignees": list(assign),
-        "reviews_wanted": reviews,
-    }
-    made = context.client().build_queue(run_id, body)
-    context.emit(made, f"queue {made['id']} {made['name']!r}: {made['done']} / {made['total']} done")
-
-
-@main.command()
-@click.argument("queue_id", type=int)
-@click.option("--name", default="")
-@click.option("--corrected-only", is_flag=True, help="Only prompts a reviewer gave a corrected answer.")
-@pass_context
-def export(context: Context, queue_id: int, name: str, corrected_only: bool) -> None:
-    """Save QUEUE_ID's prompts as a dataset of the team (ground truth or the corrected answers)."""
-    saved = context.client().export_queue(queue_id, {"name": name, "corrected_only": corrected_only})
-    context.emit(saved, lambda: _dataset_text(saved))
-    if saved["status"] != "valid":
-        sys.exit(EXIT_FAILED_OUTCOME)
 
 
 # -- import ---------------------------------------------------------------------------------------
