@@ -39,21 +39,24 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-SETTINGS = {  # env var → default
+from tasks_lib.lookup import warm_start  # noqa: E402  (after the path)
+
+SFT, RL = warm_start.SFT_SETTINGS, warm_start.RL_SETTINGS
+SETTINGS = {  # env var → default: the one-click demo's settings (tasks_lib/lookup/warm_start.py)
     "BENCH_TL_MODEL": "smollm2-135m-instruct",
-    "BENCH_TL_DEMOS": "48",  # training rows demonstrated (each becomes one conversation)
-    "BENCH_TL_VAL_ROWS": "50",
-    # The SFT measured to meet its goals in under 5 minutes on 2 cores (docs/sft.md#the-demos-numbers).
-    "BENCH_TL_SFT_STEPS": "12",
-    "BENCH_TL_SFT_BATCH": "4",
-    "BENCH_TL_SFT_LR": "1e-4",
+    "BENCH_TL_DEMOS": str(warm_start.DEMONSTRATED_ROWS),  # training rows demonstrated (one conversation each)
+    "BENCH_TL_VAL_ROWS": str(RL["data.val_max_samples"]),
+    "BENCH_TL_SFT_STEPS": str(SFT["trainer.total_steps"]),
+    "BENCH_TL_SFT_BATCH": str(SFT["trainer.batch_size"]),
+    "BENCH_TL_SFT_LR": str(SFT["optim.lr"]),
     # A lookup conversation is about 250 tokens: rows of 512 pack two, and the dense packed attention
     # mask costs memory and time in the square of this length on CPU.
-    "BENCH_TL_SFT_MAX_LENGTH": "512",
-    "BENCH_TL_RL_STEPS": "30",
+    "BENCH_TL_SFT_MAX_LENGTH": str(SFT["sft.max_length"]),
+    "BENCH_TL_RL_STEPS": str(RL["trainer.total_steps"]),
+    # 4 prompts of 4 samples a step (the demo samples 8 per prompt): half the rollouts on two cores.
     "BENCH_TL_RL_BATCH": "4",
     "BENCH_TL_RL_N": "4",
-    "BENCH_TL_RL_LR": "1e-6",
+    "BENCH_TL_RL_LR": str(RL["optim.lr"]),
     "BENCH_TL_THREADS": "2",
 }
 SFT_BUDGET_S = 300.0
@@ -110,8 +113,8 @@ def run_sft(fields: dict[str, Any], demos: Path, workdir: Path) -> tuple[Path, f
             "trainer.batch_size": int(setting("BENCH_TL_SFT_BATCH")),
             "optim.lr": float(setting("BENCH_TL_SFT_LR")),
             "sft.max_length": int(setting("BENCH_TL_SFT_MAX_LENGTH")),
-            "optim.micro_batch_size": 2,
-            "optim.warmup_steps": 3,
+            "optim.micro_batch_size": SFT["optim.micro_batch_size"],
+            "optim.warmup_steps": SFT["optim.warmup_steps"],
             "trainer.checkpoint_dir": str(workdir / "sft"),
         },
     )
@@ -152,11 +155,35 @@ def evaluate_greedy(fields: dict[str, Any], checkpoint: Path | None) -> dict[str
     return {"acc": result.metrics[EVAL_ACC], **tool_use_metrics(trajectories)}
 
 
+def step_lines() -> Any:
+    """A reporter printing one line per RL step (reward, tool use, seconds): a run of tens of minutes
+    on a shared machine shows how it goes before its figures."""
+    import logging
+
+    from trainer.contract import (
+        REWARD_MEAN,
+        TIMING_STEP_S,
+        TOOLS_CALL_RATE,
+        TOOLS_SUCCESS_RATE,
+        TOOLS_WELL_FORMED_RATE,
+    )
+    from trainer.report.reporters import ConsoleReporter, console_logger
+
+    if not console_logger.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("  %(message)s"))
+        console_logger.addHandler(handler)
+        console_logger.setLevel(logging.INFO)
+        console_logger.propagate = False
+    keys = (REWARD_MEAN, TOOLS_CALL_RATE, TOOLS_WELL_FORMED_RATE, TOOLS_SUCCESS_RATE, TIMING_STEP_S)
+    return ConsoleReporter(keys=keys)
+
+
 def run_rl(fields: dict[str, Any], train: Path, start: Path | None, workdir: Path) -> dict[str, Any]:
     from trainer.backends.torch.loop import train as train_rl
     from trainer.config import RunConfig
     from trainer.contract import TOOLS_CALL_RATE, TOOLS_WELL_FORMED_RATE, val_key
-    from trainer.report.reporters import MemoryReporter
+    from trainer.report.reporters import MemoryReporter, MultiReporter
 
     config = RunConfig.from_preset(
         "grpo",
@@ -172,9 +199,10 @@ def run_rl(fields: dict[str, Any], train: Path, start: Path | None, workdir: Pat
             "start_from.checkpoint": str(start) if start else None,
         },
     )
+    print(f"GRPO from {'the SFT checkpoint' if start else 'the model itself'}, step by step:", flush=True)
     reporter = MemoryReporter()
     started = time.perf_counter()
-    result = train_rl(config, reporter)
+    result = train_rl(config, MultiReporter([reporter, step_lines()]))
     steps = [metrics for _, metrics in reporter.metrics if TOOLS_CALL_RATE in metrics]
     formed = [m[TOOLS_WELL_FORMED_RATE] for m in steps if TOOLS_WELL_FORMED_RATE in m]
     return {

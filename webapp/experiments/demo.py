@@ -12,6 +12,8 @@ from typing import Any
 from django.db import transaction
 
 from tasks_lib import demonstrations
+from tasks_lib.lookup import warm_start
+from tasks_lib.lookup.warm_start import DEMONSTRATED_ROWS
 from trainer.config import RunConfig
 from webapp.accounts.models import Team
 from webapp.datasets.demonstrations import adopt, source_rows
@@ -32,17 +34,10 @@ TOOL_DEMO_RECIPE = "lookup"
 TOOL_DEMO_DATA = {"size": 500}
 SFT_DEMO_NAME = "Lookup demo 1/2: SFT on demonstrations (SmolLM2-135M)"
 RL_DEMO_NAME = "Lookup demo 2/2: GRPO from the SFT checkpoint (SmolLM2-135M)"
-DEMONSTRATED_ROWS = 48  # the training rows turned into demonstrations: one pass of the SFT below
-# A short SFT: what bench/bench_tool_learning.py runs (docs/sft.md#the-demos-numbers).
-SFT_SETTINGS = {
-    "trainer.total_steps": 12,
-    "trainer.batch_size": 4,
-    "optim.lr": 1e-4,
-    "optim.warmup_steps": 3,
-    "optim.micro_batch_size": 2,
-    "sft.max_length": 512,  # two lookup conversations per packed row
-}
-RL_SETTINGS = {"trainer.total_steps": 30, "trainer.val_every": 10, "data.val_max_samples": 50}
+# The settings bench/bench_tool_learning.py measures (docs/sft.md#the-demos-numbers); the demo also
+# validates every 10 steps, so its curve shows the rise.
+SFT_SETTINGS = warm_start.SFT_SETTINGS
+RL_SETTINGS = {**warm_start.RL_SETTINGS, "trainer.val_every": 10}
 
 
 def import_recipe(

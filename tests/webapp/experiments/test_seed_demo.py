@@ -6,8 +6,9 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
 
+from tasks_lib.lookup.warm_start import RL_SETTINGS, SFT_SETTINGS
 from tests.webapp.experiments.test_evaluations import FILES, saved_checkpoint
-from trainer.config import RunConfig
+from trainer.config import RunConfig, flatten_paths
 from webapp.accounts.models import Team
 from webapp.datasets.models import Dataset
 from webapp.experiments.demo import DEMONSTRATED_ROWS, RL_DEMO_NAME, start_demo
@@ -50,6 +51,8 @@ def test_the_dashboard_demo_fine_tunes_on_lookup_demonstrations_then_starts_grpo
     sft = start_demo(team, user)
     config = RunConfig.model_validate(sft.experiment.config)
     assert (sft.kind, config.task, config.sft.enabled) == (RunKind.SFT, "lookup", True)
+    # The short format warm start and the GRPO the bench measures (docs/sft.md#the-demos-numbers).
+    assert SFT_SETTINGS.items() <= flatten_paths(config.model_dump()).items()
     demos = Dataset.resolve(team, config.data.train_path)
     assert demos is not None and demos.holds_demonstrations and demos.stats["rows"] == DEMONSTRATED_ROWS
     assert not Experiment.objects.filter(team=team, name=RL_DEMO_NAME).exists()  # not before the SFT ends
@@ -62,6 +65,7 @@ def test_the_dashboard_demo_fine_tunes_on_lookup_demonstrations_then_starts_grpo
     rl_config = RunConfig.model_validate(run.config)
     assert (run.kind, run.started_from, run.started_from_step) == (RunKind.TRAINING, sft, 40)
     assert (rl_config.task, rl_config.sft.enabled, rl_config.trainer.total_steps) == ("lookup", False, 30)
+    assert RL_SETTINGS.items() <= flatten_paths(rl_config.model_dump()).items()
     train, val = (
         Dataset.resolve(team, path) for path in (rl_config.data.train_path, rl_config.data.val_path)
     )
