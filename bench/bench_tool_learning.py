@@ -5,7 +5,9 @@ The lookup task's answers exist only behind its tool (docs/recipes.md#lookup), s
 calls it scores about 0. This runs, on the torch backend in this process:
 
 1. demonstrations generated from the training rows by the recipe's rule against the real tool;
-2. SFT of the model on them (timed), then a greedy evaluation of its checkpoint on the validation rows;
+2. SFT of the model on them (timed), then a greedy evaluation of its checkpoint on the validation rows:
+   the demo's short SFT, which teaches the call's format and leaves the task to RL
+   (docs/sft.md#what-the-sft-teaches-and-what-it-leaves-to-rl);
 3. GRPO for ``BENCH_TL_RL_STEPS`` steps from that checkpoint (start_from), validated greedily at the end;
 4. the same GRPO from the model itself, without SFT.
 
