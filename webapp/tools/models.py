@@ -287,21 +287,9 @@ class TeamReward(CreatedRecord):
             secret = crypto.decrypt(self.secret_encrypted) if self.secret_encrypted else None
         except crypto.SecretUnreadable as exc:
             raise ToolUnavailable(f"reward {self.name!r}: {exc}") from None
-        return TeamRewardSpec(
-            name=self.name,
-            data_source=self.data_source,
-            kind=self.kind,  # type: ignore[arg-type]
-            rule=self.rule,  # type: ignore[arg-type]
-            tolerance=self.tolerance,
-            pattern=self.pattern,
-            format_pattern=self.format_pattern,
-            format_bonus=self.format_bonus,
-            url=self.url,
-            timeout_s=self.timeout_s,
-            retries=self.retries,
-            secret=secret,
-            secret_header=self.secret_header,
-        )
+        # The row's fields bear the wire's names; only the secret is stored otherwise (encrypted).
+        stored = {name: getattr(self, name) for name in TeamRewardSpec.model_fields if name != "secret"}
+        return TeamRewardSpec(**stored, secret=secret)
 
     def score(
         self, response: str, ground_truth: Any, extra_info: dict[str, Any]
