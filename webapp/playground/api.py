@@ -74,14 +74,8 @@ def start(request: HttpRequest, team_slug: str, body: PlaygroundIn) -> Any:
     400 names the field it refuses, also while the member's previous session still runs."""
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
     experiment = get_object_or_404(Experiment, pk=body.experiment, team=team)
-    ask = services.Ask(
-        choices=body.models,
-        prompt=body.prompt,
-        ground_truth=body.ground_truth,
-        split=body.split,
-        row_index=body.row_index,
-        tools=body.tools,
-    )
+    # The body is the Ask by its field names, less the experiment, with its models as the choices.
+    ask = services.Ask(choices=body.models, **body.model_dump(exclude={"experiment", "models"}))
     try:
         session = services.start(experiment, request.user, ask)
     except services.PlaygroundRefused as refused:
