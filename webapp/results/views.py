@@ -297,8 +297,14 @@ def run_curves(request: HttpRequest, team_slug: str, run_id: int) -> HttpRespons
     return _workspace_page(request, run.team, run.experiment, [run])
 
 
-def _workspace_page(request: HttpRequest, team: Team, experiment: Experiment | None, chosen: list[Run],
-                    *, groups_by_default: bool = False) -> HttpResponse:  # fmt: skip
+def _workspace_page(
+    request: HttpRequest,
+    team: Team,
+    experiment: Experiment | None,
+    chosen: list[Run],
+    *,
+    groups_by_default: bool = False,
+) -> HttpResponse:
     logged = _logged_keys(chosen)
     panels, is_default = _panels(request, team, experiment, chosen, logged)
     grouped = request.GET.get("groups", "1" if groups_by_default else "0") == "1"
@@ -336,8 +342,9 @@ def _logged_keys(chosen: list[Run]) -> list[str]:
     return sorted(set(MetricLatest.objects.filter(run__in=chosen).values_list("key__name", flat=True)))
 
 
-def _panels(request: HttpRequest, team: Team, experiment: Experiment | None, chosen: list[Run],
-            logged: list[str]) -> tuple[list[workspace.Panel], bool]:  # fmt: skip
+def _panels(
+    request: HttpRequest, team: Team, experiment: Experiment | None, chosen: list[Run], logged: list[str]
+) -> tuple[list[workspace.Panel], bool]:
     tasks = [run.experiment.task for run in chosen]
     return workspace.panels_for(request.user, team, experiment, tasks, logged)
 
