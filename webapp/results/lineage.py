@@ -44,15 +44,16 @@ def fork_origin(run: Run) -> dict[str, Any] | None:
 
 
 def continued_series(
-    run: Run, key: str, lo: int | None, hi: int | None, drawn: frozenset[int] = frozenset()
+    run: Run, key: str, lo: int | None, hi: int | None, drawn_runs: frozenset[int] = frozenset()
 ) -> dict[str, Any]:
     """The run's series of ``key`` drawn after its parents' (each up to its fork's step), on one step
-    axis, narrowed to [lo, hi] of that axis. The points of a parent in ``drawn`` (a run the chart draws
-    itself) and of its own parents are left out: the fork's line then starts where it leaves them."""
+    axis, narrowed to [lo, hi] of that axis. The points of a parent in ``drawn_runs`` (a run the
+    chart draws itself) and of its own parents are left out: the fork's line starts where it leaves
+    them."""
     merged = metrics_store.Series(run.pk, key)
     offset = 0
     chain = ancestry(run)
-    shown = [i for i, (parent, _) in enumerate(chain) if parent.pk in drawn]
+    shown = [i for i, (parent, _) in enumerate(chain) if parent.pk in drawn_runs]
     first_own = shown[-1] + 1 if shown else 0
     for i, (parent, until) in enumerate(chain):
         if i >= first_own:
