@@ -31,7 +31,7 @@ from trainer.report.http import HttpReporter
 from trainer.report.retry import RETRYABLE, PermanentHttpError
 from trainer.report.spool import SpoolingReporter
 from trainer.studio.client import Settings, StudioClient, StudioError
-from trainer.studio.run_folder import RunFolder, RunRecord, default_dir
+from trainer.studio.run_folder import RunFolder, RunRecord, default_dir, this_process
 from trainer.studio.sync import Opened, open_on_server, put_artifact, run_client
 from trainer.studio.trajectory import trajectory_wire
 
@@ -235,6 +235,7 @@ def init(
         job_type=job_type or "",
         tags=list(tags or []),
         config=dict(config or {}),
+        writer=this_process(),  # so `studio sync` can tell a script that died (docs/sdk.md#a-script-that-died)
     )
     folder = RunFolder(Path(dir or default_dir()) / f"run-{run_id}")
     client, opened = _open(record, chosen, mode or os.environ.get(MODE_ENV, "online"))

@@ -389,7 +389,8 @@ def curves_data(request: HttpRequest, team_slug: str) -> JsonResponse:
     if (
         request.GET.get("lineage") == "1"
     ):  # forks continue their parents' curves (docs/checkpoints.md#lineage)
-        series = [lineage.continued_series(run, key, lo, hi) for run in chosen for key in keys]
+        drawn = frozenset(run.pk for run in chosen)
+        series = [lineage.continued_series(run, key, lo, hi, drawn) for run in chosen for key in keys]
     else:
         series = [metrics_store.downsample(run.pk, key, lo, hi).as_dict() for run in chosen for key in keys]
     groups: dict[int, list[int]] = {}
@@ -404,6 +405,7 @@ def curves_data(request: HttpRequest, team_slug: str) -> JsonResponse:
             "samples_per_step": analytics.samples_per_step(run),
             "rollouts_url": reverse("rollouts_at", args=[team_slug, run.pk, 0]).removesuffix("0/"),
             "resumed_from": resume_markers(run),  # docs/resume.md#the-curve
+            "forked_from": lineage.fork_origin(run),  # docs/checkpoints.md#lineage
         }
         for run in chosen
     }
