@@ -141,10 +141,11 @@ def _metric_rows(columns: list[RunColumn], baseline: int) -> list[MetricRow]:
 
 
 def _generated_tokens(run_ids: list[int]) -> dict[int, float]:
+    """Each run's tokens generated over every step it logged: the key's total, kept as points arrive."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT p.run_id, sum(p.value) FROM results_metricpoint p JOIN results_metrickey k ON k.id = p.key_id "
-            "WHERE k.name = %s AND p.run_id = ANY(%s) AND p.value < 'Infinity' GROUP BY p.run_id",
+            "SELECT l.run_id, l.total FROM results_metriclatest l JOIN results_metrickey k ON k.id = l.key_id "
+            "WHERE k.name = %s AND l.run_id = ANY(%s) AND l.total IS NOT NULL",
             [PERF_GENERATED_TOKENS, run_ids],
         )
         return dict(cursor.fetchall())
