@@ -35,7 +35,7 @@ from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from trainer.backends import canonical_key
-from trainer.contract import BatchId, MetricPoint
+from trainer.contract import PERF_GENERATED_TOKENS, BatchId, MetricPoint
 from webapp.ingestion.models import SUMMARY_WIDTHS, IngestBatch, MetricKey
 
 # Display buckets per series; each gives its minimum and maximum, so at most 2x this many points.
@@ -132,6 +132,10 @@ def known_key_id(name: str) -> int | None:
             return None
         _key_cache[name] = found
     return _key_cache[name]
+
+
+def _totalled() -> list[int]:
+    return list(key_ids(TOTALLED).values())
 
 
 def forget_cached_keys() -> None:
@@ -234,7 +238,10 @@ def write_points(run_id: int, batch_id: str, points: Sequence[dict[str, Any]]) -
         hold_run(run_id)
         with connection.cursor() as cursor:
             _stage(cursor, copy_payload(run_id, cols))
-            cursor.execute(_STORE_STAGED, {"run": run_id, "levels": LEVELS, "widths": list(SUMMARY_WIDTHS)})
+            cursor.execute(
+                _STORE_STAGED,
+                {"run": run_id, "levels": LEVELS, "widths": list(SUMMARY_WIDTHS), "totalled": _totalled()},
+            )
             (stored,) = cursor.fetchone()
         return WriteResult(stored=stored, skipped=len(cols) - stored, keys=sorted({p["key"] for p in points}))
 
@@ -259,8 +266,14 @@ def _stage(cursor: Any, payload: bytes) -> None:
         copy.write(payload)
 
 
-# A key's total over the rows at hand (NULL without a value to add): NaN and +Infinity left out.
-_TOTAL = "sum(value) FILTER (WHERE value < 'Infinity') OVER (PARTITION BY key_id)"
+# The keys whose running total is kept beside their latest value: counts a page sums over every step
+# (docs/runs-and-curves.md#compare-runs). Counts are whole numbers, so their total is exact whatever
+# the order the points arrived in, and a rebuild finds the same.
+TOTALLED = (PERF_GENERATED_TOKENS,)
+# A totalled key's total over the rows at hand (NULL without a value to add): NaN and +Infinity left out.
+_TOTAL = (
+    "sum(value) FILTER (WHERE value < 'Infinity' AND key_id = ANY(%(totalled)s)) OVER (PARTITION BY key_id)"
+)
 _NEWER = "EXCLUDED.step >= results_metriclatest.step"
 
 # ``new``: the staged points not stored before. DISTINCT ON: a batch may repeat a (key, step); the
@@ -341,8 +354,8 @@ def rebuild_summaries(run_id: int) -> None:
         cursor.execute(
             "INSERT INTO results_metriclatest (run_id, key_id, step, value, ts, total) "
             f"SELECT DISTINCT ON (key_id) run_id, key_id, step, value, ts, {_TOTAL} FROM results_metricpoint "
-            "WHERE run_id = %s ORDER BY key_id, step DESC",
-            [run_id],
+            "WHERE run_id = %(run)s ORDER BY key_id, step DESC",
+            {"run": run_id, "totalled": _totalled()},
         )
 
 

@@ -88,8 +88,9 @@ class MetricLatest(models.Model):
     step = models.IntegerField()
     value = models.FloatField()
     ts = models.FloatField()
-    # The sum of the key's values over every step, NaN and +Infinity left out (None: no such value),
-    # kept as points arrive: a run's generated tokens are read from one row, not from every point.
+    # For the keys metrics_store.TOTALLED (generated tokens), the sum of the key's values over every
+    # step, NaN and +Infinity left out, kept as points arrive: a run's generated tokens are read from
+    # one row, not from every point. None for other keys, or without such a value.
     total = models.FloatField(null=True)
 
     class Meta:

@@ -48,9 +48,10 @@ def _fill(where: str, params: dict[str, Any]) -> None:
 
 def refresh_steps(run_id: int, steps: Iterable[int]) -> None:
     """Recompute the run's rows of these training steps from their trajectories now."""
-    params = {"run": run_id, "steps": sorted(set(steps))}
-    if not params["steps"]:
+    chosen = sorted(set(steps))
+    if not chosen:
         return
+    params: dict[str, Any] = {"run": run_id, "steps": chosen}
     with connection.cursor() as cursor:
         cursor.execute(
             f"DELETE FROM {_TABLE} WHERE run_id = %(run)s AND training_step = ANY(%(steps)s)", params

@@ -138,6 +138,7 @@ def test_a_keys_total_sums_its_stored_points_and_the_compare_reads_it(run: Run) 
     metrics_store.write_points(other.pk, "m1", _points(tokens, {0: math.nan}))
     latest = MetricLatest.objects.get(run=run, key__name=tokens)
     assert latest.total == _direct_total(run) == 775 and (latest.step, latest.value) == (9, 50)
+    assert MetricLatest.objects.get(run=run, key__name=REWARD_MEAN).total is None  # no count: no total
     compared = run_compare.compare([run, other])
     assert [column.tokens for column in compared.columns] == [775, None]  # no number: none shown
 
