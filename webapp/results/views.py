@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 from trainer.contract import INT4_MAX
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
-from webapp.experiments.access import get_experiment_for_user, get_run_for_user
+from webapp.experiments.access import get_experiment_for_user, get_run_for_user, get_runs_for_user
 from webapp.experiments.models import ACTIVE, TERMINAL, Experiment, Run, RunStatus
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps
 from webapp.ingestion import metrics_store
@@ -215,7 +215,7 @@ def runs_compare(request: HttpRequest, team_slug: str) -> HttpResponse:
     """Two to eight runs side by side (docs/runs-and-curves.md#compare-runs); more is refused."""
     team = get_team_for_user(request, team_slug)
     ids = list(dict.fromkeys(_int_list(request.GET.getlist("run"))))
-    chosen = [get_run_for_user(request, team_slug, pk) for pk in ids[: run_compare.MAX_RUNS]]
+    chosen = get_runs_for_user(request, team_slug, ids[: run_compare.MAX_RUNS])
     context: dict[str, Any] = {"team": team, "chosen": chosen, "max_runs": run_compare.MAX_RUNS}
     try:
         run_compare.check_count(len(ids))
