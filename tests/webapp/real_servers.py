@@ -133,8 +133,13 @@ class StandalonePostgres:
             shutil.chown(self.root, user)
             _let_others_traverse(self.root)
         initdb = [str(postgres_bin_dir() / "initdb"), "-D", str(self.root / "data"), "-U", "postgres"]
-        subprocess.run([*initdb, "--auth=trust", "--encoding=UTF8", "--locale=C"], check=True, user=user,
-                       stdout=subprocess.DEVNULL, env=self.env)  # fmt: skip
+        subprocess.run(
+            [*initdb, "--auth=trust", "--encoding=UTF8", "--locale=C"],
+            check=True,
+            user=user,
+            stdout=subprocess.DEVNULL,
+            env=self.env,
+        )
         self.start()
         createdb = [
             str(postgres_bin_dir() / "createdb"),
@@ -155,8 +160,12 @@ class StandalonePostgres:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [str(postgres_bin_dir() / "postgres"), "-D", str(self.root / "data"), *options],
-                stdout=out, stderr=subprocess.STDOUT, user=self._user(), env=self.env, start_new_session=True,
-            )  # fmt: skip
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                user=self._user(),
+                env=self.env,
+                start_new_session=True,
+            )
         self.log.chmod(0o666)
         ready = [str(postgres_bin_dir() / "pg_isready"), "-q", "-h", LOOPBACK, "-p", str(self.port)]
         assert self.proc is not None

@@ -58,10 +58,10 @@ from webapp.ingestion.models import MetricPoint, Trajectory
 
 pytestmark = [pytest.mark.real_servers, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
-# Left out of the product's environment: the suite's own servers and the test runner's settings.
 # What each trainer process of a run logs once, as it starts (trainer/cli.py).
 ONE_PER_TRAINER = "dataset downloaded into"
 RESTART_STEPS = 40  # the run Postgres restarts under: long enough to be reporting when it stops
+# Left out of the product's environment: the suite's own servers and the test runner's settings.
 SUITE_ONLY = ("DATABASE_URL", "REDIS_URL", "STUDIO_VAR_DIR", "STUDIO_PUBLIC_URL", "DJANGO_ALLOW_ASYNC_UNSAFE")
 
 SETUP = """
@@ -100,9 +100,6 @@ class Tier:
         return httpx.Client(
             base_url=f"{self.web_urls[server]}/api/t/{self.team}", headers=headers, timeout=60
         )
-
-    def process(self, name: str) -> ProductProcess:
-        return next(process for process in self.processes if process.name == name)
 
     @property
     def workers(self) -> list[ProductProcess]:
@@ -188,8 +185,15 @@ def _ready(process: ProductProcess) -> bool:
 
 def _setup(env: dict[str, str], root: Path, pgid: int) -> dict[str, Any]:
     code = SETUP.format(folder=str(root / "recipe"), pgid=pgid)
-    done = subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=env,
-                          capture_output=True, text=True, check=False, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -209,8 +213,9 @@ def tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tier]:
         valkey.start()
         env = {**_product_env(root, postgres, valkey), TIER_MARK: str(root)}
         with (root / "prepare.log").open("wb") as log:
-            subprocess.run(PREPARE, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                           check=True, timeout=300)  # fmt: skip
+            subprocess.run(
+                PREPARE, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=300
+            )
         ports = [free_port(), free_port()]
         made.web_urls = [f"http://{LOOPBACK}:{port}" for port in ports]
         made.processes = product_processes(root, env, ports, WORKER_HOOKS)
@@ -335,8 +340,10 @@ def test_a_postgres_restart_while_a_run_reports_loses_no_point(tier: Tier, relau
     points = MetricPoint._meta.db_table
     keys, gaps = tier.sql(
         f"SELECT count(*), count(*) FILTER (WHERE points <> %s) FROM (SELECT count(*) AS points FROM {points} "
-        "WHERE run_id = %s GROUP BY key_id HAVING min(step) = 1) AS per_step_keys", RESTART_STEPS, run_id
-    )  # fmt: skip
+        "WHERE run_id = %s GROUP BY key_id HAVING min(step) = 1) AS per_step_keys",
+        RESTART_STEPS,
+        run_id,
+    )
     assert keys > 1 and gaps == 0
     config = tier.experiment(relaunched.experiment)["config"]
     per_step = config["trainer"]["batch_size"] * config["rollout"]["n"]
@@ -361,6 +368,9 @@ def test_the_reaper_runs_one_pass_at_a_time_over_two_workers(tier: Tier) -> None
     poll_until(lambda: _overlapped(tier) or (len(_reaper_steps(tier)) >= 6 and _skipped_ticks(tier) >= 1))
     assert not _overlapped(tier), _reaper_steps(tier)  # no step of a pass ever ran beside another
     assert _skipped_ticks(tier) >= 1  # the tick that met a pass in progress found its lock held
+
+
+def test_every_server_and_process_of_the_tier_listens_on_loopback_only(tier: Tier) -> None:
     assert listening_addresses(str(tier.root)) == {LOOPBACK}
 
 
