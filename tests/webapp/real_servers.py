@@ -25,19 +25,16 @@ from pathlib import Path
 
 import psutil
 
-from tests.webapp.conftest import ROOT
 from tests.xdist_workers import free_port
 from webapp.embedded import EmbeddedPostgres
 from webapp.roles import role_command
 
+ROOT = Path(__file__).resolve().parents[2]
 TIER_MARK = "STUDIO_TEST_REAL_SERVERS"
-PREPARE = role_command("prepare")
+PREPARE = role_command("prepare")  # once, before the web servers start, as compose's prepare service
 # The tier's workers load its test hooks: a fault that kills the worker taking one armed launch, and
 # the reaper's meter (tests/webapp/experiments/worker_faults.py, tests/webapp/reaper_meter.py).
-WORKER_HOOKS = [
-    "--include",
-    "tests.webapp.experiments.worker_faults,tests.webapp.reaper_meter",
-]  # run once, before the web servers start, as compose's prepare service
+WORKER_HOOKS = ["--include", "tests.webapp.experiments.worker_faults,tests.webapp.reaper_meter"]
 LOOPBACK = "127.0.0.1"
 STOP_TIMEOUT_S = 20
 
