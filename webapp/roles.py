@@ -16,7 +16,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-ROLES = ("prepare", "web", "worker", "beat")
+# Each role and what it does, as `python -m webapp.supervisor --help` says it.
+ROLES = {
+    "prepare": "migrate the database and create the first admin, then exit",
+    "web": "run a web server (gunicorn)",
+    "worker": "run a Celery worker",
+    "beat": "run Celery beat (one per deployment)",
+}
 PROGRAM_ROLES = ("web", "worker", "beat")  # a long-running program each; prepare runs and ends
 SUPERVISOR_MODULE = "webapp.supervisor"
 WORKER_CONCURRENCY = 2

@@ -227,14 +227,8 @@ def parser() -> argparse.ArgumentParser:
         "test", help="run pytest against embedded services (`test -- -n 2 tests` passes options on)"
     )
     test_parser.add_argument("pytest_args", nargs=argparse.REMAINDER)
-    roles = {
-        "prepare": "migrate the database and create the first admin, then exit",
-        "web": "run a web server (gunicorn)",
-        "worker": "run a Celery worker",
-        "beat": "run Celery beat (one per deployment)",
-    }
-    for role in ROLES:
-        role_parser = commands.add_parser(role, help=roles[role])
+    for role, what in ROLES.items():
+        role_parser = commands.add_parser(role, help=what)
         if role in PROGRAM_ROLES:
             role_parser.add_argument(
                 "passed_on", nargs=argparse.REMAINDER, help="-- then options for the program"
