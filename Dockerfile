@@ -21,4 +21,4 @@ USER studio
 ENV STUDIO_VAR_DIR=/var/lib/studio
 EXPOSE 8000
 # Threaded workers and their timeouts: webapp/gunicorn_conf.py (docs/reliability.md#web-tier).
-CMD ["gunicorn", "-c", "python:webapp.gunicorn_conf", "--bind", "0.0.0.0:8000", "--workers", "3"]
+CMD ["python", "-m", "webapp.supervisor", "web", "--bind", "0.0.0.0:8000", "--workers", "3"]

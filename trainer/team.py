@@ -44,7 +44,12 @@ def build_tool(spec: TeamToolSpec, policy: OutboundPolicy | None) -> type[BaseTo
             ) from exc
         # The registered schema is the contract shown in the UI and checked on every call.
         return type(f"TeamTool_{spec.name}", (base,), attrs)
-    http = HttpToolSpec(
+    return type(f"TeamTool_{spec.name}", (HttpTool,), {**attrs, "spec": http_tool_spec(spec, policy)})
+
+
+def http_tool_spec(spec: TeamToolSpec, policy: OutboundPolicy | None) -> HttpToolSpec:
+    """What calls a team HTTP tool's endpoint, from the tool as the run receives it."""
+    return HttpToolSpec(
         name=spec.name,
         description=spec.description,
         parameters=dict(spec.parameters),
@@ -55,7 +60,6 @@ def build_tool(spec: TeamToolSpec, policy: OutboundPolicy | None) -> type[BaseTo
         secret_header=spec.secret_header,
         policy=policy,
     )
-    return type(f"TeamTool_{spec.name}", (HttpTool,), {**attrs, "spec": http})
 
 
 def outbound_policy(specs: RunSpecs) -> OutboundPolicy:

@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Any
 
+import tenacity
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
@@ -68,9 +69,16 @@ def forget_last_ping() -> None:
         _last_ping = None
 
 
+# After the broker restarts, the first ping goes out on a pooled connection the broker closed ("Connection
+# closed by server."); the pool drops it, so one more try on a fresh connection says whether workers answer.
+@tenacity.retry(stop=tenacity.stop_after_attempt(2), reraise=True)
+def _ping(expected: int | None) -> list[dict[str, Any]]:
+    return celery_app.control.ping(timeout=PING_TIMEOUT_S, limit=expected) or []
+
+
 def _ping_workers(expected: int | None) -> dict[str, Any]:
     try:
-        replies = celery_app.control.ping(timeout=PING_TIMEOUT_S, limit=expected) or []
+        replies = _ping(expected)
     except Exception as exc:
         return {"ok": False, "count": 0, "error": str(exc).strip()}
     names = sorted(name for reply in replies for name in reply)

@@ -7,6 +7,9 @@ SIGINT/SIGTERM, or when one keeps dying, all of them stop.
 
 ``python -m webapp.supervisor test [PYTEST ARGS]`` starts throwaway embedded services (unless
 DATABASE_URL / REDIS_URL are given) and runs pytest against them.
+
+``python -m webapp.supervisor prepare|web|worker|beat`` runs one of the product's processes
+(webapp/roles.py), as `run` starts them and as docker-compose.yml's services do.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from webapp.embedded import ServiceError, embedded_services, free_port, process_alive, require_free_port
+from webapp.roles import PROGRAM_ROLES, ROLES, program_argv, role_command
 from webapp.service_watch import STOP_TIMEOUT_S, Command, ServiceWatch, Watched, stop_commands
 
 logger = logging.getLogger("studio")
@@ -75,25 +80,29 @@ def _manage(env: dict[str, str], *args: str) -> None:
         raise StartupError(f"`manage.py {' '.join(args)}` failed with exit code {result.returncode}")
 
 
+def _prepare(env: dict[str, str]) -> None:
+    if subprocess.run(role_command("prepare"), env=env, cwd=ROOT, check=False).returncode != 0:
+        raise StartupError("preparing the database (`python -m webapp.supervisor prepare`) failed")
+
+
 def web_command(port: int, workers: int | None = None) -> list[str]:
     """The web server as `make run` starts it: gunicorn with webapp/gunicorn_conf.py's settings."""
-    argv = [
-        str(Path(PYTHON).parent / "gunicorn"),
-        "-c",
-        "python:webapp.gunicorn_conf",
-        "--bind",
-        f"127.0.0.1:{port}",
+    return program_argv("web", bind=f"127.0.0.1:{port}", workers=workers)
+
+
+# The children `run` supervises, as /healthz names them, and the role each runs (webapp/roles.py).
+CHILD_ROLES = {"web server": "web", "Celery worker": "worker", "Celery beat": "beat"}
+
+
+def _commands(env: dict[str, str], port: int, web_workers: int | None) -> list[Command]:
+    options: dict[str, dict[str, Any]] = {
+        "web": {"bind": f"127.0.0.1:{port}", "workers": web_workers},
+        "worker": {"name": f"worker-{port}"},
+    }
+    return [
+        Command(what, role_command(role, **options.get(role, {})), env, ROOT)
+        for what, role in CHILD_ROLES.items()
     ]
-    return argv if workers is None else [*argv, "--workers", str(workers)]
-
-
-def _commands(env: dict[str, str], port: int, web_workers: int | None, var_dir: Path) -> list[Command]:
-    celery = [str(Path(PYTHON).parent / "celery"), "-A", "webapp"]
-    worker = ["worker", "--loglevel", "INFO", "--concurrency", "2", "--hostname", f"worker-{port}@%h"]
-    beat = ["beat", "--loglevel", "INFO", "--schedule", str(var_dir / "celerybeat-schedule"), "--pidfile", ""]
-    argvs = {"web server": web_command(port, web_workers), "Celery worker": [*celery, *worker],
-             "Celery beat": [*celery, *beat]}  # fmt: skip
-    return [Command(what, argv, env, ROOT) for what, argv in argvs.items()]
 
 
 def _supervise(
@@ -101,7 +110,7 @@ def _supervise(
 ) -> int:
     """Run web, worker and beat beside the embedded servers until a signal stops us, restarting any
     child that dies (webapp/service_watch.py); 1 when one died too often and everything stopped."""
-    commands = _commands(env, port, web_workers, var_dir)
+    commands = _commands(env, port, web_workers)
     for command in commands:
         command.start()
     watch = ServiceWatch([*embedded, *commands], on_give_up=lambda reason: None, status_dir=var_dir)
@@ -135,8 +144,7 @@ def run(args: argparse.Namespace) -> int:
             need_valkey="REDIS_URL" not in os.environ,
         ) as urls:
             env = {**os.environ, **urls, "DJANGO_SETTINGS_MODULE": "webapp.settings", "PYTHONUNBUFFERED": "1"}
-            _manage(env, "migrate", "--noinput")
-            _manage(env, "ensure_admin")
+            _prepare(env)
             _manage(env, "seed_demo")
             return _supervise(env, port, args.web_workers, var_dir, urls.services)
     finally:
@@ -174,14 +182,41 @@ def test(args: argparse.Namespace) -> int:
 
 def pytest_args(given: list[str]) -> list[str]:
     """argparse cannot take a remainder that starts with an option (`test -n 2 ...`) unless it
-    follows `--`, which it keeps; pytest must not see it."""
+    follows `--`, which it keeps; pytest (or a role's program) must not see it."""
     return given[1:] if given[:1] == ["--"] else given
 
 
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s studio: %(message)s", datefmt="%H:%M:%S")
-    parser = argparse.ArgumentParser(prog="python -m webapp.supervisor")
-    commands = parser.add_subparsers(dest="command", required=True)
+def prepare(args: argparse.Namespace) -> int:
+    """The prepare role: migrate the database, then create the first admin when there is none."""
+    _load_settings()
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", interactive=False)
+    call_command("ensure_admin")
+    return 0
+
+
+def role_options(args: argparse.Namespace) -> dict[str, Any]:
+    """A role's options from its parsed command line, as webapp/roles.py's functions take them."""
+    options = {key: value for key, value in vars(args).items() if key in ("bind", "workers", "name")}
+    if args.command in PROGRAM_ROLES:
+        options["passed_on"] = pytest_args(args.passed_on)
+    return options
+
+
+def run_role(args: argparse.Namespace) -> int:
+    """A long-running role: its program (webapp/roles.py) replaces this process, keeping its pid."""
+    argv = program_argv(args.command, **role_options(args))
+    os.execv(argv[0], argv)
+    return 0  # not reached: execv returns only by raising
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line; docker-compose.yml's services are parsed with it too (tests/webapp/test_compose.py)."""
+    parsed = argparse.ArgumentParser(prog="python -m webapp.supervisor")
+    commands = parsed.add_subparsers(dest="command", required=True)
     run_parser = commands.add_parser(
         "run", help="run the product (web, worker, beat; embedded services if needed)"
     )
@@ -192,10 +227,30 @@ def main(argv: list[str] | None = None) -> int:
         "test", help="run pytest against embedded services (`test -- -n 2 tests` passes options on)"
     )
     test_parser.add_argument("pytest_args", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
+    for role, what in ROLES.items():
+        role_parser = commands.add_parser(role, help=what)
+        if role in PROGRAM_ROLES:
+            role_parser.add_argument(
+                "passed_on", nargs=argparse.REMAINDER, help="-- then options for the program"
+            )
+    commands.choices["web"].add_argument("--bind", default="", help="HOST:PORT (default: 127.0.0.1:PORT)")
+    commands.choices["web"].add_argument(
+        "--workers", type=int, help="processes (default: STUDIO_WEB_WORKERS)"
+    )
+    commands.choices["worker"].add_argument(
+        "--name", default="", help="Celery node name, one per worker of a host"
+    )
+    return parsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s studio: %(message)s", datefmt="%H:%M:%S")
+    args = parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
-        return run(args) if args.command == "run" else test(args)
+        if args.command in PROGRAM_ROLES:
+            return run_role(args)
+        return {"run": run, "test": test, "prepare": prepare}[args.command](args)
     except (StartupError, ServiceError) as exc:
         logger.error("%s", exc)
         return 2

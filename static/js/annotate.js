@@ -1,7 +1,8 @@
 // Keyboard-first labelling on the trajectory page (docs/annotations.md#keys): j / k mark the next or
 // previous item (the whole trajectory, then each step), a label's key puts that label on the marked
-// item, n opens the next item of the review queue. Each form is saved with fetch; without this
-// script the same forms post and reload the page.
+// item, n opens the next item of the review queue. Each form is saved with fetch and the item's labels
+// are swapped for the ones the server sends back; without this script the same forms post and reload
+// the page.
 (function () {
   "use strict";
 
@@ -30,6 +31,16 @@
     if (queueBar && queueBar.dataset.next) window.location.assign(queueBar.dataset.next);
   }
 
+  // The server renders the item's labels and notes after the save; swapping them in shows the new
+  // badge at once, no reload needed.
+  function showGiven(item, html) {
+    var given = item.querySelector(".given-annotations");
+    if (!given || typeof html !== "string") return;
+    var fresh = document.createElement("template");
+    fresh.innerHTML = html.trim();
+    given.replaceWith(fresh.content);
+  }
+
   function save(form) {
     var status = form.querySelector(".annotate-status");
     status.textContent = "saving…";
@@ -40,8 +51,10 @@
       credentials: "same-origin",
     }).then(function (response) {
       return response.json().then(function (body) {
+        var item = form.closest("[data-review-item]");
         status.textContent = response.ok ? "saved" + (body.label ? ": " + body.label : "") : "not saved: " + body.error;
-        form.closest("[data-review-item]").classList.toggle("labelled", response.ok && !!body.label);
+        item.classList.toggle("labelled", response.ok && !!body.label);
+        if (response.ok) showGiven(item, body.given);
         return response.ok;
       });
     }).catch(function () {

@@ -37,36 +37,55 @@
     return series.step;
   }
 
+  function axisX(step, run, axis) { return axis === "samples" ? step * run.samples_per_step : step; }
+
   // Where each drawn run was resumed (docs/resume.md#the-curve): the x of every resume step, with the
   // run's colour; none on the time axis, where the attempts follow one another anyway.
   function resumeMarks(built, runs) {
     if (built.view.axis === "time") return [];
     return built.items.filter((item) => item.kind === "run").flatMap((item) =>
       (runs[item.run].resumed_from || []).map((step) => ({
-        x: built.view.axis === "samples" ? step * runs[item.run].samples_per_step : step, color: item.color })));
+        x: axisX(step, runs[item.run], built.view.axis), color: item.color, text: "resumed" })));
   }
 
-  // A dashed vertical line and "resumed" at each mark, drawn over the plot after the series.
-  function drawResumeMarks(u, marks) {
+  // Where each drawn fork leaves its parent (docs/checkpoints.md#lineage): only when forks continue
+  // their parents' curves, the one view where the fork's own steps begin after the parent's step S.
+  function forkMarks(built, runs) {
+    if (built.view.axis === "time") return [];
+    return built.items.filter((item) => item.kind === "run" && runs[item.run].forked_from && item.series.forked_at > 0)
+      .map((item) => {
+        const origin = runs[item.run].forked_from;
+        return { x: axisX(item.series.forked_at, runs[item.run], built.view.axis), color: item.color,
+          text: "forked from " + origin.name + " step " + origin.step };
+      });
+  }
+
+  // A dashed vertical line and its text at each mark, drawn over the plot after the series. The
+  // panel's data-marks lists the texts drawn, as the canvas does not say them.
+  function drawMarks(u, marks) {
     const ctx = u.ctx;
-    marks.forEach((mark) => {
+    const dpr = window.devicePixelRatio || 1;
+    const shown = marks.filter((mark) => {
       const x = Math.round(u.valToPos(mark.x, "x", true));
-      if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) return;
+      return x >= u.bbox.left && x <= u.bbox.left + u.bbox.width;
+    });
+    u.root.closest("figure").dataset.marks = shown.map((mark) => mark.text).join(" | ");
+    shown.forEach((mark) => {
+      const x = Math.round(u.valToPos(mark.x, "x", true));
       ctx.save();
       ctx.strokeStyle = mark.color;
       ctx.fillStyle = mark.color;
       ctx.setLineDash([4, 4]);
-      ctx.lineWidth = window.devicePixelRatio || 1;
+      ctx.lineWidth = dpr;
       ctx.beginPath();
       ctx.moveTo(x, u.bbox.top);
       ctx.lineTo(x, u.bbox.top + u.bbox.height);
       ctx.stroke();
-      const dpr = window.devicePixelRatio || 1;
       ctx.font = Math.round(10 * dpr) + "px sans-serif";
-      // Left of the line near the right edge, so the label is never cut off.
-      const nearRight = x > u.bbox.left + u.bbox.width - 60 * dpr;
+      // Left of the line when the text would pass the right edge, so it is never cut off.
+      const nearRight = x + ctx.measureText(mark.text).width + 6 * dpr > u.bbox.left + u.bbox.width;
       ctx.textAlign = nearRight ? "right" : "left";
-      ctx.fillText("resumed", nearRight ? x - 3 * dpr : x + 3 * dpr, u.bbox.top + 12 * dpr);
+      ctx.fillText(mark.text, nearRight ? x - 3 * dpr : x + 3 * dpr, u.bbox.top + 12 * dpr);
       ctx.restore();
     });
   }
@@ -304,7 +323,10 @@
         },
         hooks: {
           // u._studio is set once the constructor returned; its first draw happens inside it
-          draw: [(u) => drawResumeMarks(u, resumeMarks(u._studio || built, state.payload.runs))],
+          draw: [(u) => {
+            const shown = u._studio || built, runs = state.payload.runs;
+            drawMarks(u, resumeMarks(shown, runs).concat(forkMarks(shown, runs)));
+          }],
           setSelect: [(u) => {
             if (u.select.width > 2) {
               const min = u.posToVal(u.select.left, "x"), max = u.posToVal(u.select.left + u.select.width, "x");

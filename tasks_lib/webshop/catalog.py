@@ -36,14 +36,9 @@ class Product:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "asin": self.asin,
-            "title": self.title,
-            "category": self.category,
-            "department": self.department,
+            **dataclasses.asdict(self),
             "attributes": list(self.attributes),
             "options": {name: list(values) for name, values in self.options.items()},
-            "price": self.price,
-            "description": self.description,
         }
 
     @classmethod
@@ -77,13 +72,9 @@ class Goal:
     def to_json(self) -> dict[str, Any]:
         """Parquet-friendly: options as a list of {name, value} so every row shares one schema."""
         return {
-            "asin": self.asin,
-            "category": self.category,
-            "department": self.department,
+            **dataclasses.asdict(self),
             "attributes": list(self.attributes),
             "options": [{"name": name, "value": value} for name, value in self.options.items()],
-            "price_upper": self.price_upper,
-            "instruction": self.instruction,
         }
 
     @classmethod

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import yaml
 
 import webapp.settings  # noqa: F401 - importing it records every variable it reads
+from tests.webapp.real_servers import PREPARE, WORKER_HOOKS, product_processes
 from webapp.env import KNOWN_VARS
+from webapp.roles import ROLES, role_command
+from webapp.supervisor import parser, role_options
 
 ROOT = Path(__file__).resolve().parents[2]
 OUR_SERVICES = {"web", "worker", "beat"}  # built from our Dockerfile and configured by our settings
@@ -52,3 +56,22 @@ def test_published_ports_are_on_loopback() -> None:
     for name, service in compose()["services"].items():
         for port in service.get("ports", []):
             assert port.startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+
+
+def _role_of(argv: list[str], python: str) -> str:
+    """The role a command line runs; it must be exactly what webapp/roles.py writes for that role."""
+    args = parser().parse_args(argv[3:])
+    assert argv == role_command(args.command, python=python, **role_options(args)), argv
+    return str(args.command)
+
+
+def test_our_services_run_the_commands_the_real_servers_tier_runs(tmp_path: Path) -> None:
+    services = compose()["services"]
+    compose_roles = {
+        name: _role_of(services[name]["command"], "python") for name in (*OUR_SERVICES, "prepare")
+    }
+    assert all(name == role for name, role in compose_roles.items())
+    tier = [PREPARE, *(process.argv for process in product_processes(tmp_path, {}, [1, 2], WORKER_HOOKS))]
+    tier_roles = [_role_of(argv, sys.executable) for argv in tier]
+    assert tier_roles == ["prepare", "web", "web", "worker", "worker", "beat"]
+    assert set(tier_roles) == set(compose_roles.values()) == set(ROLES)

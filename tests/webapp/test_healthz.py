@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import psutil
 import pytest
+import redis
 
 from tests.xdist_workers import free_port
 from webapp.celery import app as celery_app
@@ -60,3 +62,30 @@ def test_probes_in_a_row_share_one_worker_ping(
     settings.HEALTH_PING_CACHE_S = 0  # the kept answer is out of date from here on
     assert client.get("/healthz").json()["workers"]["ok"]
     assert pings == [None, bodies[0]["workers"]["count"]]  # later ones stop once as many answered
+
+
+@pytest.mark.slow
+def test_a_probe_after_the_broker_dropped_its_connections_still_finds_the_worker(
+    client: Any, start_worker: Any, settings: Any
+) -> None:
+    start_worker()
+    assert client.get("/healthz").json()["workers"]["ok"]  # the ping's connection is now pooled
+    _broker_closes_this_process_connections(settings.CELERY_BROKER_URL)  # as a broker restart does
+    forget_last_ping()
+    body = client.get("/healthz").json()
+    assert body["status"] == "ok", body
+
+
+def _broker_closes_this_process_connections(broker_url: str) -> None:
+    """CLIENT KILL of every connection this process holds to the broker; other processes keep theirs."""
+    broker = redis.Redis.from_url(broker_url)
+    port = broker.connection_pool.connection_kwargs["port"]
+    mine = {
+        f"{conn.laddr.ip}:{conn.laddr.port}"
+        for conn in psutil.Process().net_connections(kind="tcp")
+        if conn.raddr and conn.raddr.port == port
+    }
+    for client in broker.client_list():
+        if client["addr"] in mine:
+            broker.client_kill(client["addr"])
+    broker.close()

@@ -133,6 +133,7 @@ class SpoolingReporter(Reporter):
         max_log_chars: int = 64_000,
         max_trajectories_per_batch: int = 32,
         include_token_ids: bool = False,
+        max_wait_s: float | None = None,
     ) -> None:
         self.spool_dir = Path(spool_dir)
         self.rejected_dir = self.spool_dir / REJECTED
@@ -141,6 +142,8 @@ class SpoolingReporter(Reporter):
         self.max_log_chars = max_log_chars
         self.max_trajectories_per_batch = max_trajectories_per_batch
         self.include_token_ids = include_token_ids
+        # With no sender thread to cut on a timer (offline), a log call cuts what has waited this long.
+        self.max_wait_s = max_wait_s
         self._lock = threading.Lock()
         self.rejected = 0  # batches the server refused (4xx) and trajectories the contract refused
         self._points: list[Point] = []
@@ -172,6 +175,8 @@ class SpoolingReporter(Reporter):
             full = len(self._points) >= self.max_batch_points
             if full:
                 self._cut_metrics_locked()
+            elif self._waited_too_long_locked():
+                self._cut_all_locked()
         if full:
             self._spooled()
 
@@ -250,6 +255,12 @@ class SpoolingReporter(Reporter):
     def _mark_buffered_locked(self) -> None:
         if self._buffered_since is None:
             self._buffered_since = time.monotonic()
+
+    def _waited_too_long_locked(self) -> bool:
+        since = self._buffered_since
+        return (
+            self.max_wait_s is not None and since is not None and time.monotonic() - since >= self.max_wait_s
+        )
 
     def _cut_all_locked(self) -> None:
         self._cut_metrics_locked()

@@ -1,7 +1,7 @@
 """A run's local folder, which the SDK writes and ``studio sync`` reads (docs/sdk.md#the-run-folder):
 
 - ``run.json``: what the script said about the run (project, name, config, tags, summary, ...),
-  whether it finished, and the server's run once one was opened;
+  the process writing it, whether it finished, and the server's run once one was opened;
 - ``spool/``: its reports, in the trainer's spool format (trainer/report/spool.py);
 - ``artifacts/``: copies of the files ``log_artifact`` was given.
 """
@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 DIR_ENV = "STUDIO_DIR"  # where the SDK puts run folders
 DEFAULT_DIR = "studio-runs"
@@ -37,8 +40,11 @@ class RunRecord:
     summary: dict[str, Any] = field(default_factory=dict)
     # The server's run once opened: {"url", "team", "run_id", "experiment_id", "mlflow_run_id"}.
     server: dict[str, Any] = field(default_factory=dict)
+    # The process logging the run: {"host", "pid", "started"} (this_process); empty in older folders.
+    writer: dict[str, Any] = field(default_factory=dict)
     finished: bool = False
     exit_code: int | None = None
+    never_finished: bool = False  # ended by `studio sync`: its process died without finish()
     synced: bool = False  # everything in the folder is on the server
 
     def open_body(self, resume: str, worker: str) -> dict[str, Any]:
@@ -54,6 +60,28 @@ class RunRecord:
             "group": self.group,
             "job_type": self.job_type,
         }
+
+
+def this_process() -> dict[str, Any]:
+    """Who writes a run folder: the host, the process id and the process's start time (an id alone
+    may be taken again by a later process)."""
+    me = psutil.Process()
+    return {"host": socket.gethostname(), "pid": me.pid, "started": me.create_time()}
+
+
+def writer_gone(writer: dict[str, Any]) -> bool:
+    """Whether the process that wrote a run folder has ended (docs/sdk.md#a-script-that-died): it ran
+    on this host and no live process has its id and start time. False while it runs, and when this
+    host cannot tell: it ran on another one, or the folder does not say (an older SDK's)."""
+    if not writer or writer.get("host") != socket.gethostname():
+        return False
+    try:
+        found = psutil.Process(int(writer["pid"]))
+        return found.status() == psutil.STATUS_ZOMBIE or abs(found.create_time() - writer["started"]) > 1
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.AccessDenied:  # another user's live process
+        return False
 
 
 class RunFolder:

@@ -31,7 +31,7 @@ from trainer.report.http import HttpReporter
 from trainer.report.retry import RETRYABLE, PermanentHttpError
 from trainer.report.spool import SpoolingReporter
 from trainer.studio.client import Settings, StudioClient, StudioError
-from trainer.studio.run_folder import RunFolder, RunRecord, default_dir
+from trainer.studio.run_folder import RunFolder, RunRecord, default_dir, this_process
 from trainer.studio.sync import Opened, open_on_server, put_artifact, run_client
 from trainer.studio.trajectory import trajectory_wire
 
@@ -40,6 +40,9 @@ logger = logging.getLogger("studio")
 MODE_ENV = "STUDIO_MODE"  # "offline": never try the server
 FINISH_TIMEOUT_ENV = "STUDIO_FINISH_TIMEOUT"  # seconds finish() waits for delivery (default 60)
 BATCH_POINTS = 10_000  # points per metrics batch: the size ingestion takes best (docs/sdk.md#throughput)
+# Offline, points that waited this long go to the run folder at the next log call, as online they
+# would be sent: a killed script loses about its last second, not a whole batch (docs/sdk.md#a-script-that-died).
+FLUSH_INTERVAL_S = 1.0
 Resume = Literal["allow", "must", "never"]
 HEARTBEAT_EVERY_S = 1.0
 _PLAIN_NUMBERS = (int, float, bool)  # the common case, checked without isinstance's ABC machinery
@@ -191,7 +194,7 @@ class Run:
 
 def _reporter(folder: RunFolder, opened: Opened | None) -> SpoolingReporter:
     if opened is None:
-        return SpoolingReporter(folder.spool, max_batch_points=BATCH_POINTS)
+        return SpoolingReporter(folder.spool, max_batch_points=BATCH_POINTS, max_wait_s=FLUSH_INTERVAL_S)
     return HttpReporter(
         opened.url,
         opened.run_id,
@@ -199,7 +202,7 @@ def _reporter(folder: RunFolder, opened: Opened | None) -> SpoolingReporter:
         claimant=opened.claimant,
         spool_dir=folder.spool,
         max_batch_points=BATCH_POINTS,
-        flush_interval_s=1.0,
+        flush_interval_s=FLUSH_INTERVAL_S,
         backoff_max_s=5.0,
     )
 
@@ -235,6 +238,7 @@ def init(
         job_type=job_type or "",
         tags=list(tags or []),
         config=dict(config or {}),
+        writer=this_process(),  # so `studio sync` can tell a script that died (docs/sdk.md#a-script-that-died)
     )
     folder = RunFolder(Path(dir or default_dir()) / f"run-{run_id}")
     client, opened = _open(record, chosen, mode or os.environ.get(MODE_ENV, "online"))

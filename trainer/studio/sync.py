@@ -23,9 +23,9 @@ from tqdm import tqdm
 
 from trainer.contract import MLFLOW_ARTIFACT_PATH
 from trainer.report.retry import POLICY, PermanentHttpError, raise_for_status, run_api_client
-from trainer.report.spool import deliver_file, reject, spool_files
+from trainer.report.spool import SpoolingReporter, deliver_file, reject, spool_files
 from trainer.studio.client import Settings, StudioClient, StudioError
-from trainer.studio.run_folder import RunFolder, RunRecord, default_dir
+from trainer.studio.run_folder import RunFolder, RunRecord, default_dir, writer_gone
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,22 @@ def run_client(opened: Opened) -> httpx.Client:
     return run_api_client(opened.url, opened.token, timeout_s=60.0, claimant=opened.claimant)
 
 
+def end_if_died(folder: RunFolder) -> bool:
+    """A folder whose script died without finish() (killed, crashed, its machine rebooted) gets the
+    end its script never wrote: a failed status after its last batch, so its run does not stay
+    running (docs/sdk.md#a-script-that-died). True when this call ended it; a folder still written
+    by a live process is left alone."""
+    record = folder.read()
+    if record.finished or not writer_gone(record.writer):
+        return False
+    pid, host = record.writer["pid"], record.writer["host"]
+    message = f"never finished: its script (process {pid} on {host}) ended without finish()"
+    SpoolingReporter(folder.spool).set_status("failed", message)
+    record.finished, record.never_finished, record.synced = True, True, False
+    folder.write(record)
+    return True
+
+
 def sync_folder(client: StudioClient, folder: RunFolder, progress: Callable[[int], None]) -> str:
     """Bring one folder in; what happened, in a line. StudioError when the server refuses the run."""
     record = folder.read()
@@ -96,6 +112,8 @@ def sync_folder(client: StudioClient, folder: RunFolder, progress: Callable[[int
     folder.write(record)
     note = f", {refused} refused (kept in {folder.spool / 'rejected'})" if refused else ""
     ended = "" if record.finished else " (its script has not finished it)"
+    if record.never_finished:
+        ended = " (failed: its script never finished it)"
     return f"{folder.path}: run {opened.run_id} {record.name!r}, {len(files)} batches sent{note}{ended}"
 
 
@@ -121,6 +139,8 @@ def sync(ctx: click.Context, dirs: tuple[Path, ...]) -> None:
         raise click.BadParameter("no run folders (with a run.json) found", param_hint="DIRS")
     settings: Any = getattr(ctx.find_root().obj, "settings", None) or Settings.load()
     client = StudioClient(settings)
+    for folder in folders:
+        end_if_died(folder)
     total = sum(len(spool_files(folder.spool)) for folder in folders)
     lines = []
     with tqdm(total=total, unit="batch", desc="syncing", file=sys.stderr) as bar:

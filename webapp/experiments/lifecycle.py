@@ -36,6 +36,7 @@ class RunStatus(models.TextChoices):
 
 TERMINAL = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 ACTIVE = (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED)
+STARTED = (RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED)  # a trainer process exists
 CLAIMED = (RunStatus.RUNNING, RunStatus.STALLED)  # the statuses of a run its trainer owns
 # What a user may resume from its newest checkpoint (docs/resume.md): a stalled run's trainer is killed first.
 RESUMABLE = (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.STALLED)

@@ -25,11 +25,10 @@ from webapp.celery import enqueue_on_commit
 from webapp.experiments.executors import (
     EXTERNAL_EXECUTOR,
     executor_of,
-    limited_executors,
     outside_executors,
     reaped_executors,
 )
-from webapp.experiments.lifecycle import ACTIVE, TERMINAL, RunLifecycle, RunStatus
+from webapp.experiments.lifecycle import ACTIVE, STARTED, TERMINAL, RunLifecycle, RunStatus
 from webapp.experiments.run_files import checkpoint_dir
 
 if TYPE_CHECKING:
@@ -521,7 +520,6 @@ class LoggedValue(models.Model):
 
 # --- sweeps and the team's limit on active runs (docs/sweeps.md) ---------------------------------
 
-STARTED = (RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED)  # a trainer process exists
 MAX_ACTIVE_LIMIT = 64
 
 
@@ -545,21 +543,6 @@ class TeamRunLimit(models.Model):
     def set(team: Team, max_active: int) -> None:
         # Race: two owners saving at once; the last write wins, as for any setting.
         TeamRunLimit.objects.update_or_create(team=team, defaults={"max_active": max_active})
-
-
-def waiting_line(team_id: int) -> models.QuerySet[Run]:
-    """The team's queued runs the limit counts, in the order they start: first queued, first started."""
-    queued = Run.objects.filter(team_id=team_id, status=RunStatus.QUEUED, executor__in=limited_executors())
-    return queued.order_by("queued_at", "pk")
-
-
-def started_count(team_id: int) -> int:
-    return Run.objects.filter(team_id=team_id, status__in=STARTED, executor__in=limited_executors()).count()
-
-
-def places_in_line(team_id: int) -> dict[int, int]:
-    """Run id → its place in the team's waiting line (1: starts next)."""
-    return {pk: place for place, pk in enumerate(waiting_line(team_id).values_list("pk", flat=True), start=1)}
 
 
 class Sweep(models.Model):

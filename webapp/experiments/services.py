@@ -32,10 +32,9 @@ from webapp.experiments.models import (
     Run,
     RunStatus,
     TeamRunLimit,
-    started_count,
-    waiting_line,
 )
 from webapp.experiments.run_files import run_files_dir
+from webapp.experiments.waiting_line import started_count, waiting_line
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ from webapp.api import FieldError, Page, PageParams, StrictSchema, newest_first
 from webapp.experiments import sweeps
 from webapp.experiments.access import get_sweep_for_user
 from webapp.experiments.api import RunOut
-from webapp.experiments.models import Sweep, places_in_line
+from webapp.experiments.models import Sweep
+from webapp.experiments.waiting_line import places_in_line
 
 router = Router(auth=UserTokenAuth(), tags=["sweeps"])
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 
 from webapp.experiments import demonstrations, services
@@ -7,6 +9,12 @@ from webapp.experiments.demonstrations import DEMONSTRATIONS_JOB, DEMONSTRATIONS
 from webapp.experiments.executors import reaped_executors
 from webapp.experiments.jobs import Job
 from webapp.experiments.models import ACTIVE, LAUNCH_RUN_TASK, Run
+from webapp.guarded import one_at_a_time
+
+logger = logging.getLogger(__name__)
+# Held by the reaper's pass: one pass at a time over every worker (docs/deployment.md#the-products-processes).
+REAPER_LOCK = 0x5245_4150  # an arbitrary key of this app's advisory locks
+SKIPPED_TICK = "reaper: the previous pass still runs; this tick is skipped"
 
 
 def _start(run_id: int) -> None:
@@ -42,11 +50,20 @@ def cancel_run(run_id: int) -> None:
 @shared_task
 def reap_runs() -> None:
     """Periodic: reconcile every active run with its executor (those whose start was never recorded
-    too: services.recover_lost_start); resend lost launches and start the held runs whose turn it is."""
-    for run in Run.objects.filter(status__in=ACTIVE, executor__in=reaped_executors()):
-        services.reconcile(run)
-    for run_id in services.requeue_lost_launches():
-        launch_run.delay(run_id)
+    too: services.recover_lost_start); resend lost launches and start the held runs whose turn it is.
+    Race: a pass longer than the beat's tick meets the next tick on another worker (or another pool
+    process); two passes would judge the same runs and resend the same launches twice. The second
+    finds the lock held and skips its tick."""
+    with one_at_a_time(REAPER_LOCK) as mine:
+        if not mine:
+            logger.info(SKIPPED_TICK)
+            return
+        runs = list(Run.objects.filter(status__in=ACTIVE, executor__in=reaped_executors()))
+        logger.info("reaper: a pass over %d active run(s)", len(runs))
+        for run in runs:
+            services.reconcile(run)
+        for run_id in services.requeue_lost_launches():
+            launch_run.delay(run_id)
 
 
 @shared_task

@@ -35,7 +35,7 @@ from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from trainer.backends import canonical_key
-from trainer.contract import BatchId, MetricPoint
+from trainer.contract import PERF_GENERATED_TOKENS, BatchId, MetricPoint
 from webapp.ingestion.models import SUMMARY_WIDTHS, IngestBatch, MetricKey
 
 # Display buckets per series; each gives its minimum and maximum, so at most 2x this many points.
@@ -132,6 +132,10 @@ def known_key_id(name: str) -> int | None:
             return None
         _key_cache[name] = found
     return _key_cache[name]
+
+
+def _totalled() -> list[int]:
+    return list(key_ids(TOTALLED).values())
 
 
 def forget_cached_keys() -> None:
@@ -234,7 +238,10 @@ def write_points(run_id: int, batch_id: str, points: Sequence[dict[str, Any]]) -
         hold_run(run_id)
         with connection.cursor() as cursor:
             _stage(cursor, copy_payload(run_id, cols))
-            cursor.execute(_STORE_STAGED, {"run": run_id, "levels": LEVELS, "widths": list(SUMMARY_WIDTHS)})
+            cursor.execute(
+                _STORE_STAGED,
+                {"run": run_id, "levels": LEVELS, "widths": list(SUMMARY_WIDTHS), "totalled": _totalled()},
+            )
             (stored,) = cursor.fetchone()
         return WriteResult(stored=stored, skipped=len(cols) - stored, keys=sorted({p["key"] for p in points}))
 
@@ -259,14 +266,24 @@ def _stage(cursor: Any, payload: bytes) -> None:
         copy.write(payload)
 
 
+# The keys whose running total is kept beside their latest value: counts a page sums over every step
+# (docs/runs-and-curves.md#compare-runs). Counts are whole numbers, so their total is exact whatever
+# the order the points arrived in, and a rebuild finds the same.
+TOTALLED = (PERF_GENERATED_TOKENS,)
+# A totalled key's total over the rows at hand (NULL without a value to add): NaN and +Infinity left out.
+_TOTAL = (
+    "sum(value) FILTER (WHERE value < 'Infinity' AND key_id = ANY(%(totalled)s)) OVER (PARTITION BY key_id)"
+)
+_NEWER = "EXCLUDED.step >= results_metriclatest.step"
+
 # ``new``: the staged points not stored before. DISTINCT ON: a batch may repeat a (key, step); the
 # first one logged (the lowest ctid in the freshly emptied stage) wins, as a replay would.
 # The summaries: per level, key and bucket, n and the minimum and maximum with their step and time,
 # ties to the smallest step so the result does not depend on the order points arrived in, non-finite
 # values left out (a chart cannot draw them). Rows go in sorted by (level, key, bucket): two batches
 # of one run touching the same buckets lock them in the same order, so their upserts wait for each
-# other instead of deadlocking. Latest values: batches arrive out of order after a retry; the WHERE
-# keeps the highest step.
+# other instead of deadlocking. Latest values: batches arrive out of order after a retry; the CASEs
+# keep the highest step, while the total adds every new point.
 _STORE_STAGED = f"""
 WITH new AS (
     INSERT INTO results_metricpoint (run_id, key_id, step, value, ts)
@@ -300,17 +317,21 @@ WITH new AS (
         max_ts = CASE WHEN (EXCLUDED.max_value, -EXCLUDED.max_step) > (results_metricsummary.max_value,
             -results_metricsummary.max_step) THEN EXCLUDED.max_ts ELSE results_metricsummary.max_ts END
 ), latest AS (
-    INSERT INTO results_metriclatest (run_id, key_id, step, value, ts)
-    SELECT DISTINCT ON (key_id) %(run)s, key_id, step, value, ts FROM new ORDER BY key_id, step DESC
-    ON CONFLICT (run_id, key_id) DO UPDATE SET step = EXCLUDED.step, value = EXCLUDED.value, ts = EXCLUDED.ts
-    WHERE EXCLUDED.step >= results_metriclatest.step
+    INSERT INTO results_metriclatest (run_id, key_id, step, value, ts, total)
+    SELECT DISTINCT ON (key_id) %(run)s, key_id, step, value, ts, {_TOTAL} FROM new ORDER BY key_id, step DESC
+    ON CONFLICT (run_id, key_id) DO UPDATE SET
+        step = CASE WHEN {_NEWER} THEN EXCLUDED.step ELSE results_metriclatest.step END,
+        value = CASE WHEN {_NEWER} THEN EXCLUDED.value ELSE results_metriclatest.value END,
+        ts = CASE WHEN {_NEWER} THEN EXCLUDED.ts ELSE results_metriclatest.ts END,
+        total = coalesce(results_metriclatest.total + EXCLUDED.total, results_metriclatest.total, EXCLUDED.total)
 )
 SELECT count(*) FROM new
 """
 
 
 def rebuild_summaries(run_id: int) -> None:
-    """Recompute a run's summaries and latest values from its points (data loaded with plain SQL)."""
+    """Recompute a run's summaries, latest values and totals from its points (data loaded with plain
+    SQL, or points a resume deleted)."""
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("DELETE FROM results_metricsummary WHERE run_id = %s", [run_id])
         cursor.execute("DELETE FROM results_metriclatest WHERE run_id = %s", [run_id])
@@ -331,10 +352,10 @@ def rebuild_summaries(run_id: int) -> None:
                 {"level": level, "width": width, "run": run_id},
             )
         cursor.execute(
-            "INSERT INTO results_metriclatest (run_id, key_id, step, value, ts) "
-            "SELECT DISTINCT ON (key_id) run_id, key_id, step, value, ts FROM results_metricpoint "
-            "WHERE run_id = %s ORDER BY key_id, step DESC",
-            [run_id],
+            "INSERT INTO results_metriclatest (run_id, key_id, step, value, ts, total) "
+            f"SELECT DISTINCT ON (key_id) run_id, key_id, step, value, ts, {_TOTAL} FROM results_metricpoint "
+            "WHERE run_id = %(run)s ORDER BY key_id, step DESC",
+            {"run": run_id, "totalled": _totalled()},
         )
 
 

@@ -88,6 +88,10 @@ class MetricLatest(models.Model):
     step = models.IntegerField()
     value = models.FloatField()
     ts = models.FloatField()
+    # For the keys metrics_store.TOTALLED (generated tokens), the sum of the key's values over every
+    # step, NaN and +Infinity left out, kept as points arrive: a run's generated tokens are read from
+    # one row, not from every point. None for other keys, or without such a value.
+    total = models.FloatField(null=True)
 
     class Meta:
         db_table = "results_metriclatest"
@@ -264,6 +268,26 @@ class TrajectoryStep(models.Model):
         db_table = "results_trajectorystep"
         ordering = ["trajectory_id", "index"]
         indexes = [GinIndex(fields=["search"], name="step_search")]
+
+
+class StepValues(models.Model):
+    """Each distinct value of one measure (webapp.ingestion.measures) among a training step's
+    trajectories, ascending, with how many have it; values a histogram cannot bin left out, no row for
+    a step without any. Kept with the trajectories (webapp.ingestion.step_values) so the heat-map of a
+    run reads a row per step, not every trajectory (docs/rollouts.md#histograms)."""
+
+    pk = models.CompositePrimaryKey("run_id", "measure", "training_step")
+    # The primary key's first column: no index of its own.
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, db_constraint=False, db_index=False, related_name="+"
+    )
+    measure = models.CharField(max_length=20)
+    training_step = models.IntegerField()
+    values = ArrayField(models.FloatField())
+    counts = ArrayField(models.IntegerField())
+
+    class Meta:
+        db_table = "results_stepvalues"
 
 
 class PendingTokenSignals(models.Model):

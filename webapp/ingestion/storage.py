@@ -17,6 +17,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from webapp.ingestion import step_values
 from webapp.ingestion.models import TextBlob, ToolCall, Trajectory, TrajectoryStep
 from webapp.retention.accounting import Sizes
 from webapp.retention.models import RunStorage
@@ -92,18 +93,23 @@ def delete_trajectories_after(run_id: int, step: int) -> None:
 
 def _delete_trajectories(run_id: int, query: str, params: dict[str, Any]) -> None:
     # One statement: the steps and tool calls of the dropped trajectories, then the trajectories
-    # (their foreign keys are checked at commit).
+    # (their foreign keys are checked at commit); it answers how many went from each training step,
+    # whose values the histograms read are then recomputed from what is left.
     with connection.cursor() as cursor:
         cursor.execute(
             f"""WITH dropped AS ({query}),
               calls AS (DELETE FROM results_toolcall c USING dropped d
                 WHERE c.run_id = %(run)s AND c.trajectory_id = d.id),
               steps AS (DELETE FROM results_trajectorystep s USING dropped d
-                WHERE s.run_id = %(run)s AND s.trajectory_id = d.id)
-            DELETE FROM results_trajectory t USING dropped d WHERE t.id = d.id""",
+                WHERE s.run_id = %(run)s AND s.trajectory_id = d.id),
+              gone AS (DELETE FROM results_trajectory t USING dropped d WHERE t.id = d.id
+                RETURNING t.training_step)
+            SELECT training_step, count(*) FROM gone GROUP BY training_step""",
             {"run": run_id, **params},
         )
-        logger.info("run %s: %s trajectories deleted", run_id, cursor.rowcount)
+        deleted = dict(cursor.fetchall())
+    step_values.refresh_steps(run_id, deleted)
+    logger.info("run %s: %s trajectories deleted", run_id, sum(deleted.values()))
 
 
 def run_sizes(run_id: int) -> Sizes:

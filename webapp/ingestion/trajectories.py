@@ -15,7 +15,7 @@ from trainer.contract import (
     TrajectoryWire,
 )
 from webapp.experiments.models import Run
-from webapp.ingestion import storage
+from webapp.ingestion import step_values, storage
 from webapp.ingestion.metrics_store import hold_run
 from webapp.ingestion.models import (
     IngestBatch,
@@ -133,6 +133,7 @@ def _store(run: Run, training_step: int, wires: Sequence[TrajectoryWire]) -> acc
             )
     TrajectoryStep.objects.bulk_create(steps, batch_size=1000)
     ToolCall.objects.bulk_create(calls, batch_size=1000)
+    step_values.refresh_steps(run.pk, [training_step])
     _index_for_search(
         run.pk,
         [row.pk for row, wire in zip(rows, wires, strict=True) for _ in wire.steps],

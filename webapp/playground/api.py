@@ -18,7 +18,7 @@ from webapp.api import FieldError, StrictSchema
 from webapp.experiments.models import Experiment
 from webapp.playground import services
 from webapp.playground.access import get_session_for_user
-from webapp.playground.models import PlaygroundSession
+from webapp.playground.models import PlaygroundAnswer, PlaygroundSession
 
 router = Router(auth=UserTokenAuth(), tags=["playground"])
 
@@ -48,6 +48,10 @@ class AnswerOut(Schema):
     response_tokens: int
     message: str
 
+    @staticmethod
+    def resolve_model(obj: PlaygroundAnswer) -> str:
+        return obj.choice
+
 
 class SessionOut(Schema):
     id: int
@@ -59,31 +63,9 @@ class SessionOut(Schema):
     answers: list[AnswerOut]
     created: datetime
 
-
-def session_out(session: PlaygroundSession) -> SessionOut:
-    answers = [
-        AnswerOut(
-            model=answer.choice,
-            label=answer.label,
-            status=answer.status,
-            steps=answer.steps,
-            stop_reason=answer.stop_reason,
-            reward=answer.reward,
-            response_tokens=answer.response_tokens,
-            message=answer.message,
-        )
-        for answer in session.answers.all()
-    ]
-    return SessionOut(
-        id=session.pk,
-        experiment=session.experiment_id,
-        status=session.status,
-        prompt=session.prompt,
-        tools=session.tools,
-        budget=session.budget,
-        answers=answers,
-        created=session.created,
-    )
+    @staticmethod
+    def resolve_experiment(obj: PlaygroundSession) -> int:
+        return obj.experiment_id
 
 
 @router.post("/{team_slug}/playground", response={202: SessionOut}, summary="Ask one or two models a prompt")
@@ -92,21 +74,15 @@ def start(request: HttpRequest, team_slug: str, body: PlaygroundIn) -> Any:
     400 names the field it refuses, also while the member's previous session still runs."""
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
     experiment = get_object_or_404(Experiment, pk=body.experiment, team=team)
-    ask = services.Ask(
-        choices=body.models,
-        prompt=body.prompt,
-        ground_truth=body.ground_truth,
-        split=body.split,
-        row_index=body.row_index,
-        tools=body.tools,
-    )
+    # The body is the Ask by its field names, less the experiment, with its models as the choices.
+    ask = services.Ask(choices=body.models, **body.model_dump(exclude={"experiment", "models"}))
     try:
         session = services.start(experiment, request.user, ask)
     except services.PlaygroundRefused as refused:
         raise FieldError([(refused.field or "models", str(refused))]) from None
-    return Status(202, session_out(session))
+    return Status(202, session)
 
 
 @router.get("/{team_slug}/playground/{int:pk}", response=SessionOut, summary="A playground session")
-def session(request: HttpRequest, team_slug: str, pk: int) -> SessionOut:
-    return session_out(get_session_for_user(request, team_slug, pk))
+def session(request: HttpRequest, team_slug: str, pk: int) -> PlaygroundSession:
+    return get_session_for_user(request, team_slug, pk)

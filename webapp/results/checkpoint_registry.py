@@ -86,7 +86,11 @@ class RegistryRow:
 
 
 def registry_page(team: Team, query: RegistryQuery) -> tuple[Page[Checkpoint], list[RegistryRow]]:
-    chosen = query.filtered(team).select_related("run", "run__experiment").order_by(*SORTS[query.sort])
+    chosen = (
+        query.filtered(team)
+        .select_related("run", "run__experiment", "run__team")
+        .order_by(*SORTS[query.sort])
+    )
     page = Paginator(chosen, PAGE_SIZE).get_page(query.page)
     checkpoints = list(page.object_list)
     scores = _scores(team, checkpoints)

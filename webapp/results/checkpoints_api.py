@@ -4,7 +4,9 @@ Personal API token; whoever may read the run may download them."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
+from django.db.models import QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Router, Schema
 from ninja.errors import HttpError
@@ -12,6 +14,7 @@ from ninja.errors import HttpError
 from webapp.accounts.token_auth import UserTokenAuth
 from webapp.experiments.access import get_run_for_user
 from webapp.experiments.run_files import checkpoint_folder
+from webapp.ingestion.models import Checkpoint
 from webapp.results.checkpoints import checkpoint_of, download_response
 
 router = Router(auth=UserTokenAuth(), tags=["checkpoints"])
@@ -25,23 +28,17 @@ class CheckpointOut(Schema):
     metrics: dict[str, float | None]
     download: str | None = Field(description="The zip download's API path; none when its files are gone.")
 
+    @staticmethod
+    def resolve_download(obj: Checkpoint, context: dict[str, Any]) -> str | None:
+        """Beside the list's own path (the request's), as the download route below."""
+        return None if obj.deleted else f"{context['request'].path.rstrip('/')}/{obj.step}/download"
+
 
 @router.get(
     "/{team_slug}/runs/{int:run_id}/checkpoints", response=list[CheckpointOut], summary="A run's checkpoints"
 )
-def checkpoints(request: HttpRequest, team_slug: str, run_id: int) -> list[CheckpointOut]:
-    run = get_run_for_user(request, team_slug, run_id)
-    return [
-        CheckpointOut(
-            step=c.step,
-            size_bytes=c.size_bytes,
-            deleted=c.deleted,
-            received=c.received,
-            metrics=c.metrics,
-            download=None if c.deleted else f"{request.path.rstrip('/')}/{c.step}/download",
-        )
-        for c in run.checkpoints.order_by("step")
-    ]
+def checkpoints(request: HttpRequest, team_slug: str, run_id: int) -> QuerySet[Checkpoint]:
+    return get_run_for_user(request, team_slug, run_id).checkpoints.order_by("step")
 
 
 @router.get(

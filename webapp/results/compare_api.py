@@ -9,7 +9,7 @@ from ninja import Field, Query, Router, Schema
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.token_auth import UserTokenAuth
 from webapp.api import FieldError
-from webapp.experiments.access import get_run_for_user
+from webapp.experiments.access import get_runs_for_user
 from webapp.results import run_compare
 from webapp.results.run_compare import Comparison, RunColumn
 
@@ -107,6 +107,6 @@ def compare_runs(request: HttpRequest, team_slug: str, query: Query[CompareQuery
         run_compare.check_count(len(ids))
     except run_compare.CompareRefused as refused:
         raise FieldError([("runs", str(refused))]) from None
-    chosen = [get_run_for_user(request, team_slug, pk) for pk in ids]
+    chosen = get_runs_for_user(request, team_slug, ids)
     baseline = ids.index(query.baseline) if query.baseline in ids else 0
     return run_compare.compare(chosen, baseline, only_different=not query.all)

@@ -2,6 +2,8 @@
 *Continue forks from their parents* box, a run that started from another run's checkpoint of step S is
 drawn after that run's points up to S, its own step k at S + k, and so on up its chain of parents.
 Only the drawing moves: each run's stored points stay its own, so nothing counts a parent's steps twice.
+A parent the chart draws too is not drawn again under the fork: the fork's line starts at S, where the
+workspace marks "forked from … step S".
 """
 
 from __future__ import annotations
@@ -31,13 +33,31 @@ def ancestry(run: Run) -> list[tuple[Run, int]]:
     return chain
 
 
-def continued_series(run: Run, key: str, lo: int | None, hi: int | None) -> dict[str, Any]:
+def fork_origin(run: Run) -> dict[str, Any] | None:
+    """The run a fork started from and the step of that run's checkpoint, which the workspace writes
+    on the fork's curves ("forked from … step S"); None for a run that is no fork."""
+    chain = ancestry(run)
+    if not chain:
+        return None
+    parent, step = chain[-1]
+    return {"run": parent.pk, "name": str(parent), "step": step}
+
+
+def continued_series(
+    run: Run, key: str, lo: int | None, hi: int | None, drawn_runs: frozenset[int] = frozenset()
+) -> dict[str, Any]:
     """The run's series of ``key`` drawn after its parents' (each up to its fork's step), on one step
-    axis, narrowed to [lo, hi] of that axis."""
+    axis, narrowed to [lo, hi] of that axis. The points of a parent in ``drawn_runs`` (a run the
+    chart draws itself) and of its own parents are left out: the fork's line starts where it leaves
+    them."""
     merged = metrics_store.Series(run.pk, key)
     offset = 0
-    for parent, until in ancestry(run):
-        _extend(merged, metrics_store.downsample(parent.pk, key, None, until), offset)
+    chain = ancestry(run)
+    shown = [i for i, (parent, _) in enumerate(chain) if parent.pk in drawn_runs]
+    first_own = shown[-1] + 1 if shown else 0
+    for i, (parent, until) in enumerate(chain):
+        if i >= first_own:
+            _extend(merged, metrics_store.downsample(parent.pk, key, None, until), offset)
         offset += until
     _extend(merged, metrics_store.downsample(run.pk, key), offset)
     keep = [

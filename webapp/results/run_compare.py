@@ -13,7 +13,7 @@ from django.db import connection
 
 from trainer.config import flatten_paths
 from trainer.contract import PERF_GENERATED_TOKENS
-from webapp.experiments.models import Run
+from webapp.experiments.models import LoggedValue, Run
 from webapp.monitoring.checks import CHECKS
 from webapp.monitoring.models import RunHealth
 from webapp.results.summary import MetricFact, RunSummary, summarize
@@ -49,9 +49,10 @@ def config_sections(runs: Sequence[Run], only_different: bool = True) -> list[Co
     """Every config path and MLflow param of the runs, one value per run ("—" where a run has none),
     grouped by section (the path's first part); only those that differ unless asked for all."""
     columns: list[dict[str, str]] = []
+    params = _logged_params([run.pk for run in runs])
     for run in runs:
         values = {path: _shown(value) for path, value in flatten_paths(run.config or {}).items()}
-        values |= {f"{PARAMS}.{param.key}": param.value for param in run.logged.params()}
+        values |= {f"{PARAMS}.{key}": value for key, value in params.get(run.pk, [])}
         columns.append(values)
     sections: dict[str, ConfigSection] = {}
     for path in sorted(set().union(*columns)) if columns else []:
@@ -61,6 +62,16 @@ def config_sections(runs: Sequence[Run], only_different: bool = True) -> list[Co
             name = path.partition(".")[0] if "." in path else TOP_LEVEL
             sections.setdefault(name, ConfigSection(name)).rows.append(ConfigRow(path, shown, differs))
     return sorted(sections.values(), key=lambda s: (s.name != TOP_LEVEL, s.name))
+
+
+def _logged_params(run_ids: list[int]) -> dict[int, list[tuple[str, str]]]:
+    """Each run's MLflow params (key, value), read in one query for all the runs."""
+    found: dict[int, list[tuple[str, str]]] = {}
+    for run_id, key, value in (
+        LoggedValue.objects.params().filter(run_id__in=run_ids).values_list("run_id", "key", "value")
+    ):
+        found.setdefault(run_id, []).append((key, value))
+    return found
 
 
 def _shown(value: Any) -> str:
@@ -141,10 +152,11 @@ def _metric_rows(columns: list[RunColumn], baseline: int) -> list[MetricRow]:
 
 
 def _generated_tokens(run_ids: list[int]) -> dict[int, float]:
+    """Each run's tokens generated over every step it logged: the key's total, kept as points arrive."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT p.run_id, sum(p.value) FROM results_metricpoint p JOIN results_metrickey k ON k.id = p.key_id "
-            "WHERE k.name = %s AND p.run_id = ANY(%s) AND p.value < 'Infinity' GROUP BY p.run_id",
+            "SELECT l.run_id, l.total FROM results_metriclatest l JOIN results_metrickey k ON k.id = l.key_id "
+            "WHERE k.name = %s AND l.run_id = ANY(%s) AND l.total IS NOT NULL",
             [PERF_GENERATED_TOKENS, run_ids],
         )
         return dict(cursor.fetchall())

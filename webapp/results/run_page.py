@@ -18,9 +18,10 @@ from webapp.experiments.evaluations import evaluation_summary
 from webapp.experiments.forms import RunEditForm
 from webapp.experiments.lifecycle import RESUMABLE
 from webapp.experiments.logs import log_tail
-from webapp.experiments.models import Run, RunStatus, places_in_line
+from webapp.experiments.models import Run, RunStatus
 from webapp.experiments.sweeps import ordinal
 from webapp.experiments.views import stored_config
+from webapp.experiments.waiting_line import places_in_line
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps
 from webapp.ingestion.tasks import change_retention
 from webapp.results.resume import ResumeRefused, resume, resume_step

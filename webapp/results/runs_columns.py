@@ -74,9 +74,19 @@ TEXT, NUMBER, TIME, DURATION, STATUS, KIND, TAGS, JSON = (
 # by an MLflow client or imported (Run.is_external).
 RUN_KINDS = (RunKind.TRAINING.value, RunKind.SFT.value, RunKind.EVALUATION.value, EXTERNAL_EXECUTOR)
 
-OPERATORS: Mapping[str, str] = {
-    "eq": "=", "ne": "≠", "gt": ">", "ge": "≥", "lt": "<", "le": "≤", "contains": "contains",
-}  # fmt: skip
+# Each filter operator: its name in URLs, the sign the table shows, the Django lookup it filters
+# with ("ne" negates "exact").
+_OPERATOR_TABLE = (
+    ("eq", "=", "exact"),
+    ("ne", "≠", "exact"),
+    ("gt", ">", "gt"),
+    ("ge", "≥", "gte"),
+    ("lt", "<", "lt"),
+    ("le", "≤", "lte"),
+    ("contains", "contains", "icontains"),
+)
+OPERATORS: Mapping[str, str] = {op: sign for op, sign, _ in _OPERATOR_TABLE}
+LOOKUPS: Mapping[str, str] = {op: lookup for op, _, lookup in _OPERATOR_TABLE}
 OPERATORS_FOR: Mapping[str, tuple[str, ...]] = {
     TEXT: ("contains", "eq", "ne"),
     NUMBER: ("eq", "ne", "gt", "ge", "lt", "le"),

@@ -26,6 +26,7 @@ from webapp.results.runs_columns import (
     DURATION,
     JSON,
     KIND,
+    LOOKUPS,
     MAX_COLUMNS,
     NUMBER,
     OPERATORS,
@@ -141,8 +142,7 @@ def filter_q(item: Filter, name: str) -> tuple[dict[str, Any], Q]:
     if found.value_type == TAGS:
         condition = Q(**{f"{name}__contains": [value]})
         return found.aliases(name), ~condition if item.op == "ne" else condition
-    lookup = {"eq": "exact", "ne": "exact", "gt": "gt", "ge": "gte", "lt": "lt", "le": "lte", "contains": "icontains"}[item.op]  # fmt: skip
-    condition = Q(**{f"{name}__{lookup}": value})
+    condition = Q(**{f"{name}__{LOOKUPS[item.op]}": value})
     if item.op == "ne":
         condition = ~condition | Q(**{f"{name}__isnull": True})
     return found.aliases(name), condition
@@ -160,7 +160,7 @@ def _json_filter(found: Column, item: Filter, name: str) -> tuple[dict[str, Any]
         ) if item.op == "ne" else condition
     if not isinstance(value, int | float) or isinstance(value, bool):
         raise BadQuery(f"{OPERATORS[item.op]} compares numbers; {item.value!r} is not one")
-    lookup = {"gt": "gt", "ge": "gte", "lt": "lt", "le": "lte"}[item.op]
+    lookup = LOOKUPS[item.op]
     # jsonb orders every number above every string: only numbers may pass a numeric comparison.
     kind = Func(config_value(found.key), function="jsonb_typeof", output_field=TextField())
     condition = Q(**{f"{name}_type": "number", f"{name}__{lookup}": value})

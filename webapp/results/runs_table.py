@@ -127,7 +127,9 @@ class PageInfo:
         return self.number + 1
 
 
-def _page_ids(matching: QuerySet[Run], ordered: QuerySet[Run], number: int, *, filtered: bool) -> tuple[PageInfo, list[int]]:  # fmt: skip
+def _page_ids(
+    matching: QuerySet[Run], ordered: QuerySet[Run], number: int, *, filtered: bool
+) -> tuple[PageInfo, list[int]]:
     """The ids of page ``number`` (the last page when past the end) and how many runs match.
 
     Unfiltered, the newest-first index gives a page at once and the count is cheap; filtered, one

@@ -10,8 +10,9 @@ from django.http import HttpResponse
 from django.shortcuts import render
 
 from webapp.experiments.access import get_sweep_for_user
-from webapp.experiments.models import Experiment, Run, Sweep, places_in_line
+from webapp.experiments.models import Experiment, Run, Sweep
 from webapp.experiments.sweeps import ordinal
+from webapp.experiments.waiting_line import places_in_line
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps
 from webapp.results import analytics
 from webapp.results.summary import summarize

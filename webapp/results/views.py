@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 from trainer.contract import INT4_MAX
 from webapp.accounts.access import get_team_for_user
 from webapp.accounts.models import Role, Team
-from webapp.experiments.access import get_experiment_for_user, get_run_for_user
+from webapp.experiments.access import get_experiment_for_user, get_run_for_user, get_runs_for_user
 from webapp.experiments.models import ACTIVE, TERMINAL, Experiment, Run, RunStatus
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps
 from webapp.ingestion import metrics_store
@@ -215,7 +215,7 @@ def runs_compare(request: HttpRequest, team_slug: str) -> HttpResponse:
     """Two to eight runs side by side (docs/runs-and-curves.md#compare-runs); more is refused."""
     team = get_team_for_user(request, team_slug)
     ids = list(dict.fromkeys(_int_list(request.GET.getlist("run"))))
-    chosen = [get_run_for_user(request, team_slug, pk) for pk in ids[: run_compare.MAX_RUNS]]
+    chosen = get_runs_for_user(request, team_slug, ids[: run_compare.MAX_RUNS])
     context: dict[str, Any] = {"team": team, "chosen": chosen, "max_runs": run_compare.MAX_RUNS}
     try:
         run_compare.check_count(len(ids))
@@ -297,8 +297,14 @@ def run_curves(request: HttpRequest, team_slug: str, run_id: int) -> HttpRespons
     return _workspace_page(request, run.team, run.experiment, [run])
 
 
-def _workspace_page(request: HttpRequest, team: Team, experiment: Experiment | None, chosen: list[Run],
-                    *, groups_by_default: bool = False) -> HttpResponse:  # fmt: skip
+def _workspace_page(
+    request: HttpRequest,
+    team: Team,
+    experiment: Experiment | None,
+    chosen: list[Run],
+    *,
+    groups_by_default: bool = False,
+) -> HttpResponse:
     logged = _logged_keys(chosen)
     panels, is_default = _panels(request, team, experiment, chosen, logged)
     grouped = request.GET.get("groups", "1" if groups_by_default else "0") == "1"
@@ -336,8 +342,9 @@ def _logged_keys(chosen: list[Run]) -> list[str]:
     return sorted(set(MetricLatest.objects.filter(run__in=chosen).values_list("key__name", flat=True)))
 
 
-def _panels(request: HttpRequest, team: Team, experiment: Experiment | None, chosen: list[Run],
-            logged: list[str]) -> tuple[list[workspace.Panel], bool]:  # fmt: skip
+def _panels(
+    request: HttpRequest, team: Team, experiment: Experiment | None, chosen: list[Run], logged: list[str]
+) -> tuple[list[workspace.Panel], bool]:
     tasks = [run.experiment.task for run in chosen]
     return workspace.panels_for(request.user, team, experiment, tasks, logged)
 
@@ -382,7 +389,8 @@ def curves_data(request: HttpRequest, team_slug: str) -> JsonResponse:
     if (
         request.GET.get("lineage") == "1"
     ):  # forks continue their parents' curves (docs/checkpoints.md#lineage)
-        series = [lineage.continued_series(run, key, lo, hi) for run in chosen for key in keys]
+        drawn = frozenset(run.pk for run in chosen)
+        series = [lineage.continued_series(run, key, lo, hi, drawn) for run in chosen for key in keys]
     else:
         series = [metrics_store.downsample(run.pk, key, lo, hi).as_dict() for run in chosen for key in keys]
     groups: dict[int, list[int]] = {}
@@ -397,6 +405,7 @@ def curves_data(request: HttpRequest, team_slug: str) -> JsonResponse:
             "samples_per_step": analytics.samples_per_step(run),
             "rollouts_url": reverse("rollouts_at", args=[team_slug, run.pk, 0]).removesuffix("0/"),
             "resumed_from": resume_markers(run),  # docs/resume.md#the-curve
+            "forked_from": lineage.fork_origin(run),  # docs/checkpoints.md#lineage
         }
         for run in chosen
     }

@@ -9,6 +9,7 @@ the web app decides, so the trainer keeps every checkpoint itself (``trainer.kee
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,9 +32,7 @@ class KeepPolicy:
 
     @classmethod
     def of(cls, row: CheckpointKeepPolicy) -> KeepPolicy:
-        return cls(
-            row.keep_last, row.keep_every, row.keep_best_metric, row.keep_best_mode, row.keep_best_count
-        )
+        return cls(**{field.name: getattr(row, field.name) for field in dataclasses.fields(cls)})
 
     @classmethod
     def of_experiment(cls, experiment_id: int) -> KeepPolicy | None:
@@ -45,14 +44,8 @@ class KeepPolicy:
         return bool(self.keep_last or self.keep_every or self.keep_best_metric)
 
     def fields(self) -> dict[str, Any]:
-        """As CheckpointKeepPolicy's fields."""
-        return {
-            "keep_last": self.keep_last,
-            "keep_every": self.keep_every,
-            "keep_best_metric": self.keep_best_metric,
-            "keep_best_mode": self.keep_best_mode,
-            "keep_best_count": self.keep_best_count,
-        }
+        """As CheckpointKeepPolicy's fields (its fields bear the same names)."""
+        return dataclasses.asdict(self)
 
     def save_for(self, experiment: Any) -> None:
         if self.active:

@@ -15,11 +15,11 @@ from webapp.accounts.access import get_team_for_user
 from webapp.accounts.token_auth import UserTokenAuth
 from webapp.api import FieldError, Page, PageParams, paginate
 from webapp.experiments.access import get_run_for_user
+from webapp.ingestion.measures import MEASURES
 from webapp.ingestion.models import Trajectory
 from webapp.rollouts import compare, histograms
 from webapp.rollouts.compare import MAX_SIDES
 from webapp.rollouts.histograms import BINS, MAX_BINS, HeatMap, Histogram
-from webapp.rollouts.measures import MEASURES
 from webapp.rollouts.search import SEARCH_RESULTS, search_hits
 from webapp.rollouts.viewer import RolloutFilter, as_json
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from django import forms
 
+from webapp.ingestion.measures import MEASURE_CHOICES
 from webapp.rollouts.labelling import ANY_LABEL, NO_LABEL
-from webapp.rollouts.measures import MEASURE_CHOICES
 from webapp.rollouts.viewer import RolloutFilter
 
 YES_NO = [("", "any"), ("yes", "yes"), ("no", "no")]

@@ -1,5 +1,6 @@
 """Histograms of a run's trajectories over training steps (docs/rollouts.md#histograms): one step's
-histogram of a measure, and the heat-map of every step (step x value bins), counted in SQL.
+histogram of a measure, and the heat-map of every step (step x value bins), counted in SQL from each
+step's values that ingestion keeps (webapp.ingestion.step_values): a row per step, not per trajectory.
 
 The bin edges are chosen here, in Python, and sent to Postgres' width_bucket as an array: it only
 compares, never computes an edge, so a bin's link (measure_min <= value < measure_below, the
@@ -16,7 +17,7 @@ from urllib.parse import urlencode
 
 from django.db import connection
 
-from webapp.rollouts.measures import MEASURES, Measure
+from webapp.ingestion.measures import MEASURES, Measure
 
 DEFAULT_MEASURE = "reward"
 BINS = 20  # value bins of a histogram
@@ -116,18 +117,13 @@ def edges(low: float, high: float, integer: bool, bins: int = BINS) -> list[floa
     return [low + (high - low) * k / bins for k in range(bins)] + [top]
 
 
-def _source(measure: Measure, one_step: bool) -> str:
-    """FROM ... WHERE of a run's (one step's) trajectories with a finite value of the measure."""
-    joined = (
-        " JOIN results_trajectorystep s ON s.trajectory_id = t.id AND s.run_id = %(run)s AND s.index = 0"
-        if measure.joins_first_step
-        else ""
-    )
-    step = " AND t.training_step = %(step)s" if one_step else ""
-    value = measure.sql
-    # NaN sorts above Infinity in Postgres: the second comparison leaves it out too.
-    finite = f"{value} IS NOT NULL" if measure.integer else f"{value} > '-Infinity' AND {value} < 'Infinity'"
-    return f"FROM results_trajectory t{joined} WHERE t.run_id = %(run)s{step} AND {finite}"
+# A run's rows of one measure in the steps' values table (webapp.ingestion.step_values): each
+# distinct finite value of a step with how many trajectories have it; ``v`` the value, ``n`` the count.
+_VALUES = (
+    "FROM results_stepvalues r CROSS JOIN LATERAL unnest(r.values, r.counts) AS u(v, n) "
+    "WHERE r.run_id = %(run)s AND r.measure = %(measure)s"
+)
+_ROWS = "FROM results_stepvalues r WHERE r.run_id = %(run)s AND r.measure = %(measure)s"
 
 
 def _fetch(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -139,18 +135,21 @@ def _fetch(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
 def step_histogram(run_id: int, measure_name: str, step: int, bins: int = BINS) -> Histogram:
     """One step's histogram of a measure; no bins when the step has no finite value of it."""
     measure = MEASURES[measure_name]
-    params: dict[str, Any] = {"run": run_id, "step": step}
-    source = _source(measure, one_step=True)
-    ((low, high),) = _fetch(f"SELECT min({measure.sql}), max({measure.sql}) {source}", params)
+    params: dict[str, Any] = {"run": run_id, "measure": measure.name, "step": step}
+    one_step = " AND r.training_step = %(step)s"
+    # A step's values are stored ascending: its extremes are the first and the last.
+    rows = _fetch(f"SELECT r.values[1], r.values[cardinality(r.values)] {_ROWS}{one_step}", params)
     found = Histogram(measure, step)
-    if low is None:
+    if not rows:
         return found
+    ((low, high),) = rows
     cut = edges(float(low), float(high), measure.integer, min(bins, MAX_BINS))
-    rows = _fetch(
-        f"SELECT width_bucket({measure.sql}::float8, %(edges)s::float8[]), count(*) {source} GROUP BY 1",
-        {**params, "edges": cut},
+    counts = dict(
+        _fetch(
+            f"SELECT width_bucket(u.v, %(edges)s::float8[]), sum(u.n) {_VALUES}{one_step} GROUP BY 1",
+            {**params, "edges": cut},
+        )
     )
-    counts = dict(rows)
     found.bins = _bins(cut, [counts.get(i + 1, 0) for i in range(len(cut) - 1)], measure.integer)
     return found
 
@@ -159,10 +158,10 @@ def heat_map(run_id: int, measure_name: str, bins: int = BINS) -> HeatMap:
     """Every step's histogram of a measure on the same value bins, steps grouped into at most
     STEP_COLUMNS columns of equal width."""
     measure = MEASURES[measure_name]
-    params: dict[str, Any] = {"run": run_id}
-    source = _source(measure, one_step=False)
+    params: dict[str, Any] = {"run": run_id, "measure": measure.name}
     ((low, high, first, last),) = _fetch(
-        f"SELECT min({measure.sql}), max({measure.sql}), min(t.training_step), max(t.training_step) {source}",
+        "SELECT min(r.values[1]), max(r.values[cardinality(r.values)]), min(r.training_step), "
+        f"max(r.training_step) {_ROWS}",
         params,
     )
     found = HeatMap(measure)
@@ -174,8 +173,8 @@ def heat_map(run_id: int, measure_name: str, bins: int = BINS) -> HeatMap:
     found.steps = [(first + c * width, min(last, first + (c + 1) * width - 1)) for c in range(columns)]
     found.counts = [[0] * (len(found.edges) - 1) for _ in range(columns)]
     rows = _fetch(
-        f"SELECT (t.training_step - %(first)s) / %(width)s, width_bucket({measure.sql}::float8, "
-        f"%(edges)s::float8[]), count(*) {source} GROUP BY 1, 2",
+        f"SELECT (r.training_step - %(first)s) / %(width)s, width_bucket(u.v, %(edges)s::float8[]), sum(u.n) "
+        f"{_VALUES} GROUP BY 1, 2",
         {**params, "first": first, "width": width, "edges": found.edges},
     )
     for column, value_bin, count in rows:

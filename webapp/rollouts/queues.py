@@ -13,7 +13,7 @@ from webapp.experiments.models import Run
 from webapp.ingestion.models import Trajectory
 from webapp.rollouts.labelling import Agreement, agreement
 from webapp.rollouts.models import Annotation, QueueItem, ReviewQueue
-from webapp.rollouts.search import search_steps
+from webapp.rollouts.search import search_trajectory_ids
 from webapp.rollouts.viewer import RolloutFilter
 
 # How a queue's trajectories are picked from the filter: its name → the list's order.
@@ -57,8 +57,8 @@ def chosen_trajectories(run: Run, criteria: Criteria) -> list[int]:
         raise QueueRefused(f"a queue holds 1 to {QUEUE_MAX} trajectories")
     chosen = criteria.filters.apply(Trajectory.objects.filter(run=run))
     if criteria.q:
-        steps = search_steps([run.pk], criteria.filters, criteria.q, limit=QUEUE_MAX)
-        chosen = Trajectory.objects.filter(run=run, pk__in={s.trajectory_id for s in steps})
+        found = search_trajectory_ids([run.pk], criteria.filters, criteria.q, limit=QUEUE_MAX)
+        chosen = Trajectory.objects.filter(run=run, pk__in=set(found))
     return list(chosen.order_by(*ORDERS[criteria.order]).values_list("pk", flat=True)[: criteria.limit])
 
 

@@ -12,6 +12,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
@@ -80,6 +81,14 @@ def review_context(request: HttpRequest, trajectory: Trajectory, steps: list[Ste
     }
 
 
+def given_annotations(request: HttpRequest, trajectory: Trajectory, step: int | None) -> str:
+    """The item's labels and notes as the trajectory page shows them, for the script to swap in
+    after a save: the badge appears at once, without a reload (docs/annotations.md#keys)."""
+    given = list(labelling.annotations_of(trajectory).filter(step_index=step))
+    review = ItemReview(step, given, None)
+    return render_to_string("rollouts/_given_annotations.html", {"review": review}, request)
+
+
 @login_required
 @require_POST
 def annotate(request: HttpRequest, team_slug: str, run_id: int, pk: int) -> HttpResponse:
@@ -103,8 +112,10 @@ def annotate(request: HttpRequest, team_slug: str, run_id: int, pk: int) -> Http
         except labelling.AnnotationRefused as exc:
             error = str(exc)
     if wants_json:
-        body = {"error": error} if error else {"label": form.cleaned_data["label"]}
-        return JsonResponse(body, status=400 if error else 200)
+        if error:
+            return JsonResponse({"error": error}, status=400)
+        given = given_annotations(request, found, form.cleaned_data["step"])
+        return JsonResponse({"label": form.cleaned_data["label"], "given": given})
     if error:
         messages.error(request, f"Not saved: {error}")
     target = reverse("trajectory", args=[team_slug, run_id, pk])

@@ -4,8 +4,9 @@ the GIN index for rare words, and snippets marked by Postgres."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from django.contrib.postgres.search import SearchQuery
 from django.db import connection
@@ -24,6 +25,7 @@ from webapp.ingestion.trajectories import SEARCH_CONFIG, SEARCH_DOC_MAX
 from webapp.rollouts.viewer import RolloutFilter
 
 SEARCH_RESULTS = 50
+Found = TypeVar("Found")
 # ts_headline marks hits with these; the snippet is escaped, then they become <mark> (so nothing the
 # model wrote is ever markup). Control characters no response keeps: they are stripped from it first.
 _HIT_START, _HIT_STOP = "\x01", "\x02"
@@ -63,7 +65,9 @@ def search_newest(run_id: int, filters: RolloutFilter, text: str, limit: int) ->
     newest = Trajectory.objects.filter(filters.conditions(), run_id=run_id).order_by("-training_step", "-id")
     return (
         _matching(text)
-        .filter(trajectory__in=newest.values("pk")[:SEARCH_WALK])
+        # The run named on both sides of the join: each probe reads its partition only
+        # (docs/rollouts.md#partitioning), not one index of every partition.
+        .filter(trajectory__in=newest.values("pk")[:SEARCH_WALK], run_id=run_id, trajectory__run_id=run_id)
         .order_by(*_SEARCH_ORDER)[:limit]
     )
 
@@ -91,11 +95,30 @@ def search_steps(
     A word in many steps is found among a run's newest trajectories: when those hold ``limit``
     matches they are the first ``limit`` of all. Otherwise the word is rare and its matches are few:
     the GIN index gives them all, then they are sorted."""
+    return _searched(run_ids, filters, text, limit, list)
+
+
+def search_trajectory_ids(
+    run_ids: Sequence[int], filters: RolloutFilter, text: str, *, limit: int
+) -> list[int]:
+    """The trajectory of each step search_steps finds, in its order: ids only, no rows to build."""
+    return _searched(
+        run_ids, filters, text, limit, lambda steps: list(steps.values_list("trajectory_id", flat=True))
+    )
+
+
+def _searched(
+    run_ids: Sequence[int],
+    filters: RolloutFilter,
+    text: str,
+    limit: int,
+    read: Callable[[QuerySet[TrajectoryStep]], list[Found]],
+) -> list[Found]:
     if len(run_ids) == 1:
-        found = list(search_newest(run_ids[0], filters, text, limit))
+        found = read(search_newest(run_ids[0], filters, text, limit))
         if len(found) == limit:
             return found
-    return list(search_by_index(run_ids, filters, text, limit))
+    return read(search_by_index(run_ids, filters, text, limit))
 
 
 def search_hits(run_ids: Sequence[int], filters: RolloutFilter, text: str) -> list[SearchHit]:

@@ -19,6 +19,7 @@ from ninja import Field, Schema
 from pydantic import field_validator
 
 from webapp.experiments.models import Run
+from webapp.ingestion.measures import MEASURES
 from webapp.ingestion.models import (
     TextBlob,
     ToolCall,
@@ -28,7 +29,7 @@ from webapp.ingestion.models import (
 from webapp.ingestion.token_signals import TokenSignals, unpack_token_signals
 from webapp.rollouts.compare import DIFF_MAX_CHARS
 from webapp.rollouts.labelling import label_condition
-from webapp.rollouts.measures import MEASURES, value_range
+from webapp.rollouts.measures import value_range
 
 
 class RolloutFilter(Schema):

@@ -11,6 +11,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.views.decorators.cache import never_cache
 
 from trainer.contract import INT4_MAX
 from webapp.accounts.access import get_team_for_user
@@ -29,6 +30,7 @@ PAGE_SIZE = 50
 
 
 @login_required
+@never_cache  # not kept for the Back button: labels given since must show (docs/annotations.md#in-the-rollout-list)
 def rollouts(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse:
     run = get_run_for_user(request, team_slug, run_id)
     labels = labelling.team_labels(run.team)

@@ -26,6 +26,7 @@ from django.utils import timezone
 from trainer.contract import OutboundRules, RunSpecs, TeamRewardSpec, TeamToolSpec
 from trainer.mdp import ToolCallRecord
 from trainer.rewards import REWARDS
+from trainer.team import http_tool_spec
 from trainer.team_rewards import build_reward
 from trainer.tools import TOOLS, BaseTool, HttpTool, HttpToolSpec, run_tool_call
 from trainer.tools.allowlist import check_url
@@ -148,6 +149,9 @@ class TeamTool(CreatedRecord):
             secret = crypto.decrypt(self.secret_encrypted) if self.secret_encrypted else None
         except crypto.SecretUnreadable as exc:
             raise ToolUnavailable(f"tool {self.name!r}: {exc}") from None
+        return self._http_spec(secret)
+
+    def _http_spec(self, secret: str | None) -> TeamToolSpec:
         return TeamToolSpec(
             name=self.name,
             description=self.description,
@@ -167,17 +171,8 @@ class TeamTool(CreatedRecord):
         policy = outbound_policy()
         check_url(self.url, policy)  # OutboundRefused (a PermissionError): the rules changed since
         secret = crypto.decrypt(self.secret_encrypted) if self.secret_encrypted else None
-        return HttpToolSpec(
-            name=self.name,
-            description=self.description,
-            parameters=self.parameters,
-            url=self.url,
-            method=self.method,
-            timeout_s=self.timeout_s,
-            secret=secret,
-            secret_header=self.secret_header,
-            policy=policy,
-        )
+        # As a run builds it (trainer.team), so the try-it page calls the endpoint as a run would.
+        return http_tool_spec(self._http_spec(secret), policy)
 
     def build(self) -> BaseTool:
         """A ready-to-run tool instance, described by what the team registered."""
@@ -292,21 +287,9 @@ class TeamReward(CreatedRecord):
             secret = crypto.decrypt(self.secret_encrypted) if self.secret_encrypted else None
         except crypto.SecretUnreadable as exc:
             raise ToolUnavailable(f"reward {self.name!r}: {exc}") from None
-        return TeamRewardSpec(
-            name=self.name,
-            data_source=self.data_source,
-            kind=self.kind,  # type: ignore[arg-type]
-            rule=self.rule,  # type: ignore[arg-type]
-            tolerance=self.tolerance,
-            pattern=self.pattern,
-            format_pattern=self.format_pattern,
-            format_bonus=self.format_bonus,
-            url=self.url,
-            timeout_s=self.timeout_s,
-            retries=self.retries,
-            secret=secret,
-            secret_header=self.secret_header,
-        )
+        # The row's fields bear the wire's names; only the secret is stored otherwise (encrypted).
+        stored = {name: getattr(self, name) for name in TeamRewardSpec.model_fields if name != "secret"}
+        return TeamRewardSpec(**stored, secret=secret)
 
     def score(
         self, response: str, ground_truth: Any, extra_info: dict[str, Any]

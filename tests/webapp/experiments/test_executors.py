@@ -24,8 +24,9 @@ from webapp.experiments.executors import (
     reaped_executors,
 )
 from webapp.experiments.logs import log_tail
-from webapp.experiments.models import Experiment, Run, RunStatus, TeamRunLimit, places_in_line
+from webapp.experiments.models import Experiment, Run, RunStatus, TeamRunLimit
 from webapp.experiments.tasks import reap_runs
+from webapp.experiments.waiting_line import places_in_line
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -160,6 +160,13 @@ def test_the_workspace_draws_a_fork_after_its_parents_first_steps_and_the_compar
     )
     (zoomed,) = client.get(url + "&lineage=1&lo=2&hi=3").json()["series"]
     assert zoomed["step"] == [2, 3]
+    # Beside its parent the fork's line starts where it leaves it, and the page names the origin.
+    both = client.get(url + f"&run={parent.pk}&lineage=1").json()
+    drawn = {series["run"]: series["step"] for series in both["series"]}
+    assert drawn == {child.pk: [3, 4, 5], parent.pk: [1, 2, 3, 4]}
+    origin = {"run": parent.pk, "name": "parent · seed 3", "step": 2}
+    assert both["runs"][str(child.pk)]["forked_from"] == origin
+    assert both["runs"][str(parent.pk)]["forked_from"] is None
     page = client.get(
         reverse("run_curves", args=[parent.team.slug, child.pk]) + "?lineage=1"
     ).content.decode()

@@ -10,6 +10,7 @@ lost-node test kills a node: it is the module's last.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -184,7 +185,10 @@ def test_a_node_lost_while_a_run_trains_fails_the_run_keeps_what_it_had_and_resu
     reported = MetricPoint.objects.filter(run=run).count()
     (ended,) = reap_until_ended([run])
     assert ended.status == RunStatus.FAILED
-    assert ended.message == f"node {lost.name} lost at step {ended.step}", ended.message
+    # The step the run had reached when the loss was seen; a batch the dying trainer sent just before
+    # may still land after it, so the run's own step can be one later.
+    said = re.fullmatch(rf"node {lost.name} lost at step (\d+)", ended.message)
+    assert said and placed.step <= int(said[1]) <= ended.step, ended.message
     assert MetricPoint.objects.filter(run=run).count() >= reported > 0  # nothing reported is lost
     (latest,) = checkpoints(ended)  # keep_checkpoints: the newest complete one
     assert (latest / "trainer_state.json").exists() and (latest / "optimizer.pt").exists()

@@ -25,6 +25,7 @@ from tests.xdist_workers import free_port
 from trainer.report.spool import spool_files
 from trainer.studio.cli import main
 from trainer.studio.run_folder import RunFolder
+from trainer.studio.sdk import BATCH_POINTS, FLUSH_INTERVAL_S
 from webapp.accounts.models import ApiToken
 from webapp.experiments.models import Run, RunStatus
 from webapp.experiments.sdk_runs import CLIENT_ID_TAG, GROUP_TAG
@@ -229,6 +230,54 @@ def test_a_run_whose_server_dies_midway_or_is_down_is_kept_and_synced_once(
         == 4 * STEPS
     )
     assert Run.objects.filter(experiment__name="sdk demo").count() == 2
+
+
+# Logs a full batch offline, then a few points more than a flush interval apart, says so, and waits
+# to be killed: it never reaches finish(). The last log call spools what waited before it.
+DYING_SCRIPT = (
+    textwrap.dedent("""
+    import pathlib, time
+    import studio
+
+    run = studio.init(project="sdk demo", name="killed offline", mode="offline")
+    for step in range(BATCH_POINTS // 2):
+        run.log({"loss": 1.0 / (step + 1), "acc": 0.5})
+    run.log({"loss": 0.1, "acc": 0.9})
+    time.sleep(FLUSH_INTERVAL_S * 1.5)
+    run.log({"loss": 0.05, "acc": 0.95})
+    pathlib.Path("LOGGED").touch()
+    while True:
+        time.sleep(1)
+""")
+    .replace("BATCH_POINTS", str(BATCH_POINTS))
+    .replace("FLUSH_INTERVAL_S", str(FLUSH_INTERVAL_S))
+)
+
+
+def test_sync_leaves_a_live_script_running_and_fails_the_run_of_a_killed_one(
+    studio_env: dict[str, str], tmp_path: Path
+) -> None:
+    workdir = tmp_path / "dying"
+    workdir.mkdir()
+    (workdir / "train.py").write_text(DYING_SCRIPT)
+    script = subprocess.Popen([sys.executable, "train.py"], cwd=workdir, env=studio_env)
+    try:
+        poll_until(lambda: (workdir / "LOGGED").exists() or script.poll() is not None)
+        assert script.poll() is None
+        assert "has not finished it" in studio("sync")  # its process lives: still being written
+        run = run_named("killed offline")
+        assert run.status == RunStatus.RUNNING
+    finally:
+        script.kill()  # kill -9: no finish(), no exit hook
+        script.wait(30)
+
+    synced = studio("sync")
+    run.refresh_from_db()
+    assert "failed: its script never finished it" in synced
+    assert run.status == RunStatus.FAILED and "never finished" in run.message
+    assert f"process {script.pid}" in run.message
+    assert MetricPoint.objects.filter(run=run).count() == BATCH_POINTS + 4  # what waited a second or more
+    assert "already synced" in studio("sync")
 
 
 # Runs each ```python block of docs/sdk.md in turn, each in a namespace of its own, in one process.

@@ -9,7 +9,8 @@ import pytest
 
 from tests.webapp.polling import poll_until
 from webapp.experiments import services, sweeps
-from webapp.experiments.models import Run, RunStatus, TeamRunLimit, places_in_line
+from webapp.experiments.models import Run, RunStatus, TeamRunLimit
+from webapp.experiments.waiting_line import places_in_line
 from webapp.results import analytics
 
 

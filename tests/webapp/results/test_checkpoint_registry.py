@@ -160,6 +160,16 @@ def test_the_registry_lists_the_teams_checkpoints_filtered_sorted_and_paged_with
     assert page.count('id="checkpoint-') == 5 and "secret run" not in page
     assert "rows (dataset:" in page and "acc 0.75<" in page  # step 3's evaluation on its split
     assert "4 kept" in page and "1 deleted" in page and "by the trainer (trainer.keep_checkpoints)" in page
+    # every kept row offers what the run page offers: the playground, evaluate, fork and export
+    kept_row = page[page.index(f'id="checkpoint-{catalogue["checkpoints"][3].pk}"') :].split("</tr>")[0]
+    for action in (
+        'class="download"',
+        'class="playground"',
+        'class="evaluate"',
+        'class="fork"',
+        "Export</button>",
+    ):
+        assert action in kept_row, action
     tagged = client.get(url + "?tag=best").content.decode()
     assert (
         tagged.count('id="checkpoint-') == 1 and f'id="checkpoint-{catalogue["checkpoints"][3].pk}"' in tagged

@@ -21,6 +21,7 @@ from webapp.ingestion.models import POLICY_DELETED, Checkpoint
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("quick_passwords")]
 
 SHOTS = Path(__file__).resolve().parents[3] / "var" / "shots" / "fork"
+LEFTOVER_SHOTS = SHOTS.parent / "leftovers"
 WIDTHS = (1440, 1024)
 
 
@@ -69,11 +70,11 @@ def lineage(transactional_db: Any, personas: Any) -> tuple[Run, Run]:
     return parent, child
 
 
-def shoot(page: Any, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
+def shoot(page: Any, name: str, folder: Path = SHOTS) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
     for width in WIDTHS:
         page.set_viewport_size({"width": width, "height": 900})
-        page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
+        page.screenshot(path=str(folder / f"{name}-{width}.png"), full_page=True)
 
 
 def test_the_registry_filters_tags_and_forks_and_the_fork_continues_its_parents_curve(
@@ -113,4 +114,13 @@ def test_the_registry_filters_tags_and_forks_and_the_fork_continues_its_parents_
     page.click("#curve-controls button[type=submit]")
     page.wait_for_url("**lineage=1**")
     page.wait_for_function("() => Number(document.getElementById('curves').dataset.points) >= 30")
+    mark = "forked from arith grpo · seed 1 step 20"
+    assert page.get_attribute(f"figure[data-key='{REWARD_MEAN}']", "data-marks") == mark
     shoot(page, "fork-curve")
+
+    # With its parent drawn too, the fork's own line starts at step 20, at its mark.
+    page.goto(f"{live_server.url}/t/acme/curves/?run={parent.pk}&run={child.pk}&lineage=1")
+    page.wait_for_function("() => Number(document.getElementById('curves').dataset.points) >= 40")
+    assert page.get_attribute(f"figure[data-key='{REWARD_MEAN}']", "data-marks") == mark
+    page.locator(f"figure[data-key='{REWARD_MEAN}']").scroll_into_view_if_needed()
+    shoot(page, "fork-beside-parent", LEFTOVER_SHOTS)

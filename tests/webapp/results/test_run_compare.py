@@ -102,6 +102,8 @@ def test_another_teams_run_is_never_compared(client: Client, personas: Any, four
     client.force_login(personas["alice"])
     asked = {"run": [four[0].pk, their_run.pk]}
     assert client.get("/t/acme/runs/compare/", asked).status_code == 404
+    no_such = {"run": [four[0].pk, 2**70]}  # an id no row can have: a 404 too, not a database error
+    assert client.get("/t/acme/runs/compare/", no_such).status_code == 404
     outsider = Client()
     outsider.force_login(personas["charlie"])
     assert outsider.get("/t/acme/runs/compare/", {"run": [r.pk for r in four[:2]]}).status_code == 404

@@ -53,13 +53,12 @@ def test_a_member_labels_a_trajectory_and_a_step_and_the_rollout_list_shows_and_
 ) -> None:
     alice, bob = _member(personas, "alice"), _member(personas, "bob")
     first, second = rollouts["s1-p0-s0"], rollouts["s1-p1-s0"]
-    assert _annotate(alice, first, label="wrong", note="adds badly").json() == {"label": "wrong"}
+    saved = _annotate(alice, first, label="wrong", note="adds badly").json()
+    assert saved["label"] == "wrong" and "wrong · alice" in saved["given"] and "adds badly" in saved["given"]
     assert _annotate(alice, first, label="correct").status_code == 200  # her second word replaces the first
     assert _annotate(bob, first, label="reward hacking").status_code == 200
-    assert (
-        _annotate(alice, second, step="1", label="malformed tool call", corrected_answer="5").status_code
-        == 200
-    )
+    step_saved = _annotate(alice, second, step="1", label="malformed tool call", corrected_answer="5")
+    assert "malformed tool call · alice" in step_saved.json()["given"]
     assert _annotate(alice, second, step="7", label="wrong").json()["error"] == "the trajectory has no step 7"
     assert _annotate(alice, second, label="no such label").status_code == 400
     found = {
@@ -75,7 +74,9 @@ def test_a_member_labels_a_trajectory_and_a_step_and_the_rollout_list_shows_and_
     )
     assert plain.status_code == 302 and plain["Location"].endswith(f"/rollouts/{first.pk}/#step-0")
 
-    listing = alice.get(f"/t/acme/runs/{run.pk}/rollouts/").content.decode()
+    listed = alice.get(f"/t/acme/runs/{run.pk}/rollouts/")
+    assert "no-store" in listed["Cache-Control"]  # Back after labelling shows the labels given since
+    listing = listed.content.decode()
     assert "<th>Labels</th>" in listing and "malformed tool call" in listing and "reward hacking" in listing
     only = alice.get(f"/t/acme/runs/{run.pk}/rollouts/", {"label": "reward hacking"}).content.decode()
     assert "s1-p0-s0" in only and "s1-p1-s0" not in only and "1 trajectory" in only

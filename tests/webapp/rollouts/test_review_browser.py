@@ -56,11 +56,11 @@ def reviewed_run(transactional_db: Any, personas: Any, tmp_path: Path) -> Any:
     return run
 
 
-def _shots(page: Any, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
+def _shots(page: Any, name: str, folder: Path = SHOTS, full_page: bool = True) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
     for width in (1440, 1024):
         page.set_viewport_size({"width": width, "height": 900})
-        page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
+        page.screenshot(path=str(folder / f"{name}-{width}.png"), full_page=full_page)
 
 
 def _label_with_key(page: Any, key: str, item: str) -> None:
@@ -135,3 +135,31 @@ def test_label_steps_by_keyboard_queue_the_worst_finish_as_a_second_member_and_s
     _shots(page, "dataset")
     page.goto(f"{live_server.url}/t/acme/experiments/{run.experiment_id}/evaluate/")
     assert "reviewed step 40" in page.inner_text("body")
+
+
+def test_a_label_key_shows_the_badge_at_once_and_the_rollout_list_shows_it_on_going_back(
+    signed_in: Callable[[str], Any], live_server: Any, reviewed_run: Any
+) -> None:
+    run = reviewed_run
+    page = signed_in("alice")
+    page.goto(f"{live_server.url}/t/acme/runs/{run.pk}/rollouts/?step=40")
+    row = page.locator("#rollout-table tbody tr").first
+    uid = row.locator("td:nth-child(3) a").inner_text()
+    row.locator("td:nth-child(3) a").click()
+    page.wait_for_url("**/rollouts/*/")
+    page.evaluate("window.notReloaded = true")  # gone if the page reloads
+    page.keyboard.press("j")
+    _label_with_key(page, "2", "#step-0")
+    page.keyboard.press("k")
+    page.keyboard.press("k")
+    _label_with_key(page, "3", "#whole-trajectory")
+    assert page.locator("#step-0 .label-badges").inner_text() == "wrong · alice"
+    assert page.locator("#whole-trajectory .label-badges").inner_text() == "reward hacking · alice"
+    assert page.evaluate("window.notReloaded === true")
+    _shots(page, "label-badge", Path("var/shots/leftovers"), full_page=False)
+
+    page.go_back()  # the list the user came from, not a copy from before the labels
+    page.wait_for_url("**/rollouts/?step=40")
+    labelled = page.locator("#rollout-table tbody tr").filter(has_text=uid)
+    assert sorted(labelled.locator(".label-badge").all_inner_texts()) == ["reward hacking", "wrong"]
+    _shots(page, "rollout-list-labels", Path("var/shots/leftovers"), full_page=False)
