@@ -63,13 +63,14 @@
     });
   }
 
+  // The mark moves on at once, before the server answers: a person typing labels in a row would
+  // otherwise put the next key on this item again. A save that fails says so on its own item.
   function labelCurrent(name) {
     var form = items[current].querySelector(".annotate-form");
     if (!form) return;
     form.querySelector('select[name="label"]').value = name;
-    save(form).then(function (saved) {
-      if (saved && current < items.length - 1) mark(current + 1);
-    });
+    save(form);
+    if (current < items.length - 1) mark(current + 1);
   }
 
   document.addEventListener("submit", function (event) {

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import tempfile
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +35,24 @@ def source_dataset(run: Run) -> Dataset | None:
     return Dataset.resolve(run.team, reference) if isinstance(reference, str) else None
 
 
-def corrections(trajectory_ids: Sequence[int]) -> dict[int, str]:
-    """{trajectory: the newest corrected answer a reviewer gave it or one of its steps}."""
+def corrections(trajectory_ids: Sequence[int]) -> dict[int, tuple[datetime, str]]:
+    """{trajectory: (when, the newest corrected answer a reviewer gave it or one of its steps)}."""
     rows = (
         Annotation.objects.filter(trajectory_id__in=list(trajectory_ids))
         .exclude(corrected_answer="")
         .order_by("updated", "pk")
-        .values_list("trajectory_id", "corrected_answer")
+        .values_list("trajectory_id", "updated", "corrected_answer")
     )
-    return dict(rows)  # later rows win: the newest answer
+    return {pk: (when, answer) for pk, when, answer in rows}  # later rows win: the newest answer
+
+
+def newest_correction(
+    trajectories: Sequence[Trajectory], answers: dict[int, tuple[datetime, str]]
+) -> str | None:
+    """The newest answer given to any rollout of one prompt (docs/annotations.md#save-as-dataset), not
+    the first rollout's: two reviewers of two rollouts of the prompt, the later one wins."""
+    given = [answers[t.pk] for t in trajectories if t.pk in answers]
+    return max(given, key=lambda when_answer: when_answer[0])[1] if given else None
 
 
 def corrected_truth(original: Any, answer: str) -> Any:
@@ -94,7 +104,7 @@ def promoted_rows(
         row = copy.deepcopy(originals.get(index)) or _row_from_rollout(
             trajectories[0], prompts.get(index, "")
         )
-        answer = next((answers[t.pk] for t in trajectories if t.pk in answers), None)
+        answer = newest_correction(trajectories, answers)
         if answer is not None:
             truth = row["reward_model"].get("ground_truth")
             row["reward_model"] = {**row["reward_model"], "ground_truth": corrected_truth(truth, answer)}

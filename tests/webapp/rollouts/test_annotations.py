@@ -253,6 +253,18 @@ def test_a_queue_saved_as_a_dataset_keeps_the_contract_takes_corrected_answers_a
     }
 
 
+def test_a_prompt_saved_as_a_dataset_takes_the_newest_corrected_answer_of_any_of_its_rollouts(
+    personas: dict[str, Any], rollouts: dict[str, Trajectory], run: Any
+) -> None:
+    bob, alice = _member(personas, "bob"), _member(personas, "alice")
+    _annotate(bob, rollouts["s2-p1-s0"], label="wrong", corrected_answer="5")
+    _annotate(alice, rollouts["s1-p1-s1"], label="wrong", corrected_answer="6")  # later, on another rollout
+    ticked = [rollouts["s2-p1-s0"].pk, rollouts["s1-p1-s1"].pk]
+    alice.post(f"/t/acme/runs/{run.pk}/rollouts/dataset/", {"name": "newest", "trajectory": ticked})
+    (row,) = pq.read_table(Dataset.objects.get(name="newest").path).to_pylist()
+    assert row["reward_model"]["ground_truth"] == "6"
+
+
 def test_ticked_rollouts_of_a_run_without_its_dataset_are_rebuilt_from_the_rollouts(
     personas: dict[str, Any], rollouts: dict[str, Trajectory], run: Any
 ) -> None:

@@ -163,3 +163,25 @@ def test_a_label_key_shows_the_badge_at_once_and_the_rollout_list_shows_it_on_go
     labelled = page.locator("#rollout-table tbody tr").filter(has_text=uid)
     assert sorted(labelled.locator(".label-badge").all_inner_texts()) == ["reward hacking", "wrong"]
     _shots(page, "rollout-list-labels", Path("var/shots/leftovers"), full_page=False)
+
+
+def test_label_keys_typed_in_a_row_label_one_item_each(
+    signed_in: Callable[[str], Any], live_server: Any, reviewed_run: Any
+) -> None:
+    from webapp.ingestion.models import Trajectory
+    from webapp.rollouts.models import Annotation
+
+    run = reviewed_run
+    first = Trajectory.objects.filter(run=run).order_by("sample_index").first()
+    page = signed_in("alice")
+    page.goto(f"{live_server.url}/t/acme/runs/{run.pk}/rollouts/{first.pk}/")
+    for key in ("2", "1", "5"):  # no wait between keys: the next key must not wait for the server
+        page.keyboard.press(key)
+    for item in ("#whole-trajectory", "#step-0", "#step-1"):
+        page.locator(f"{item} .annotate-status").filter(has_text="saved: ").wait_for()
+    given = Annotation.objects.filter(trajectory=first, author__username="alice")
+    assert {(a.step_index, a.label.name) for a in given} == {
+        (None, "wrong"),
+        (0, "correct"),
+        (1, "format only"),
+    }
