@@ -28,6 +28,7 @@ from webapp.results import analytics, export, lineage, onboarding, run_compare, 
 from webapp.results.forms import RunsActionForm
 from webapp.results.resume import resume_markers
 from webapp.results.runs_columns import default_column_ids
+from webapp.rollouts import compare as prompt_compare
 from webapp.rollouts import viewer
 from webapp.rollouts.questions import user_question
 
@@ -231,6 +232,7 @@ def runs_compare(request: HttpRequest, team_slug: str) -> HttpResponse:
         "only_different": only_different,
         "query": "&".join(f"run={pk}" for pk in ids),
         "curve_keys": _curve_keys(chosen),
+        "shared_rows": prompt_compare.shared_rows(chosen),
     }
     return render(request, "results/runs_compare.html", context)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -28,6 +29,22 @@ def steps_of_prompt(run: Run, sample_index: int) -> list[int]:
         .values_list("training_step", flat=True)
         .distinct()
     )
+
+
+SHARED_ROWS_SCANNED = 2_000  # the newest trajectories of each run looked at for rows in common
+SHARED_ROWS_SHOWN = 50
+
+
+def shared_rows(runs: Sequence[Run]) -> list[tuple[int, int]]:
+    """(dataset row, how many of ``runs`` have rollouts of it) for the rows at least two of them
+    rolled out among their newest trajectories, most shared first: the rows the compare page's
+    "one prompt across these runs" can show (runs of other seeds sample other rows)."""
+    counts: Counter[int] = Counter()
+    for run in runs:
+        newest = Trajectory.objects.filter(run=run).order_by("-training_step", "-id")[:SHARED_ROWS_SCANNED]
+        counts.update(set(newest.values_list("sample_index", flat=True)))
+    shared = sorted((-n, row) for row, n in counts.items() if n >= 2)
+    return [(row, -n) for n, row in shared[:SHARED_ROWS_SHOWN]]
 
 
 def two_steps(

@@ -94,7 +94,9 @@ def test_compare_four_runs_and_one_prompt_across_them(
     page.wait_for_function("() => window.studioCompareChart.mode === 'change'")
     _shots(page, "compare-4-runs")
 
-    page.fill("#id_sample", "3")
+    # The rows offered are those the runs rolled out in common: here row 3, in all four
+    assert page.locator("#id_sample option").all_inner_texts() == ["row 3 · in 4 of 4 runs"]
+    page.select_option("#id_sample", "3")
     page.click("#prompt-across button")
     page.wait_for_url("**/prompts/3/compare/?*")
     headers = page.locator("#compare-many thead th").all_inner_texts()

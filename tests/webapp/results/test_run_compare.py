@@ -132,3 +132,20 @@ def test_one_prompt_in_three_runs_aligned_step_by_step_with_word_diffs(
     assert 'id="compare-many"' in html and '<span class="added"> indeed</span>' in html
     missing = client.get("/t/acme/runs/prompts/compare/", {"run": [r.pk for r in four[:3]], "sample": 9})
     assert missing.status_code == 404
+
+
+def test_the_compare_page_offers_the_rows_its_runs_rolled_out_in_common(
+    client: Client, personas: Any, four: list[Run]
+) -> None:
+    client.force_login(personas["bob"])
+    ids = {"run": [r.pk for r in four]}
+    nothing = client.get("/t/acme/runs/compare/", ids).content.decode()
+    assert "No dataset row has rollouts in two of these runs" in nothing and 'name="sample"' not in nothing
+    rows = {four[0]: [3, 5], four[1]: [3, 5], four[2]: [3, 8], four[3]: [9]}  # row 3 in three runs, 5 in two
+    for run, samples in rows.items():
+        posted = [trajectory(f"s1-p{row}-s0", f"s1-p{row}", 1.0) for row in samples]
+        Trainer(client, run.pk, str(run.issue_token())).trajectories(1, posted)
+    client.force_login(personas["bob"])
+    page = client.get("/t/acme/runs/compare/", ids)
+    assert page.context["shared_rows"] == [(3, 3), (5, 2)]  # most shared first; 8 and 9 in one run only
+    assert "row 3 · in 3 of 4 runs" in page.content.decode()
