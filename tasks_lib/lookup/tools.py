@@ -10,12 +10,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 from tasks_lib.lookup.service import service_url
-from trainer.tools import TOOLS, BaseTool, ToolResult, one_string_parameter
+from trainer.tools import TOOLS, BaseTool, ToolError, ToolResult, one_string_parameter
 
 TIMEOUT_S = 10.0
 
 
-class MissingKey(LookupError):
+class MissingKey(ToolError, LookupError):
     """The service has no entry for the key, or refused the request."""
 
 

@@ -4,6 +4,7 @@ arithmetic recipe's multiplication level."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -30,10 +31,14 @@ def test_the_service_listens_on_loopback_and_serves_every_generated_key() -> Non
     assert generate(20, seed=5) == generate(20, seed=5) != generate(20, seed=6)
 
 
-def test_an_unknown_key_is_a_tool_error_that_the_model_reads() -> None:
+def test_an_unknown_key_is_a_tool_error_that_the_model_reads(caplog: pytest.LogCaptureFixture) -> None:
     record = ToolCallRecord(name="lookup", arguments={"key": "no-such-key"})
-    done = asyncio.run(run_tool_call(record, {"lookup": LookupTool()}, timeout_s=10, ctx={"table": 0}))
+    with caplog.at_level(logging.INFO, logger="trainer.tools.base"):
+        done = asyncio.run(run_tool_call(record, {"lookup": LookupTool()}, timeout_s=10, ctx={"table": 0}))
     assert done.error == "execution" and "no entry for the key 'no-such-key'" in done.result
+    # The model asked for a key that is not there: one line in the log, not a traceback per call.
+    (said,) = [r for r in caplog.records if r.name == "trainer.tools.base"]
+    assert said.levelno == logging.INFO and said.exc_info is None and "no-such-key" in said.getMessage()
 
 
 def test_prepared_rows_are_valid_and_pay_only_a_policy_that_uses_the_tool(prepared: Prepared) -> None:

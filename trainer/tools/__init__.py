@@ -6,6 +6,7 @@ from trainer.tools import builtin as _builtin  # noqa: F401  (registers the buil
 from trainer.tools.base import (
     TOOLS,
     BaseTool,
+    ToolError,
     ToolResult,
     check_tool_definition,
     one_string_parameter,
@@ -23,6 +24,7 @@ __all__ = [
     "HttpToolError",
     "HttpToolSpec",
     "ToolCallFormat",
+    "ToolError",
     "ToolResult",
     "check_tool_definition",
     "one_string_parameter",

@@ -29,6 +29,12 @@ logger = logging.getLogger(__name__)
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
+class ToolError(Exception):
+    """A failure a tool reports to the model as it is: a key not found, an endpoint's error status.
+    The model reads it like any failed call's observation; the log says it in one line, with no
+    traceback, since nothing is wrong with the tool itself."""
+
+
 @dataclass
 class ToolResult:
     """What one tool execution gives back: the observation text, an optional reward, extra info."""
@@ -161,6 +167,9 @@ async def run_tool_call(
         # wait_for raises it bare; HttpTool raises it with its own HTTP timeout in the message.
         detail = str(exc) or f"timed out after {timeout_s:g} s"
         _failed(record, "timeout", f"tool {record.name!r} {detail}")
+    except ToolError as exc:
+        logger.info("tool %r failed: %s", record.name, exc)
+        _failed(record, "execution", f"tool {record.name!r} failed: {type(exc).__name__}: {exc}")
     except Exception as exc:
         logger.warning("tool %r raised", record.name, exc_info=True)
         _failed(record, "execution", f"tool {record.name!r} failed: {type(exc).__name__}: {exc}")

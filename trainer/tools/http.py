@@ -33,14 +33,14 @@ from trainer.tools.allowlist import (
     pinned,
     resolved_services,
 )
-from trainer.tools.base import TOOLS, BaseTool, ToolResult, check_tool_definition
+from trainer.tools.base import TOOLS, BaseTool, ToolError, ToolResult, check_tool_definition
 
 _METHODS = ("GET", "POST")
 # An observation the model reads: a megabyte is already far more than any prompt holds.
 MAX_RESPONSE_BYTES = 1024 * 1024
 
 
-class HttpToolError(RuntimeError):
+class HttpToolError(ToolError, RuntimeError):
     """The endpoint answered with an HTTP error status or a body we cannot read."""
 
 
