@@ -232,11 +232,7 @@ def _trainer(
         "trainer.total_training_steps": total,
         **save_and_test_freq(config, paths),
         "trainer.val_before_train": False,
-        "trainer.resume_mode": "auto" if trainer.resume else "disable",
-        # Weights only unless the run is resumable, as on the torch backend (docs/checkpoints.md).
-        "actor_rollout_ref.actor.checkpoint.save_contents": "[model,optimizer,extra]"
-        if trainer.resume
-        else "[model]",
+        **resume_and_contents(config, "actor_rollout_ref.actor.checkpoint.save_contents"),
         "trainer.max_actor_ckpt_to_keep": trainer.keep_checkpoints,
         "trainer.max_critic_ckpt_to_keep": trainer.keep_checkpoints,
         **placement_and_names(config, paths, project, run_name, loggers),
@@ -254,6 +250,18 @@ def save_and_test_freq(config: RunConfig, paths: VerlPaths) -> dict[str, Any]:
         "trainer.test_freq": (trainer.val_every if trainer.val_every > 0 else total)
         if paths.val_files
         else -1,
+    }
+
+
+def resume_and_contents(config: RunConfig, contents_key: str, *, also: Sequence[str] = ()) -> dict[str, Any]:
+    """verl's resume mode and what its checkpoints hold (``contents_key``): the weights, plus the
+    optimizer and extra states only when the run is resumable, as on the torch backend
+    (docs/checkpoints.md); ``also`` names more contents (the SFT trainer's hf_model)."""
+    resume = config.trainer.resume
+    contents = ["model", *(["optimizer", "extra"] if resume else []), *also]
+    return {
+        "trainer.resume_mode": "auto" if resume else "disable",
+        contents_key: "[" + ",".join(contents) + "]",
     }
 
 

@@ -19,6 +19,7 @@ from trainer.backends.verl.command import (
     VerlPaths,
     hydra_value,
     placement_and_names,
+    resume_and_contents,
     save_and_test_freq,
     start_model_path,
     verl_config_dir,
@@ -80,11 +81,8 @@ def _trainer(
         "trainer.total_epochs": total,
         "trainer.seed": trainer.seed,
         **save_and_test_freq(config, paths),
-        "trainer.resume_mode": "auto" if trainer.resume else "disable",
         # hf_model: a Hugging Face folder beside the FSDP shards, which any tool (and an RL run) loads.
-        "checkpoint.save_contents": "[model,optimizer,extra,hf_model]"
-        if trainer.resume
-        else "[model,hf_model]",
+        **resume_and_contents(config, "checkpoint.save_contents", also=["hf_model"]),
         "trainer.max_ckpt_to_keep": trainer.keep_checkpoints,
         **placement_and_names(config, paths, project, run_name, loggers),
     }
