@@ -20,7 +20,7 @@ from trainer.backends.verl.command import (
     hydra_value,
     placement_and_names,
     resume_and_contents,
-    save_and_test_freq,
+    schedule,
     start_model_path,
     verl_config_dir,
 )
@@ -73,14 +73,13 @@ def _model_and_optim(config: RunConfig) -> dict[str, Any]:
 def _trainer(
     config: RunConfig, paths: VerlPaths, project: str, run_name: str, loggers: Sequence[str]
 ) -> dict[str, Any]:
-    trainer, total = config.trainer, config.trainer.total_steps
+    trainer = config.trainer
     return {
-        "trainer.total_training_steps": total,
+        **schedule(config, paths),
         # verl stops at the end of its last epoch even before total_training_steps: one epoch per
         # step is always enough (a step takes at least one batch of the file).
-        "trainer.total_epochs": total,
+        "trainer.total_epochs": trainer.total_steps,
         "trainer.seed": trainer.seed,
-        **save_and_test_freq(config, paths),
         # hf_model: a Hugging Face folder beside the FSDP shards, which any tool (and an RL run) loads.
         **resume_and_contents(config, "checkpoint.save_contents", also=["hf_model"]),
         "trainer.max_ckpt_to_keep": trainer.keep_checkpoints,
