@@ -267,6 +267,12 @@ class SftConfig(Section):
         description="Tokens per packed sequence: conversations are packed back to back up to this length "
         "(a longer conversation is cut to it).",
     )
+    train_turns: Literal["all", "tool_calls"] = Field(
+        default="all",
+        description="Which assistant turns carry the loss: all, or only the turns that call a tool (a "
+        "tool result follows them), which teaches the call and leaves the answers to RL "
+        "(docs/sft.md#which-turns-are-trained).",
+    )
 
 
 class StartFromConfig(Section):

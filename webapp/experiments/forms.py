@@ -83,6 +83,7 @@ ADVANCED_PATHS = [
     "model.dtype",
     "model.lora_rank",
     "sft.max_length",
+    "sft.train_turns",  # docs/sft.md#which-turns-are-trained
 ]
 # Labels a field's last name does not say well enough on its own.
 LABELS = {
@@ -91,6 +92,7 @@ LABELS = {
     "start_from.step": "Start from checkpoint step",
     "start_from.optimizer": "Keep optimiser state",
     "sft.max_length": "SFT packed length",
+    "sft.train_turns": "SFT trains these assistant turns",
     "resources.memory_gb": "Memory (GiB)",
     "resources.where": "Where to run (Ray resources)",
 }

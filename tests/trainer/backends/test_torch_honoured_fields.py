@@ -186,6 +186,7 @@ PROBES: dict[str, Probe] = {
     "evaluation.checkpoint": Probe("{eval_checkpoint}", {**VAL, "evaluation.enabled": True}),
     "sft.enabled": Probe(True, DEMOS),
     "sft.max_length": Probe(16, {**DEMOS, "sft.enabled": True}),
+    "sft.train_turns": Probe("tool_calls", {**DEMOS, "sft.enabled": True}),
     "start_from.checkpoint": Probe("{eval_checkpoint}"),
 }
 

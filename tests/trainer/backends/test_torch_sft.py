@@ -89,6 +89,20 @@ def test_the_loss_mask_covers_the_assistant_turns_only_and_each_ends_at_its_stop
     assert '"name": "echo"' in untrained  # the tool list joined the system message, as the flow writes it
 
 
+def test_training_only_the_turns_that_call_a_tool_leaves_the_answer_untrained(smol_tokenizer: Any) -> None:
+    conversation = Conversation(demo(3), TOOLS)
+    stops = set(stop_token_ids(smol_tokenizer))
+    example = encode(
+        smol_tokenizer, conversation, tool_format="hermes", stop_ids=stops, max_length=4096, calls_only=True
+    )
+    trained = smol_tokenizer.decode(
+        [t for t, m in zip(example.input_ids, example.loss_mask, strict=True) if m]
+    )
+    assert trained == CALL % 3 + "<|im_end|>"  # the call and its stop token; not the answer
+    everything = encode(smol_tokenizer, conversation, tool_format="hermes", stop_ids=stops, max_length=4096)
+    assert example.input_ids == everything.input_ids  # the same tokens, fewer of them trained
+
+
 def test_tool_results_reach_the_model_as_the_flow_renders_them(smol_tokenizer: Any) -> None:
     shown = flow_messages(Conversation(demo(1), []), "hermes", renders_tools=False)
     assert [m["role"] for m in shown] == ["system", "user", "assistant", "user", "assistant"]

@@ -89,6 +89,7 @@ def encode_file(config: RunConfig, tokenizer: Any, path: str, *, limit: int | No
             tool_format=config.rollout.tool_format,
             stop_ids=stops,
             max_length=config.sft.max_length,
+            calls_only=config.sft.train_turns == "tool_calls",
         )
         for conversation in load_conversations(path, limit=limit)
     ]

@@ -96,8 +96,10 @@ def encode(
     tool_format: str,
     stop_ids: Collection[int],
     max_length: int,
+    calls_only: bool = False,
 ) -> Example:
-    """Token ids and the assistant-only loss mask of one conversation, cut to ``max_length``.
+    """Token ids and the assistant-only loss mask of one conversation, cut to ``max_length``; with
+    ``calls_only``, only the assistant turns that call a tool are trained (sft.train_turns).
 
     Each assistant turn is what the template adds after the generation prompt, so the chat template
     must render a conversation as the prefix of its continuation (SmolLM2's, Qwen2's and Llama's do);
@@ -106,11 +108,13 @@ def encode(
     renders_tools = template_renders_tools(tokenizer)
     chat = flow_messages(conversation, tool_format, renders_tools=renders_tools)
     tools = conversation.tools if renders_tools and conversation.tools else None
+    trained_turns = iter(_calls_a_tool(conversation) if calls_only else [])
     ids: list[int] = []
     mask: list[int] = []
     for index, message in enumerate(chat):
         if message["role"] != "assistant":
             continue
+        trained = next(trained_turns, True)
         prompt = _render(tokenizer, chat[:index], tools, generation_prompt=True)
         full = _render(tokenizer, chat[: index + 1], tools, generation_prompt=False)
         if full[: len(prompt)] != prompt or prompt[: len(ids)] != ids:
@@ -118,9 +122,21 @@ def encode(
                 "the chat template does not render a conversation as the prefix of its continuation, "
                 "so assistant turns cannot be told apart: use a model whose template does"
             )
-        mask += [0] * (len(prompt) - len(ids)) + _turn_mask(full[len(prompt) :], stop_ids)
+        turn = full[len(prompt) :]
+        mask += [0] * (len(prompt) - len(ids)) + (_turn_mask(turn, stop_ids) if trained else [0] * len(turn))
         ids = full
     return Example(ids[:max_length], mask[:max_length])
+
+
+def _calls_a_tool(conversation: Conversation) -> list[bool]:
+    """For each assistant turn in order: whether it called a tool (a tool result follows it). The
+    flow's messages keep the assistant turns one for one and in order (flow_messages)."""
+    messages = conversation.messages
+    return [
+        index + 1 < len(messages) and messages[index + 1]["role"] == "tool"
+        for index, message in enumerate(messages)
+        if message["role"] == "assistant"
+    ]
 
 
 def _render(tokenizer: Any, messages: list[Message], tools: Any, *, generation_prompt: bool) -> list[int]:

@@ -51,6 +51,9 @@ REFUSED: Mapping[str, str] = {
     # The tool-use rates come from the shared rollout metrics, which verl's agent loop does not pass on.
     "rollout.tool_warmup_steps": "backend verl does not report the tool-use rates the tool-use health "
     "checks judge: set rollout.tool_warmup_steps to 0, or use backend torch",
+    # verl's multi-turn SFT dataset trains every assistant turn.
+    "sft.train_turns": "backend verl's SFT trainer trains every assistant turn: set sft.train_turns to all, "
+    "or use backend torch to train only the turns that call a tool",
     # verl reads weights from a model folder; it has no way to take our AdamW state in.
     "start_from.optimizer": "backend verl starts from a checkpoint's weights only: set "
     "start_from.optimizer to false, or use backend torch to keep the optimiser state",
