@@ -3,7 +3,6 @@ and this job's page follows it to the new dataset, with what was kept and droppe
 
 from __future__ import annotations
 
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
@@ -14,7 +13,7 @@ from webapp.datasets.demonstrations import DemonstrationsRefused, recipe_tools
 from webapp.datasets.models import Dataset
 from webapp.experiments import demonstrations
 from webapp.experiments.access import get_job_for_user
-from webapp.experiments.jobs import TooManyJobs
+from webapp.experiments.job_pages import start_and_follow
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps
 
 TOOL_FIELD = "tool_"  # the form's field per recipe tool: tool_<recipe tool> = the tool that runs it
@@ -26,12 +25,13 @@ def generate(request: HtmxHttpRequest, team_slug: str, pk: int) -> HttpResponse:
     """Start generating demonstrations of the dataset; its job's page follows the worker."""
     dataset = get_dataset_for_user(request, team_slug, pk, write=True)
     tool_map = {tool: request.POST.get(TOOL_FIELD + tool) or tool for tool in recipe_tools(dataset)}
-    try:
-        job = demonstrations.start(dataset, request.user, tool_map)
-    except (DemonstrationsRefused, TooManyJobs) as refused:
-        messages.error(request, str(refused))
-        return redirect("dataset", team_slug=dataset.team.slug, pk=dataset.pk)
-    return redirect("demonstrations_job", team_slug=dataset.team.slug, pk=job.pk)
+    return start_and_follow(
+        request,
+        lambda: demonstrations.start(dataset, request.user, tool_map),
+        "demonstrations_job",
+        back=redirect("dataset", team_slug=dataset.team.slug, pk=dataset.pk),
+        refused=(DemonstrationsRefused,),
+    )
 
 
 @login_required

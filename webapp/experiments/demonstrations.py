@@ -11,18 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from django.db.models import Q
-
 from tasks_lib import demonstrations
 from trainer.team import UnavailableTool, run_scope
 from webapp.datasets.demonstrations import adopt, check_tool_map, source_rows
 from webapp.datasets.models import Dataset
-from webapp.experiments.jobs import Job, JobRefused
+from webapp.experiments.jobs import Job, JobKind, JobRefused
 from webapp.tools.models import ToolUnavailable, specs_for_run
 
 DEMONSTRATIONS_JOB = "demonstrations"
 DEMONSTRATIONS_TASK = "webapp.experiments.tasks.demonstrations_task"
 JOBS_PER_MEMBER = 2
+DEMONSTRATIONS = JobKind(DEMONSTRATIONS_JOB, DEMONSTRATIONS_TASK, most=JOBS_PER_MEMBER)
 PHASE = "running the tool calls"
 
 
@@ -30,14 +29,8 @@ def start(dataset: Dataset, user: Any, tool_map: Mapping[str, str]) -> Job:
     """The generation's job, queued. DemonstrationsRefused for a bad map, TooManyJobs past the
     member's limit."""
     chosen = check_tool_map(dataset, tool_map)
-    job = Job.start(
-        DEMONSTRATIONS_JOB,
-        DEMONSTRATIONS_TASK,
-        dataset.team,
-        limit=(Q(user=user), JOBS_PER_MEMBER),
-        user=user,
-        options={"dataset": dataset.pk, "dataset_name": dataset.name, "tool_map": chosen},
-    )
+    options = {"dataset": dataset.pk, "dataset_name": dataset.name, "tool_map": chosen}
+    job = Job.start(DEMONSTRATIONS, dataset.team, user=user, options=options)
     job.enqueue()
     return job
 

@@ -7,8 +7,9 @@ failed). Its files (an upload, a large body) wait in a folder of their own on th
 with the job's end. Each kind's Celery task calls :meth:`Job.run_with` with its own work function;
 the work raises JobRefused for input it cannot take (the message is the user's to read).
 
-Limits on who may queue what (per member, per run) are the callers': :meth:`Job.start` takes the
-limit and answers TooManyJobs past it, under a lock, so two requests at once cannot both slip by.
+Each kind of work is one :class:`JobKind`: its name, its Celery task, and how many of its jobs may be
+active at once per member or per run. :meth:`Job.start` answers TooManyJobs past that limit, under a
+lock, so two requests at once cannot both slip by.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from celery import current_app
 from django.conf import settings
@@ -57,6 +59,24 @@ class TooManyJobs(Exception):
     """A new job past its caller's limit of active ones: answered 429 with the reason."""
 
 
+@dataclass(frozen=True)
+class JobKind:
+    """One kind of long work: ``name`` is stored as Job.kind, ``task`` is the Celery task that does it,
+    and at most ``most`` of its jobs (a number, or the name of the setting that holds it) may be queued
+    or running at once for one ``per`` (member or run)."""
+
+    name: str
+    task: str
+    most: int | str
+    per: Literal["user", "run"] = "user"
+
+    def limit(self, fields: dict[str, Any]) -> tuple[Q, int]:
+        """(which jobs count against the limit, how many may be active) for a job of these fields."""
+        most = getattr(settings, self.most) if isinstance(self.most, str) else self.most
+        counted: dict[str, Any] = {self.per: fields[self.per]}
+        return Q(**counted), most
+
+
 class Job(models.Model):
     kind = models.CharField(max_length=30)
     task = models.CharField(max_length=200, help_text="The Celery task that does the work.")
@@ -91,20 +111,21 @@ class Job(models.Model):
         return f"{self.kind} job {self.pk} ({self.status})"
 
     @classmethod
-    def start(cls, kind: str, task: str, team: Team, *, limit: tuple[Q, int], **fields: Any) -> Job:
-        """A queued job for the Celery task named ``task``, sent by :meth:`enqueue` once its files
-        are in place. TooManyJobs when ``limit`` — (which jobs count, how many may be active) — is
-        reached."""
-        counted, most = limit
+    def start(cls, kind: JobKind, team: Team, **fields: Any) -> Job:
+        """A queued job of that kind, sent by :meth:`enqueue` once its files are in place.
+        TooManyJobs when the kind's limit for the job's member (or run) is reached."""
+        counted, most = kind.limit(fields)
         with transaction.atomic():
             # Race: two requests of one member (or run) at once, each finding one place left. The
             # team's row lock makes the second count after the first has made its job.
             Team.objects.select_for_update().filter(pk=team.pk).first()
-            active = cls.active().filter(counted, kind=kind)
+            active = cls.active().filter(counted, kind=kind.name)
             if active.count() >= most:
                 ids = ", ".join(str(pk) for pk in active.values_list("pk", flat=True))
-                raise TooManyJobs(f"{most} {kind} jobs are running or queued already ({ids}): wait for one")
-            return cls.objects.create(kind=kind, task=task, team=team, **fields)
+                raise TooManyJobs(
+                    f"{most} {kind.name} jobs are running or queued already ({ids}): wait for one"
+                )
+            return cls.objects.create(kind=kind.name, task=kind.task, team=team, **fields)
 
     def enqueue(self) -> None:
         """Send the job to its task once the caller's transaction (if any) commits."""

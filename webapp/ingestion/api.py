@@ -13,7 +13,6 @@ import hashlib
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
 from django.http import HttpRequest
 from ninja import Router, Status
 from ninja.errors import HttpError
@@ -33,7 +32,7 @@ from trainer.contract import (
     TrajectoryBatch,
 )
 from webapp.api import FieldError, api, route
-from webapp.experiments.jobs import Job, JobRefused, TooManyJobs
+from webapp.experiments.jobs import Job, JobKind, JobRefused, TooManyJobs
 from webapp.experiments.models import Run
 from webapp.experiments.run_auth import RunTokenAuth, get_run_for_claimant
 from webapp.ingestion import metrics_store, token_signals, trajectories
@@ -102,6 +101,7 @@ SIGNALS_MAX_STEPS = 20_000  # per body: 413 above it, in the request or in its j
 SIGNALS_JOBS_PER_RUN = 4  # queued or running at once; more answer 429, which the reporter retries
 SIGNALS_JOB = "token-signals"
 SIGNALS_TASK = "webapp.ingestion.tasks.store_token_signals_task"
+SIGNALS = JobKind(SIGNALS_JOB, SIGNALS_TASK, most=SIGNALS_JOBS_PER_RUN, per="run")
 api.extra_schemas.append(TokenSignalsBatch)
 
 
@@ -151,14 +151,7 @@ def _signals_batch(body: bytes) -> TokenSignalsBatch:
 
 def _queue_signals(run: Run, body: bytes, header_id: str | None) -> Job:
     try:
-        job = Job.start(
-            SIGNALS_JOB,
-            SIGNALS_TASK,
-            run.team,
-            limit=(Q(run=run), SIGNALS_JOBS_PER_RUN),
-            run=run,
-            options={"batch_id": header_id},
-        )
+        job = Job.start(SIGNALS, run.team, run=run, options={"batch_id": header_id})
     except TooManyJobs as error:
         raise HttpError(429, f"run {run.pk}: {error}") from None
     job.folder.mkdir(parents=True, exist_ok=True)

@@ -215,6 +215,23 @@ def _open_episode(run: Run, row: RunHealth, rule: Rule) -> HealthAlert:
     return alert
 
 
+def rewind(run_id: int, step: int) -> int:
+    """A resumed run continues from its checkpoint of ``step`` (docs/resume.md#superseded): each
+    check forgets the points after it, and a verdict read after it is withdrawn until the new
+    attempt's points are judged. An episode opened after ``step`` ends there; its alert stays, as the
+    record of what the first attempt did. Returns how many verdicts were withdrawn."""
+    withdrawn = 0
+    for row in RunHealth.objects.select_for_update().filter(run_id=run_id):
+        row.window = {key: [p for p in points if p[0] <= step] for key, points in row.window.items()}
+        if row.step is not None and row.step > step:
+            withdrawn += 1
+            row.step = row.value = None
+            if row.since_step is None or row.since_step > step:
+                row.firing, row.since_step = False, None
+        row.save(update_fields=["window", "step", "value", "firing", "since_step"])
+    return withdrawn
+
+
 def panel(run: Run) -> list[tuple[HealthCheck, RunHealth | None, Rule]]:
     """Every check with its state on the run (None: no data yet), for the run page."""
     rows = {row.check_name: row for row in RunHealth.objects.filter(run=run).defer("window")}

@@ -19,13 +19,12 @@ from typing import Any
 import pyarrow.parquet as pq
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
 
 from trainer.config import RunConfig
 from trainer.contract import POLICY_FOLDER
 from trainer.envs import parse_env_kwargs
 from webapp.datasets.models import Dataset
-from webapp.experiments.jobs import Job, JobRefused, TooManyJobs
+from webapp.experiments.jobs import Job, JobKind, JobRefused, TooManyJobs
 from webapp.experiments.models import Experiment, Run
 from webapp.experiments.run_files import checkpoint_folder
 from webapp.playground.models import BASE_MODEL, AnswerStatus, PlaygroundAnswer, PlaygroundSession
@@ -34,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 PLAYGROUND_JOB = "playground"
 PLAYGROUND_TASK = "webapp.playground.tasks.playground_task"
+PLAYGROUND = JobKind(PLAYGROUND_JOB, PLAYGROUND_TASK, most=1)  # one session at a time per member
 MAX_SIDES = 2
 
 
@@ -148,9 +148,7 @@ def start(experiment: Experiment, user: Any, ask: Ask) -> PlaygroundSession:
     row = _with_tools(row, config, tools)
     with transaction.atomic():
         try:
-            job = Job.start(
-                PLAYGROUND_JOB, PLAYGROUND_TASK, experiment.team, limit=(Q(user=user), 1), user=user
-            )
+            job = Job.start(PLAYGROUND, experiment.team, user=user)
         except TooManyJobs:
             raise PlaygroundRefused(
                 "your previous playground session is still running: wait for it to end", "models"

@@ -3,14 +3,13 @@ page follows the worker and then offers the folder as a zip."""
 
 from __future__ import annotations
 
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from webapp.experiments.access import get_job_for_user, get_run_for_user
-from webapp.experiments.jobs import JobRefused, TooManyJobs
+from webapp.experiments.job_pages import start_and_follow
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps
 from webapp.results import model_export
 from webapp.results.checkpoints import folder_response
@@ -20,12 +19,13 @@ from webapp.results.checkpoints import folder_response
 @require_POST
 def export_start(request: HtmxHttpRequest, team_slug: str, run_id: int, step: int) -> HttpResponse:
     run = get_run_for_user(request, team_slug, run_id, write=True)
-    try:
-        job = model_export.start(run, step, request.user, merge_lora=bool(request.POST.get("merge_lora")))
-    except (JobRefused, TooManyJobs) as refused:
-        messages.error(request, str(refused))
-        return redirect("run", team_slug=run.team.slug, pk=run.pk)
-    return redirect("export_job", team_slug=run.team.slug, pk=job.pk)
+    merge_lora = bool(request.POST.get("merge_lora"))
+    return start_and_follow(
+        request,
+        lambda: model_export.start(run, step, request.user, merge_lora=merge_lora),
+        "export_job",
+        back=redirect("run", team_slug=run.team.slug, pk=run.pk),
+    )
 
 
 @login_required

@@ -19,14 +19,14 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import TooManyFilesSent
 from django.core.files.uploadedfile import UploadedFile
-from django.db.models import Q
 from django.http import HttpRequest
 
-from webapp.experiments.jobs import Job, JobRefused, TooManyJobs
+from webapp.experiments.jobs import Job, JobKind, JobRefused, TooManyJobs
 from webapp.results import imports
 
 IMPORT_JOB = "import"
 IMPORT_TASK = "webapp.results.tasks.import_run_task"
+IMPORT = JobKind(IMPORT_JOB, IMPORT_TASK, most="IMPORTS_PER_MEMBER")
 
 
 class ImportRefused(Exception):
@@ -81,10 +81,8 @@ def start_import(upload: ImportRequest) -> Job:
     """The import's job, its files saved in the job's folder and its task sent."""
     try:
         job = Job.start(
-            IMPORT_JOB,
-            IMPORT_TASK,
+            IMPORT,
             upload.team,
-            limit=_member_limit(upload.user),
             user=upload.user,
             options={
                 "experiment": upload.experiment,
@@ -126,12 +124,8 @@ def run_import(job: Job) -> dict[str, Any]:
     }
 
 
-def _member_limit(user: Any) -> tuple[Q, int]:
-    return Q(user=user), settings.IMPORTS_PER_MEMBER
-
-
 def _check_room(user: Any) -> None:
-    counted, most = _member_limit(user)
+    counted, most = IMPORT.limit({"user": user})
     active = Job.active().filter(counted, kind=IMPORT_JOB).count()
     if active >= most:
         raise ImportRefused(

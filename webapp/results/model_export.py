@@ -11,18 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
 
 from trainer.config import RunConfig
 from trainer.contract import POLICY_FOLDER
 from webapp.datasets.models import Dataset
-from webapp.experiments.jobs import Job, JobRefused
+from webapp.experiments.jobs import Job, JobKind, JobRefused
 from webapp.experiments.models import Run
 from webapp.experiments.run_files import checkpoint_folder
 
 EXPORT_JOB = "export"
 EXPORT_TASK = "webapp.results.tasks.export_task"
 EXPORTS_PER_MEMBER = 2
+EXPORT = JobKind(EXPORT_JOB, EXPORT_TASK, most=EXPORTS_PER_MEMBER)
 
 
 def start(run: Run, step: int, user: Any, *, merge_lora: bool) -> Job:
@@ -31,15 +31,8 @@ def start(run: Run, step: int, user: Any, *, merge_lora: bool) -> Job:
     checkpoint = run.checkpoints.filter(step=step, deleted=False).first()
     if checkpoint is None or checkpoint_folder(checkpoint) is None:
         raise JobRefused(f"run {run.pk} has no checkpoint of step {step} on disk")
-    job = Job.start(
-        EXPORT_JOB,
-        EXPORT_TASK,
-        run.team,
-        limit=(Q(user=user), EXPORTS_PER_MEMBER),
-        user=user,
-        run=run,
-        options={"step": step, "merge_lora": merge_lora},
-    )
+    options = {"step": step, "merge_lora": merge_lora}
+    job = Job.start(EXPORT, run.team, user=user, run=run, options=options)
     job.enqueue()
     return job
 

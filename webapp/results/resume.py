@@ -25,6 +25,7 @@ from webapp.experiments.executors import executor_of
 from webapp.experiments.lifecycle import RESUMABLE, RunAttempt
 from webapp.experiments.models import ACTIVE, LAUNCH_RUN_TASK, Run, RunStatus
 from webapp.ingestion.supersede import Superseded, supersede_after
+from webapp.monitoring import health
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ def resume(run: Run, user: Any) -> Resumed:
             raise ResumeRefused(f"run {run.pk} cannot be resumed: {why}")
         attempt = _record_attempts(run, step, user)
         superseded = supersede_after(run.pk, step)
+        health.rewind(run.pk, step)
         if not run.reopen_for_resume(step):  # the row lock holds: only a bug gets here
             raise ResumeRefused(f"run {run.pk} cannot be resumed: it is {run.status}")
         enqueue_on_commit(LAUNCH_RUN_TASK, run.pk)

@@ -23,6 +23,7 @@ from webapp.experiments.models import Experiment, Run, RunKind, RunStatus
 from webapp.experiments.run_files import checkpoint_dir
 from webapp.ingestion import metrics_store
 from webapp.ingestion.models import Checkpoint, MetricPoint, Trajectory
+from webapp.monitoring.models import HealthAlert, RunHealth
 
 KEYS = ["reward/mean", "actor/kl"]
 
@@ -172,3 +173,33 @@ def test_a_stalled_run_is_resumed_once_its_trainer_is_killed(client: Client, per
         if hung.poll() is None:
             hung.kill()
             hung.wait()
+
+
+def test_a_resume_rewinds_the_health_checks_to_the_checkpoint(
+    client: Client, personas: Any, api: Any
+) -> None:
+    """A verdict the first attempt read after the checkpoint is withdrawn, a firing that began after it
+    ends, one that began before it stays; every window forgets the steps after it; alerts stay."""
+    run = failed_at_step_5_with_a_checkpoint_of_step_3(client, personas)
+    window = {"actor/kl": [[step, 0.1 * step] for step in range(1, 6)]}
+    states = {
+        "kl_blowup": {"firing": True, "since_step": 4, "step": 5, "value": 0.5},
+        "clip_fraction": {"firing": True, "since_step": 2, "step": 5, "value": 0.5},
+        "non_finite": {"firing": False, "since_step": None, "step": 3, "value": 0.0},
+    }
+    for name, state in states.items():  # the first attempt's verdicts, over its own batches'
+        RunHealth.objects.update_or_create(run=run, check_name=name, defaults={**state, "window": window})
+    alerts = list(HealthAlert.objects.filter(run=run).values_list("pk", flat=True))
+
+    assert api("post", f"/runs/{run.pk}/resume").status_code == 200
+    rows = {row.check_name: row for row in RunHealth.objects.filter(run=run)}
+    after = rows["kl_blowup"]
+    assert (after.firing, after.since_step, after.step, after.value) == (False, None, None, None)
+    before = rows["clip_fraction"]
+    assert (before.firing, before.since_step, before.step) == (True, 2, None)
+    untouched = rows["non_finite"]
+    assert (untouched.step, untouched.value) == (3, 0.0)
+    for row in rows.values():
+        assert all(step <= 3 for points in row.window.values() for step, _value in points), row.check_name
+    assert [step for step, _value in after.window["actor/kl"]] == [1, 2, 3]
+    assert list(HealthAlert.objects.filter(run=run).values_list("pk", flat=True)) == alerts

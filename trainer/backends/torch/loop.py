@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import torch
 
@@ -356,23 +356,22 @@ def validate(run: Run, step: int) -> dict[str, float]:
 # -- the run ----------------------------------------------------------------------------------
 
 
-def _save(run: Run, step: int, reporter: Reporter) -> Path | None:
-    return save_and_prune(
-        run.config, step, run.models, run.tokenizer, run.generators, run.last_metrics, reporter
-    )
+class Checkpointable(Protocol):
+    """What a checkpoint saves of a run, RL (Run) or SFT (SftRun)."""
+
+    config: RunConfig
+    tokenizer: Any
+    models: Models
+    last_metrics: dict[str, float]
+
+    @property
+    def generators(self) -> dict[str, torch.Generator]: ...
 
 
-def save_and_prune(
-    config: RunConfig,
-    step: int,
-    models: Models,
-    tokenizer: Any,
-    generators: dict[str, torch.Generator],
-    metrics: dict[str, float],
-    reporter: Reporter,
-) -> Path | None:
+def save_and_prune(run: Checkpointable, step: int, reporter: Reporter) -> Path | None:
     """Checkpoint ``step`` (weights, plus optimizer and RNG states when the run is resumable), then
     delete the oldest beyond trainer.keep_checkpoints (docs/checkpoints.md)."""
+    config, metrics = run.config, run.last_metrics
     trainer = config.trainer
     if not trainer.checkpoint_dir:
         return None
@@ -381,9 +380,9 @@ def save_and_prune(
     path = save_checkpoint(
         trainer.checkpoint_dir,
         step,
-        models,
-        tokenizer,
-        generators=generators,
+        run.models,
+        run.tokenizer,
+        generators=run.generators,
         metrics=metrics,
         config_json=config.to_json(),
         resumable=trainer.resume,
@@ -446,7 +445,7 @@ def train(config: RunConfig, reporter: Reporter, *, stop_event: threading.Event 
             # After the step's own time was taken: stacked on top of it (docs/health.md#time-breakdown).
             saving: dict[str, float] = {}
             with timed(saving, TIMING_CHECKPOINT_S):
-                checkpoint = _save(run, step, reporter)
+                checkpoint = save_and_prune(run, step, reporter)
             if checkpoint is not None:
                 reporter.log_metrics(step, saving)
         reporter.heartbeat(step, total)
@@ -457,6 +456,6 @@ def _cancel(run: Run, last_step: int, reporter: Reporter) -> TrainResult:
     # A checkpoint on cancel only when asked: a cancelled run is rarely one to continue, and each
     # checkpoint of a full model is its whole size on disk (docs/checkpoints.md#cancelling).
     wanted = run.config.trainer.checkpoint_on_cancel and last_step >= run.start_step
-    checkpoint = _save(run, last_step, reporter) if wanted else None
+    checkpoint = save_and_prune(run, last_step, reporter) if wanted else None
     logger.info("stop requested: stopped after step %d", last_step)
     return TrainResult("cancelled", last_step, last_step - run.start_step + 1, run.last_metrics, checkpoint)

@@ -58,8 +58,6 @@ from trainer.models import load_tokenizer, resolve_model_path
 from trainer.rollout import stop_token_ids
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from trainer.config import RunConfig
     from trainer.report.reporters import Reporter
 
@@ -219,7 +217,7 @@ def train_sft(
     last_step, checkpoint = run.start_step - 1, None
     for step in range(run.start_step, total + 1):
         if stop_event is not None and stop_event.is_set():
-            checkpoint = _save(run, last_step, reporter) if last_step >= run.start_step else None
+            checkpoint = save_and_prune(run, last_step, reporter) if last_step >= run.start_step else None
             return TrainResult(
                 "cancelled", last_step, last_step - run.start_step + 1, run.last_metrics, checkpoint
             )
@@ -230,12 +228,6 @@ def train_sft(
             run.last_metrics.update(validation_loss(run))
         reporter.log_metrics(step, run.last_metrics)
         if _is_due(step, config.trainer.save_every, total):
-            checkpoint = _save(run, step, reporter)
+            checkpoint = save_and_prune(run, step, reporter)
         reporter.heartbeat(step, total)
     return TrainResult("succeeded", last_step, last_step - run.start_step + 1, run.last_metrics, checkpoint)
-
-
-def _save(run: SftRun, step: int, reporter: Reporter) -> Path | None:
-    return save_and_prune(
-        run.config, step, run.models, run.tokenizer, run.generators, run.last_metrics, reporter
-    )

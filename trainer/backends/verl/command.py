@@ -224,19 +224,14 @@ def _critic(config: RunConfig) -> dict[str, Any]:
 def _trainer(
     config: RunConfig, paths: VerlPaths, project: str, run_name: str, loggers: Sequence[str]
 ) -> dict[str, Any]:
-    trainer, total = config.trainer, config.trainer.total_steps
+    trainer = config.trainer
     return {
         # verl's default; said here because our estimators' hook wraps the v1 trainer
         # (docs/verl.md#advantages).
         "trainer.use_v1": True,
-        "trainer.total_training_steps": total,
-        **save_and_test_freq(config, paths),
+        **schedule(config, paths),
         "trainer.val_before_train": False,
-        "trainer.resume_mode": "auto" if trainer.resume else "disable",
-        # Weights only unless the run is resumable, as on the torch backend (docs/checkpoints.md).
-        "actor_rollout_ref.actor.checkpoint.save_contents": "[model,optimizer,extra]"
-        if trainer.resume
-        else "[model]",
+        **resume_and_contents(config, "actor_rollout_ref.actor.checkpoint.save_contents"),
         "trainer.max_actor_ckpt_to_keep": trainer.keep_checkpoints,
         "trainer.max_critic_ckpt_to_keep": trainer.keep_checkpoints,
         **placement_and_names(config, paths, project, run_name, loggers),
@@ -245,15 +240,29 @@ def _trainer(
     }
 
 
-def save_and_test_freq(config: RunConfig, paths: VerlPaths) -> dict[str, Any]:
-    """How often verl's RL and SFT trainers save and validate: verl saves at every multiple of
-    save_freq and always at the last step (0 = the end only); no validation file, no validation."""
+def schedule(config: RunConfig, paths: VerlPaths) -> dict[str, Any]:
+    """How long verl's RL and SFT trainers run, and how often they save and validate: verl saves at
+    every multiple of save_freq and always at the last step (0 = the end only); no validation file,
+    no validation."""
     trainer, total = config.trainer, config.trainer.total_steps
     return {
+        "trainer.total_training_steps": total,
         "trainer.save_freq": trainer.save_every if trainer.save_every > 0 else total,
         "trainer.test_freq": (trainer.val_every if trainer.val_every > 0 else total)
         if paths.val_files
         else -1,
+    }
+
+
+def resume_and_contents(config: RunConfig, contents_key: str, *, also: Sequence[str] = ()) -> dict[str, Any]:
+    """verl's resume mode and what its checkpoints hold (``contents_key``): the weights, plus the
+    optimizer and extra states only when the run is resumable, as on the torch backend
+    (docs/checkpoints.md); ``also`` names more contents (the SFT trainer's hf_model)."""
+    resume = config.trainer.resume
+    contents = ["model", *(["optimizer", "extra"] if resume else []), *also]
+    return {
+        "trainer.resume_mode": "auto" if resume else "disable",
+        contents_key: "[" + ",".join(contents) + "]",
     }
 
 

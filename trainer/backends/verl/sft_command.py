@@ -19,7 +19,8 @@ from trainer.backends.verl.command import (
     VerlPaths,
     hydra_value,
     placement_and_names,
-    save_and_test_freq,
+    resume_and_contents,
+    schedule,
     start_model_path,
     verl_config_dir,
 )
@@ -72,19 +73,15 @@ def _model_and_optim(config: RunConfig) -> dict[str, Any]:
 def _trainer(
     config: RunConfig, paths: VerlPaths, project: str, run_name: str, loggers: Sequence[str]
 ) -> dict[str, Any]:
-    trainer, total = config.trainer, config.trainer.total_steps
+    trainer = config.trainer
     return {
-        "trainer.total_training_steps": total,
+        **schedule(config, paths),
         # verl stops at the end of its last epoch even before total_training_steps: one epoch per
         # step is always enough (a step takes at least one batch of the file).
-        "trainer.total_epochs": total,
+        "trainer.total_epochs": trainer.total_steps,
         "trainer.seed": trainer.seed,
-        **save_and_test_freq(config, paths),
-        "trainer.resume_mode": "auto" if trainer.resume else "disable",
         # hf_model: a Hugging Face folder beside the FSDP shards, which any tool (and an RL run) loads.
-        "checkpoint.save_contents": "[model,optimizer,extra,hf_model]"
-        if trainer.resume
-        else "[model,hf_model]",
+        **resume_and_contents(config, "checkpoint.save_contents", also=["hf_model"]),
         "trainer.max_ckpt_to_keep": trainer.keep_checkpoints,
         **placement_and_names(config, paths, project, run_name, loggers),
     }
