@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 DEMONSTRATED_ROWS = 48  # the training rows turned into demonstrations
-# Two steps of 4 conversations (about a minute on two cores): every call is then well formed and
-# every rollout calls the tool, but the model has not yet learnt the task itself (it still copies the
-# prompt's example key, or answers something other than the value it read). Longer, it imitates its
-# way to about 0.9 and leaves RL nothing to do; a third step at this rate has been seen to lose the
-# call altogether (docs/sft.md#the-demos-numbers).
+# Two steps of 4 conversations (about a minute on two cores): every call is then well formed and,
+# greedy, every rollout calls the tool (sampled at RL's temperature, about 3 in 4 do), but the model
+# has not yet learnt the task itself (it still copies the prompt's example key, or answers something
+# other than the value it read). A little more (a third step, or a 10 % higher rate) imitates its way
+# to 0.9 and more and leaves RL nothing to do, without lifting the sampled tool use much
+# (docs/sft.md#what-the-sft-teaches-and-what-it-leaves-to-rl).
 SFT_SETTINGS: dict[str, Any] = {
     "trainer.total_steps": 2,
     "trainer.batch_size": 4,
