@@ -56,6 +56,7 @@ SETTINGS = {  # env var → default: the one-click demo's settings (tasks_lib/lo
     # mask costs memory and time in the square of this length on CPU.
     "BENCH_TL_SFT_MAX_LENGTH": str(SFT["sft.max_length"]),
     "BENCH_TL_SFT_WARMUP": str(SFT["optim.warmup_steps"]),
+    "BENCH_TL_SFT_TURNS": SFT["sft.train_turns"],  # all | tool_calls (docs/sft.md#which-turns-are-trained)
     # The SFT checkpoint's tool use is judged on this many samples per validation row, drawn as RL
     # draws its rollouts: 50 rows of 2 samples are 100 rollouts, where RL's first step holds only 16.
     "BENCH_TL_SFT_SAMPLES": "2",
@@ -122,6 +123,7 @@ def run_sft(fields: dict[str, Any], demos: Path, workdir: Path) -> tuple[Path, f
             "sft.max_length": int(setting("BENCH_TL_SFT_MAX_LENGTH")),
             "optim.micro_batch_size": SFT["optim.micro_batch_size"],
             "optim.warmup_steps": int(setting("BENCH_TL_SFT_WARMUP")),
+            "sft.train_turns": setting("BENCH_TL_SFT_TURNS"),
             "trainer.checkpoint_dir": str(workdir / "sft"),
         },
     )
