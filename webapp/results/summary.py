@@ -33,6 +33,19 @@ SUMMARY_PATHS = (
     "backend",
     REWARD_RULE_PATH,
 )
+# An SFT run's (docs/sft.md#the-sft-stage): no rollouts, estimator or reward rule are used.
+SFT_SUMMARY_PATHS = (
+    "task",
+    "model.path",
+    "sft.train_turns",
+    "sft.max_length",
+    "trainer.batch_size",
+    "trainer.total_steps",
+    "optim.lr",
+    "optim.warmup_steps",
+    "model.lora_rank",
+    "backend",
+)
 
 
 @dataclass(frozen=True)
@@ -111,16 +124,14 @@ def summarize(run: Run) -> RunSummary:
         timing=timing(run.started_at, run.finished_at, run.step, run.total_steps, running, timezone.now()),
         reward=facts[keys[0]],
         validation=facts[validation_key] if validation_key else None,
-        config=config_summary(run.config or {}),
+        config=config_summary(run.config or {}, SFT_SUMMARY_PATHS if sft else SUMMARY_PATHS),
         checkpoints=list(run.checkpoints.order_by("step")),
     )
 
 
-def config_summary(config: dict[str, Any]) -> list[tuple[str, str]]:
+def config_summary(config: dict[str, Any], paths: tuple[str, ...] = SUMMARY_PATHS) -> list[tuple[str, str]]:
     flat = flatten_paths(config)
-    return [
-        (path, _shown(flat[path])) for path in SUMMARY_PATHS if path in flat and flat[path] not in (None, "")
-    ]
+    return [(path, _shown(flat[path])) for path in paths if path in flat and flat[path] not in (None, "")]
 
 
 def _shown(value: Any) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,7 +13,9 @@ import pytest
 from django.test import Client
 
 from tests.webapp.trainer_posts import Trainer, points, trajectory
+from trainer.config import RunConfig
 from trainer.contract import ACTOR_KL, REWARD_MEAN, TOOL_USE_KEYS, val_key
+from webapp.experiments.models import RunKind
 from webapp.results.models import LayoutKind, SavedLayout
 from webapp.results.summary import Timing, summarize, timing
 
@@ -105,6 +108,17 @@ def test_a_finished_runs_summary_has_latest_and_best_reward_and_validation(
     )  # fmt: skip
     assert summary.validation is not None and summary.validation.key == val_key("gsm8k")
     assert summary.validation.latest == 0.25
+
+
+def test_an_sft_runs_summary_names_its_sft_settings_not_the_rl_ones(run: Any) -> None:
+    config = RunConfig.from_preset(
+        "grpo", task="lookup", **{"sft.enabled": True, "sft.train_turns": "tool_calls"}
+    )
+    run.kind, run.config = RunKind.SFT, json.loads(config.to_json())
+    shown = dict(summarize(run).config)
+    assert shown["sft.train_turns"] == "tool_calls" and "sft.max_length" in shown
+    assert not {"algorithm.estimator", "rollout.n", "data.reward_rule"} & shown.keys()
+    assert summarize(run).reward_rule == ""  # the page says nothing of a reward rule
 
 
 def test_an_external_run_shows_its_own_progress_and_no_empty_tabs(alice: Client, run: Any) -> None:
