@@ -74,7 +74,9 @@ def test_a_verl_gsm8k_upload_trains_with_verls_rule_by_default_and_a_switched_ru
         if rule is None:
             shoot(page, "form")
         page.click("#experiment-form button[type=submit]:not([name])")
-        page.wait_for_url("**/experiments/*/")
+        page.wait_for_url(
+            "**/experiments/*/", timeout=60_000
+        )  # the create checks the dataset: slow under load
     configs = {e.name: RunConfig.model_validate(e.config) for e in Experiment.objects.filter(team=team)}
     assert {name: c.data.reward_rule for name, c in configs.items()} == {
         "verl rule": "verl",
