@@ -16,6 +16,7 @@ from ninja.errors import HttpError
 from trainer.config import RunConfig, flatten_paths
 from trainer.contract import IDEMPOTENCY_HEADER, INT4_MAX
 from webapp.accounts.access import get_team_for_user, team_objects
+from webapp.accounts.models import Team
 from webapp.accounts.token_auth import UserTokenAuth
 from webapp.api import FieldError, Page, PageParams, StrictSchema, newest_first
 from webapp.datasets.models import DATASET_REF_PREFIX
@@ -185,15 +186,17 @@ def create_experiment(request: HttpRequest, team_slug: str, body: ExperimentCrea
     keep = body.checkpoint_policy.policy() if body.checkpoint_policy is not None else KeepPolicy()
     if keep.problems(config):
         raise FieldError(keep.problems(config), prefix="checkpoint_policy.", status=422)
+    return _created(
+        team, request, config, keep, body.seeds, description=body.description, retention=retention
+    )
+
+
+def _created(
+    team: Team, request: HttpRequest, config: RunConfig, keep: KeepPolicy, seeds: list[int], **fields: Any
+) -> Status:
+    """A new experiment with its checkpoint keep-policy, answered 201 (409 when its name is taken)."""
     with answer_conflicts():
-        made = Experiment.create(
-            team,
-            request.user,
-            keep.trainer_config(config),
-            body.seeds,
-            description=body.description,
-            retention=retention,
-        )
+        made = Experiment.create(team, request.user, keep.trainer_config(config), seeds, **fields)
     keep.save_for(made)
     return Status(201, made)
 
@@ -252,17 +255,9 @@ def clone_experiment(request: HttpRequest, team_slug: str, pk: int, body: Experi
     mapping["name"] = body.name or f"{source.name} (clone)"[:MAX_NAME_LENGTH]
     config = accepted(source.team, mapping)
     keep = KeepPolicy.of_experiment(source.pk) or KeepPolicy()  # a clone keeps its source's
-    with answer_conflicts():
-        made = Experiment.create(
-            source.team,
-            request.user,
-            keep.trainer_config(config),
-            source.seeds,
-            description=source.description,
-            cloned_from=source,
-        )
-    keep.save_for(made)
-    return Status(201, made)
+    return _created(
+        source.team, request, config, keep, source.seeds, description=source.description, cloned_from=source
+    )
 
 
 @router.delete(

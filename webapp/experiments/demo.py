@@ -57,15 +57,19 @@ def demo_config(team: Team, datasets: dict[str, Dataset]) -> RunConfig:
     """The demo's config, accepted for ``team`` as any experiment's is (acceptance.Refused otherwise)."""
     # Nothing but what names the demo: the settings are the ones the New-experiment form starts
     # from, the preset's for a model of SmolLM2's size under the recipe's (docs/presets.md).
-    fields = {
+    return accept(team, demo_fields(DEMO_RECIPE, DEMO_NAME, datasets))
+
+
+def demo_fields(recipe: str, name: str, datasets: dict[str, Dataset]) -> dict[str, Any]:
+    """What names a demo experiment: its recipe, its name, the model and its datasets."""
+    return {
         "preset": "grpo",
-        "task": DEMO_RECIPE,
-        "name": DEMO_NAME,
+        "task": recipe,
+        "name": name,
         "model.path": "smollm2-135m-instruct",
         "data.train_path": datasets["train"].reference,
         "data.val_path": datasets["val"].reference if "val" in datasets else None,
     }
-    return accept(team, fields)
 
 
 def demo_experiment(team: Team, user: Any, datasets: dict[str, Dataset]) -> Experiment:
@@ -96,17 +100,6 @@ def demonstrations_of(train: Dataset, user: Any) -> Dataset:
     return adopt(train, outcome, user)
 
 
-def tool_demo_fields(name: str, datasets: dict[str, Dataset]) -> dict[str, Any]:
-    return {
-        "preset": "grpo",
-        "task": TOOL_DEMO_RECIPE,
-        "name": name,
-        "model.path": "smollm2-135m-instruct",
-        "data.train_path": datasets["train"].reference,
-        "data.val_path": datasets["val"].reference if "val" in datasets else None,
-    }
-
-
 def start_demo(team: Team, user: Any) -> Run:
     """The tool-learning demo in ``team``: the lookup datasets, their demonstrations and the SFT
     experiment, launched; its GRPO follows when the SFT run succeeds. ValueError says why not."""
@@ -118,7 +111,7 @@ def start_demo(team: Team, user: Any) -> Run:
     experiment = Experiment.objects.filter(team=team, name=SFT_DEMO_NAME).first()
     if experiment is None:
         demos = demonstrations_of(datasets["train"], user)
-        fields = tool_demo_fields(SFT_DEMO_NAME, {"train": demos})
+        fields = demo_fields(TOOL_DEMO_RECIPE, SFT_DEMO_NAME, {"train": demos})
         config = accept(team, {**fields, "sft.enabled": True, **SFT_SETTINGS})
         description = (
             "A short SFT on demonstrations of the lookup tool; GRPO starts from it when it succeeds."
@@ -142,7 +135,11 @@ def _start_rl_after(run_pk: int) -> None:
     if Experiment.objects.filter(team=team, name=RL_DEMO_NAME).exists():
         return
     datasets, _ = import_recipe(team, TOOL_DEMO_RECIPE, run.experiment.created_by, TOOL_DEMO_DATA)
-    fields = {**tool_demo_fields(RL_DEMO_NAME, datasets), "start_from.run": run.pk, **RL_SETTINGS}
+    fields = {
+        **demo_fields(TOOL_DEMO_RECIPE, RL_DEMO_NAME, datasets),
+        "start_from.run": run.pk,
+        **RL_SETTINGS,
+    }
     try:
         config = accept(team, fields)
     except Refused as refused:  # the trainer's status report must not fail for it: say so in the log

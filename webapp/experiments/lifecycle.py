@@ -40,6 +40,24 @@ STARTED = (RunStatus.STARTING, RunStatus.RUNNING, RunStatus.STALLED)  # a traine
 CLAIMED = (RunStatus.RUNNING, RunStatus.STALLED)  # the statuses of a run its trainer owns
 # What a user may resume from its newest checkpoint (docs/resume.md): a stalled run's trainer is killed first.
 RESUMABLE = (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.STALLED)
+# What reopen_for_resume clears: the last attempt's start, claim and cancel.
+_NEW_ATTEMPT: dict[str, Any] = {
+    "executor_ref": "",
+    "node": "",  # the new attempt's executor places it anew (docs/ray.md#a-lost-node)
+    "claimed_by": "",
+    "claimant": "",
+    "token_hash": "",
+    "launch_attempts": 0,
+    "starting_at": None,
+    "heartbeat_at": None,
+    "progress_at": None,
+    "finished_at": None,
+    "held_at": None,
+    "cancel_requested": False,
+    "cancel_requested_at": None,
+    "cancelled_by": None,
+    "cancel_reason": "",
+}
 
 
 class RunLifecycle(models.Model):
@@ -310,23 +328,15 @@ class RunLifecycle(models.Model):
             if who
             else reason or "cancelled before it started"
         )
-        reason = reason[:200]
-        if self._transition(
-            (RunStatus.DRAFT, RunStatus.QUEUED),
-            status=RunStatus.CANCELLED,
-            cancel_requested=True,
-            cancel_requested_at=now,
-            finished_at=now,
-            message=message,
-            cancelled_by=who,
-            cancel_reason=reason,
-        ):
+        asked = dict(
+            cancel_requested=True, cancel_requested_at=now, cancelled_by=who, cancel_reason=reason[:200]
+        )
+        ended = dict(status=RunStatus.CANCELLED, finished_at=now, message=message)
+        if self._transition((RunStatus.DRAFT, RunStatus.QUEUED), **asked, **ended):
             return True
         # Race: a second cancel (another user, a double click) must not change who cancelled or
         # restart the grace period; the request already stands.
-        self._row().filter(status__in=ACTIVE, cancel_requested=False).update(
-            cancel_requested=True, cancel_requested_at=now, cancelled_by=who, cancel_reason=reason
-        )
+        self._row().filter(status__in=ACTIVE, cancel_requested=False).update(**asked)
         self.refresh_from_db()
         return self.status in ACTIVE and self.cancel_requested
 
@@ -336,28 +346,9 @@ class RunLifecycle(models.Model):
         launch starts it as it would a new run; the new start issues a new token and claimant."""
         # Race: two resumes at once (a double click, the page and the REST API) and a late "failed"
         # from the reaper: the status filter lets one of them change the row.
-        return self._transition(
-            RESUMABLE,
-            status=RunStatus.QUEUED,
-            queued_at=timezone.now(),
-            step=step,
-            message=f"resumed from its checkpoint of step {step}",
-            executor_ref="",
-            node="",  # the new attempt's executor places it anew (docs/ray.md#a-lost-node)
-            claimed_by="",
-            claimant="",
-            token_hash="",
-            launch_attempts=0,
-            starting_at=None,
-            heartbeat_at=None,
-            progress_at=None,
-            finished_at=None,
-            held_at=None,
-            cancel_requested=False,
-            cancel_requested_at=None,
-            cancelled_by=None,
-            cancel_reason="",
-        )
+        message = f"resumed from its checkpoint of step {step}"
+        queued = dict(status=RunStatus.QUEUED, queued_at=timezone.now(), step=step, message=message)
+        return self._transition(RESUMABLE, **queued, **_NEW_ATTEMPT)
 
     def mark_stalled(self, message: str, silent_for_s: float) -> bool:
         # Race: a heartbeat landing between the reaper's read and this write; the same UPDATE

@@ -70,11 +70,16 @@ def required(body: dict[str, Any], name: str, alias: str | None = None) -> Any:
     return value
 
 
+def _wrong_type(name: str, value: Any) -> MlflowError:
+    """A parameter of the wrong JSON type, in MLflow's words."""
+    return invalid(
+        invalid_value(name, value, f" Hint: Value was of type '{type(value).__name__}'.") + _SEE_DOCS
+    )
+
+
 def string(name: str, value: Any) -> str:
     if not isinstance(value, str):
-        raise invalid(
-            invalid_value(name, value, f" Hint: Value was of type '{type(value).__name__}'.") + _SEE_DOCS
-        )
+        raise _wrong_type(name, value)
     if "\x00" in value:
         raise invalid(f"Invalid value for parameter '{name}' supplied: it contains a NUL character.")
     return value
@@ -114,18 +119,14 @@ def optional_int(body: dict[str, Any], name: str) -> int | None:
         return None
     number = _int_like(value)
     if number is None:
-        raise invalid(
-            invalid_value(name, value, f" Hint: Value was of type '{type(value).__name__}'.") + _SEE_DOCS
-        )
+        raise _wrong_type(name, value)
     return number
 
 
 def array(body: dict[str, Any], name: str) -> list[Any]:
     value = body.get(name, [])
     if not isinstance(value, list):
-        raise invalid(
-            invalid_value(name, value, f" Hint: Value was of type '{type(value).__name__}'.") + _SEE_DOCS
-        )
+        raise _wrong_type(name, value)
     return value
 
 
@@ -290,6 +291,11 @@ def metrics(items: list[Any], *, single: bool = False) -> Metrics:
     return out
 
 
+def _bad_metric(path: str, field: str, given: Any, message: str) -> MlflowError:
+    """A metric's ``field`` that MLflow would refuse, in MLflow's words."""
+    return invalid(invalid_value(_join(path, field), given, message))
+
+
 def _missing(item: dict[str, Any], index: int) -> None:
     """log-batch's presence check (its request schema), folded into the one pass over the metrics."""
     for name in ("key", "value", "timestamp"):
@@ -302,47 +308,26 @@ def _metric_value(key: str, value: Any, timestamp: Any, path: str) -> float:
         raise invalid(missing_value(_join(path, "value")))
     number = None if isinstance(value, bool) else _float_like(value)
     if number is None:
-        raise invalid(
-            invalid_value(
-                _join(path, "value"),
-                value,
-                f"(timestamp={timestamp}). Please specify value as a valid double (64-bit floating point)",
-            )
-        )
+        reason = f"(timestamp={timestamp}). Please specify value as a valid double (64-bit floating point)"
+        raise _bad_metric(path, "value", value, reason)
     return number
 
 
 def _timestamp(key: str, value: Any, timestamp: Any, path: str) -> int:
     number = _int_like(timestamp)
     if number is None or number < 0:
-        raise invalid(
-            invalid_value(
-                _join(path, "timestamp"),
-                timestamp,
-                f"metric '{key}' (value={value}). Timestamp must be a nonnegative long (64-bit integer) ",
-            )
-        )
+        reason = "Timestamp must be a nonnegative long (64-bit integer) "
+        raise _bad_metric(path, "timestamp", timestamp, f"metric '{key}' (value={value}). {reason}")
     return number
 
 
 def _step(key: str, value: Any, step: Any, path: str) -> int:
     number = 0 if step is None else _int_like(step)
+    metric = f"metric '{key}' (value={value})."
     if number is None:
-        raise invalid(
-            invalid_value(
-                _join(path, "step"),
-                step,
-                f"metric '{key}' (value={value}). Step must be a valid long (64-bit integer).",
-            )
-        )
+        raise _bad_metric(path, "step", step, f"{metric} Step must be a valid long (64-bit integer).")
     if not 0 <= number <= INT4_MAX:
-        raise invalid(
-            invalid_value(
-                _join(path, "step"),
-                step,
-                f"metric '{key}' (value={value}). This server stores steps from 0 to {INT4_MAX}.",
-            )
-        )
+        raise _bad_metric(path, "step", step, f"{metric} This server stores steps from 0 to {INT4_MAX}.")
     return number
 
 

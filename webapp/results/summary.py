@@ -120,13 +120,21 @@ def summarize(run: Run) -> RunSummary:
         key: MetricFact(key, *logged.get(key, (None, None)), *best.get(key, (None, None))) for key in keys
     }
     running = run.status in (RunStatus.RUNNING, RunStatus.STALLED)
+    validated = validation_key is not None and _validates(run, logged, validation_key)
     return RunSummary(
         timing=timing(run.started_at, run.finished_at, run.step, run.total_steps, running, timezone.now()),
         reward=facts[keys[0]],
-        validation=facts[validation_key] if validation_key else None,
+        validation=facts[validation_key] if validated else None,
         config=config_summary(run.config or {}, SFT_SUMMARY_PATHS if sft else SUMMARY_PATHS),
         checkpoints=list(run.checkpoints.order_by("step")),
     )
+
+
+def _validates(run: Run, logged: dict[str, Any], key: str) -> bool:
+    """Whether the page has a validation figure to show or wait for: one was logged, or the run's
+    config names a validation split (a run trained without one never logs it)."""
+    data = (run.config or {}).get("data")
+    return key in logged or not isinstance(data, dict) or bool(data.get("val_path"))
 
 
 def config_summary(config: dict[str, Any], paths: tuple[str, ...] = SUMMARY_PATHS) -> list[tuple[str, str]]:

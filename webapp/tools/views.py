@@ -5,7 +5,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
@@ -52,28 +52,34 @@ def index(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
 def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
     form = ToolForm(request.POST or None, team=team, is_staff=request.user.is_staff)
+    return _register_page(request, team, form, TeamTool, "tool", "tools/new.html")
+
+
+def _register_page(
+    request: HtmxHttpRequest,
+    team: Team,
+    form: ToolForm | RewardForm,
+    model: type[TeamTool] | type[TeamReward],
+    page: str,
+    template: str,
+) -> HttpResponse:
+    """The page that registers a tool or a reward: a valid form registers it and goes to its page
+    (htmx: the whole page, not the form's place); otherwise the form again, with its errors."""
     if request.method == "POST":
-        allow_asked(request, note=f"for a tool of the team {team.name}")
+        allow_asked(request, note=f"for a {page} of the team {team.name}")
     if request.method == "POST" and form.is_valid():
-        tool = TeamTool.register(team, request.user, **form.registration())
-        messages.success(request, f"Registered {tool.name}.")
-        return _registered(request, reverse("tool", args=[team.slug, tool.pk]))
-    template = template_for(request, "tools/new.html", {"tool-form": "form"})
-    return render(request, template, _new_context(request, team, form), status=400 if form.is_bound else 200)
-
-
-def _new_context(request: HttpRequest, team: Team, form: ToolForm | RewardForm) -> dict[str, Any]:
-    return {
+        made = model.register(team, request.user, **form.registration())
+        messages.success(request, f"Registered the {page} {made.name}.")
+        url = reverse(page, args=[team.slug, made.pk])
+        return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+    context = {
         "team": team,
         "form": form,
         "allowlist": [str(rule) for rule in outbound_policy().rules],
         "is_admin": is_site_admin(request.user),
     }
-
-
-def _registered(request: HtmxHttpRequest, url: str) -> HttpResponse:
-    """To the new tool's or reward's page (htmx: the whole page, not the form's place)."""
-    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+    template = template_for(request, template, {f"{page}-form": "form"})
+    return render(request, template, context, status=400 if form.is_bound else 200)
 
 
 def _detail_context(
@@ -219,14 +225,7 @@ def _deleted(request: HtmxHttpRequest, found: TeamTool | TeamReward, what: str, 
 def reward_new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
     team = get_team_for_user(request, team_slug, role=Role.MEMBER)
     form = RewardForm(request.POST or None, team=team)
-    if request.method == "POST":
-        allow_asked(request, note=f"for a reward of the team {team.name}")
-    if request.method == "POST" and form.is_valid():
-        reward = TeamReward.register(team, request.user, **form.registration())
-        messages.success(request, f"Registered the reward {reward.name}.")
-        return _registered(request, reverse("reward", args=[team.slug, reward.pk]))
-    template = template_for(request, "tools/reward_new.html", {"reward-form": "form"})
-    return render(request, template, _new_context(request, team, form), status=400 if form.is_bound else 200)
+    return _register_page(request, team, form, TeamReward, "reward", "tools/reward_new.html")
 
 
 def _reward_context(

@@ -121,6 +121,16 @@ def test_an_sft_runs_summary_names_its_sft_settings_not_the_rl_ones(run: Any) ->
     assert summarize(run).reward_rule == ""  # the page says nothing of a reward rule
 
 
+def test_a_run_without_a_validation_split_shows_no_validation_figure(run: Any) -> None:
+    """An SFT run on demonstrations alone never logs val/loss: its page must not wait for it."""
+    config = json.loads(RunConfig.from_preset("grpo", task="lookup", **{"sft.enabled": True}).to_json())
+    run.kind = RunKind.SFT
+    run.config = {**config, "data": {**config["data"], "val_path": None}}
+    assert summarize(run).validation is None
+    run.config = {**config, "data": {**config["data"], "val_path": "dataset:7"}}
+    assert summarize(run).validation is not None  # "not logged yet" until its first evaluation
+
+
 def test_an_external_run_shows_its_own_progress_and_no_empty_tabs(alice: Client, run: Any) -> None:
     from webapp.experiments.models import EXTERNAL_EXECUTOR, Run, RunStatus
 

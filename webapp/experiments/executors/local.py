@@ -82,14 +82,9 @@ class LocalExecutor:
         env = {**os.environ, **launch_env(job), "TMPDIR": str(scratch)}
         env.pop("DJANGO_SETTINGS_MODULE", None)  # the trainer never imports Django
         # Double fork through a helper that exits at once: the trainer outlives this worker.
+        detach = [sys.executable, "-m", "webapp.experiments.detach", "sh", "-c", script]
         helper = subprocess.run(
-            [sys.executable, "-m", "webapp.experiments.detach", "sh", "-c", script],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=30,
+            detach, env=env, cwd=ROOT, capture_output=True, text=True, check=True, timeout=30
         )
         pgid = int(helper.stdout.strip())
         logger.info("run %s started locally as process group %s", run.pk, pgid)
