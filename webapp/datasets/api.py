@@ -7,10 +7,11 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.conf import settings
+from django.db.models import Q
 from django.http import FileResponse, HttpRequest
 from django.shortcuts import get_object_or_404
 from django.utils.text import slugify
-from ninja import Field, Query, Router, Schema, Status
+from ninja import Field, FilterSchema, Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from trainer.contract import INT4_MAX
@@ -48,20 +49,21 @@ class DatasetOut(Schema):
     validated_at: datetime | None
 
 
-class DatasetFilters(Schema):
+class DatasetFilters(FilterSchema):
     sha256: str = Field(
         "", max_length=64, description="Only the dataset of this content (a client's resume check)."
     )
+
+    def filter_sha256(self, value: str) -> Q:
+        # Stored lower-case; a client's hex digest in capitals names the same content.
+        return Q(sha256=value.lower()) if value else Q()
 
 
 @team_router.get("/{team_slug}/datasets", response=Page[DatasetOut], summary="The team's datasets")
 def datasets(
     request: HttpRequest, team_slug: str, filters: Query[DatasetFilters], paging: Query[PageParams]
 ) -> dict[str, Any]:
-    chosen = team_objects(request, team_slug, Dataset)
-    if filters.sha256:
-        chosen = chosen.filter(sha256=filters.sha256.lower())
-    return newest_first(chosen, paging)
+    return newest_first(filters.filter(team_objects(request, team_slug, Dataset)), paging)
 
 
 @team_router.get("/{team_slug}/datasets/{int:pk}", response=DatasetOut, summary="One dataset")

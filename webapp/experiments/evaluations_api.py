@@ -4,11 +4,11 @@ the team's. Personal API token; writes need the member role; the service is weba
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
-from ninja import Field, Query, Router, Schema, Status
+from ninja import Field, FilterLookup, FilterSchema, Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from webapp.accounts.access import get_team_for_user, team_objects
@@ -97,17 +97,15 @@ def create(request: HttpRequest, team_slug: str, body: EvaluationCreate) -> Any:
     return Status(201, run)
 
 
-class EvaluationFilters(Schema):
-    experiment: int | None = Field(None, ge=1, le=2**63 - 1)
+class EvaluationFilters(FilterSchema):
+    experiment: Annotated[int | None, FilterLookup("experiment_id")] = Field(None, ge=1, le=2**63 - 1)
 
 
 @router.get("/{team_slug}/evaluations", response=Page[EvaluationOut], summary="The team's evaluations")
 def evaluations(
     request: HttpRequest, team_slug: str, filters: Query[EvaluationFilters], paging: Query[PageParams]
 ) -> dict[str, Any]:
-    chosen = team_objects(request, team_slug, Run).filter(kind=RunKind.EVALUATION)
-    if filters.experiment is not None:
-        chosen = chosen.filter(experiment_id=filters.experiment)
+    chosen = filters.filter(team_objects(request, team_slug, Run).filter(kind=RunKind.EVALUATION))
     return newest_first(chosen.select_related("evaluated_run"), paging)
 
 
