@@ -120,11 +120,12 @@ def summarize(run: Run) -> RunSummary:
         key: MetricFact(key, *logged.get(key, (None, None)), *best.get(key, (None, None))) for key in keys
     }
     running = run.status in (RunStatus.RUNNING, RunStatus.STALLED)
-    validated = validation_key is not None and _validates(run, logged, validation_key)
+    if validation_key and not _validates(run, logged, validation_key):
+        validation_key = None
     return RunSummary(
         timing=timing(run.started_at, run.finished_at, run.step, run.total_steps, running, timezone.now()),
         reward=facts[keys[0]],
-        validation=facts[validation_key] if validated else None,
+        validation=facts[validation_key] if validation_key else None,
         config=config_summary(run.config or {}, SFT_SUMMARY_PATHS if sft else SUMMARY_PATHS),
         checkpoints=list(run.checkpoints.order_by("step")),
     )
