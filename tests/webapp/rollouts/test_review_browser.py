@@ -110,13 +110,16 @@ def test_label_steps_by_keyboard_queue_the_worst_finish_as_a_second_member_and_s
     page.goto(f"{live_server.url}/t/acme/queues/")
     page.click("a:has-text('worst of step 40')")
     page.click("#start-review")
+    page.wait_for_url("**?queue=*")
     for item in (2, 3, 4):
-        page.wait_for_url("**?queue=*")
         assert f"item {item} of 4" in page.inner_text(".queue-bar")
         _label_with_key(page, "1", "#whole-trajectory")
         if item == 2:
             _shots(page, "queue-item")
+        here = page.url
         page.keyboard.press("n")
+        # The next item's URL also has ?queue=: wait for the page to leave this one.
+        page.wait_for_url(lambda url, here=here: url != here)
     page.wait_for_url("**/queues/*/")
     assert "4 / 4 done" in page.inner_text("#queue-progress") and "Every item is done" in page.content()
     _shots(page, "queue")
