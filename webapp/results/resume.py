@@ -31,7 +31,11 @@ logger = logging.getLogger(__name__)
 
 
 class ResumeRefused(ValueError):
-    """The run cannot be resumed now; the message says why and what to do instead."""
+    """The run cannot be resumed now; ``why`` says why and what to do instead, the message adds which run."""
+
+    def __init__(self, run: Run, why: str) -> None:
+        super().__init__(f"run {run.pk} cannot be resumed: {why}")
+        self.why = why
 
 
 @dataclass(frozen=True)
@@ -45,16 +49,14 @@ def resume_step(run: Run) -> int:
     """The step of the checkpoint the run would continue from; ResumeRefused saying why it cannot."""
     why = _status_refusal(run)
     if why:
-        raise ResumeRefused(f"run {run.pk} cannot be resumed: {why}")
+        raise ResumeRefused(run, why)
     try:
         config = RunConfig.model_validate(run.config)
     except ValueError as exc:
-        raise ResumeRefused(
-            f"run {run.pk} cannot be resumed: its stored configuration no longer validates ({exc})"
-        ) from None
+        raise ResumeRefused(run, f"its stored configuration no longer validates ({exc})") from None
     point = BACKENDS.get(config.backend).resume_point(config)
     if point.step is None:
-        raise ResumeRefused(f"run {run.pk} cannot be resumed: {point.refusal}")
+        raise ResumeRefused(run, point.refusal)
     return point.step
 
 
@@ -83,12 +85,12 @@ def resume(run: Run, user: Any) -> Resumed:
         run.refresh_from_db()
         why = _status_refusal(run)
         if why:
-            raise ResumeRefused(f"run {run.pk} cannot be resumed: {why}")
+            raise ResumeRefused(run, why)
         attempt = _record_attempts(run, step, user)
         superseded = supersede_after(run.pk, step)
         health.rewind(run.pk, step)
         if not run.reopen_for_resume(step):  # the row lock holds: only a bug gets here
-            raise ResumeRefused(f"run {run.pk} cannot be resumed: it is {run.status}")
+            raise ResumeRefused(run, f"it is {run.status}")
         enqueue_on_commit(LAUNCH_RUN_TASK, run.pk)
     logger.info("run %s resumed from step %s as attempt %s", run.pk, step, attempt)
     return Resumed(step=step, attempt=attempt, superseded=superseded)

@@ -56,14 +56,20 @@ def _run_context(run: Run, edit_form: RunEditForm | None = None) -> dict[str, An
         # the lineage's other half: the runs whose weights started from this run's checkpoints
         "started_runs": list(run.started_runs.order_by("pk")),
         "attempts": list(run.attempts.all()),  # docs/resume.md#attempts
-        "resumable": resumable(run),
+        "resume_refusal": resume_refusal(run),
     }
 
 
-def resumable(run: Run) -> bool:
-    """Whether the page offers Resume: a failed, cancelled or stalled run of ours (its confirmation
-    page says whether a checkpoint allows it, docs/resume.md)."""
-    return run.status in RESUMABLE and not run.is_external and not run.is_evaluation
+def resume_refusal(run: Run) -> str | None:
+    """What the page says of resuming (docs/resume.md): None for a run that is not over or not ours
+    (nothing); "" when its checkpoints allow it (the Resume button); otherwise why they do not."""
+    if run.status not in RESUMABLE or run.is_external or run.is_evaluation:
+        return None
+    try:
+        resume_step(run)
+    except ResumeRefused as refused:
+        return refused.why
+    return ""
 
 
 def place_text(run: Run) -> str:

@@ -154,6 +154,9 @@ def test_runs_that_cannot_be_resumed_are_refused_with_the_reason(
     page = client.get(f"/t/acme/runs/{weights_only.pk}/resume/")
     assert page.status_code == 200 and "weights only" in page.content.decode()
     assert 'id="resume-run"' not in client.get(f"/t/acme/runs/{running.pk}/").content.decode()
+    for run in (empty, weights_only):  # over, but their checkpoints do not allow it: said, not offered
+        shown = client.get(f"/t/acme/runs/{run.pk}/").content.decode()
+        assert 'id="resume-run"' not in shown and 'id="not-resumable"' in shown and refused[run] in shown
     other = make_run({**personas, "acme": personas["other"]}, seed=6, status=RunStatus.FAILED)
     assert api("post", f"/runs/{other.pk}/resume").status_code == 404
 
