@@ -34,6 +34,8 @@ def test_a_torch_run_continues_from_its_newest_complete_resumable_checkpoint(tmp
 def test_a_torch_run_without_a_resumable_checkpoint_is_refused_with_the_reason(tmp_path: Path) -> None:
     torch = BACKENDS.get("torch")
     assert "no complete checkpoint" in str(torch.resume_point(torch_config(tmp_path)).refusal)
+    unset = torch.resume_point(torch_config(tmp_path, resume=False)).refusal
+    assert "no complete checkpoint" in unset and "does not set trainer.resume" in unset
     torch_checkpoint(tmp_path, 3, resumable=False)
     for config in (torch_config(tmp_path), torch_config(tmp_path, resume=False)):
         point = torch.resume_point(config)

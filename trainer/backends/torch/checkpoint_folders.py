@@ -60,7 +60,8 @@ def resume_point(root: str | Path | None, resume_set: bool) -> ResumePoint:
     is resumable (``resume_set``: the run's trainer.resume)."""
     newest = latest_checkpoint(root)
     if newest is None:
-        return ResumePoint(refusal="it has no complete checkpoint to continue from")
+        unset = "" if resume_set else " (its config does not set trainer.resume)"
+        return ResumePoint(refusal=f"it has no complete checkpoint to continue from{unset}")
     if not resume_set or not is_resumable(newest):
         return ResumePoint(refusal=f"{NOT_RESUMABLE} (newest: step {checkpoint_step(newest)})")
     return ResumePoint(step=checkpoint_step(newest))
