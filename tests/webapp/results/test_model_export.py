@@ -153,3 +153,16 @@ def test_studio_checkpoints_export_writes_the_folder_and_downloads_it(
     assert result.exit_code == 0, result.output
     assert f"run {trained_run.pk} step 2 exported to {settings.EXPORT_DIR}" in result.output
     assert "model.safetensors" in {Path(n).name for n in zipfile.ZipFile(tmp_path / "x.zip").namelist()}
+
+
+def test_a_failed_exports_page_says_why(client: Client, personas: dict[str, Any]) -> None:
+    from webapp.experiments.jobs import Job, JobStatus
+    from webapp.results.model_export import EXPORT_JOB, EXPORT_TASK
+
+    failed = {"status": JobStatus.FAILED, "message": "the disk is full <b>"}
+    job = Job.objects.create(
+        kind=EXPORT_JOB, task=EXPORT_TASK, team=personas["acme"], user=personas["alice"], **failed
+    )
+    client.force_login(personas["alice"])
+    page = client.get(f"/t/acme/exports/{job.pk}/").content.decode()
+    assert 'id="export-failed"' in page and "the disk is full &lt;b&gt;" in page
