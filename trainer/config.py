@@ -50,6 +50,7 @@ from trainer.config_sections import (
     SftConfig,
     StartFromConfig,
     TrainerConfig,
+    section,
 )
 from trainer.model_size import parameter_count
 from trainer.registry import Registry
@@ -86,29 +87,19 @@ class RunConfig(Section):
     executor: Literal["local", "ray"] = Field(
         default="local", description="Where the trainer process runs: a local process or a Ray job."
     )
-    model: ModelConfig = Field(default_factory=ModelConfig, description="The policy model.")
-    data: DataConfig = Field(default_factory=DataConfig, description="Datasets and length limits.")
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Sampling and the agent loop.")
-    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="Estimator, loss and KL.")
-    optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimiser and batch sizes.")
-    trainer: TrainerConfig = Field(
-        default_factory=TrainerConfig, description="Loop length, seeds, checkpoints."
+    model: ModelConfig = section(ModelConfig, "The policy model.")
+    data: DataConfig = section(DataConfig, "Datasets and length limits.")
+    rollout: RolloutConfig = section(RolloutConfig, "Sampling and the agent loop.")
+    algorithm: AlgorithmConfig = section(AlgorithmConfig, "Estimator, loss and KL.")
+    optim: OptimConfig = section(OptimConfig, "Optimiser and batch sizes.")
+    trainer: TrainerConfig = section(TrainerConfig, "Loop length, seeds, checkpoints.")
+    resources: ResourcesConfig = section(ResourcesConfig, "What the run asks the cluster for.")
+    evaluation: EvaluationConfig = section(
+        EvaluationConfig, "Evaluate a model or checkpoint instead of training."
     )
-    resources: ResourcesConfig = Field(
-        default_factory=ResourcesConfig, description="What the run asks the cluster for."
-    )
-    evaluation: EvaluationConfig = Field(
-        default_factory=EvaluationConfig, description="Evaluate a model or checkpoint instead of training."
-    )
-    sft: SftConfig = Field(
-        default_factory=SftConfig, description="Supervised fine-tuning on demonstrations instead of RL."
-    )
-    start_from: StartFromConfig = Field(
-        default_factory=StartFromConfig, description="Another run's checkpoint the weights start from."
-    )
-    report: ReportConfig = Field(
-        default_factory=ReportConfig, description="Where results go besides the webapp."
-    )
+    sft: SftConfig = section(SftConfig, "Supervised fine-tuning on demonstrations instead of RL.")
+    start_from: StartFromConfig = section(StartFromConfig, "Another run's checkpoint the weights start from.")
+    report: ReportConfig = section(ReportConfig, "Where results go besides the webapp.")
 
     @model_validator(mode="after")
     def _check_cross_fields(self) -> RunConfig:

@@ -10,7 +10,7 @@ tests/trainer/test_config.py checks that they match the registries exactly.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
@@ -34,6 +34,11 @@ GROUP_NEEDS_TWO = frozenset({"grpo", "gigpo"})
 
 class Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, validate_default=True)
+
+
+def section(kind: type[Section], description: str) -> Any:
+    """The RunConfig field that holds one section: the section's own defaults unless a config sets it."""
+    return Field(default_factory=kind, description=description)
 
 
 class ModelConfig(Section):

@@ -24,26 +24,16 @@ from pathlib import Path
 import httpx
 from pydantic import ValidationError
 
-from trainer.contract import (
+from trainer.contract import wire
+from trainer.contract.limits import INT4_MAX
+from trainer.contract.paths import (
     CHECKPOINTS_PATH,
     IDEMPOTENCY_HEADER,
-    INT4_MAX,
     LOGS_PATH,
     METRICS_PATH,
     STATUS_PATH,
     TOKEN_SIGNALS_PATH,
     TRAJECTORIES_PATH,
-    CheckpointRecord,
-    LogChunk,
-    MetricPoint,
-    RunStatus,
-    StatusUpdate,
-    StepSignalsWire,
-    TokenSignalsBatch,
-    TrajectoryBatch,
-    TrajectoryWire,
-    new_batch_id,
-    to_floats,
 )
 from trainer.mdp import Trajectory
 from trainer.report.reporters import Reporter
@@ -61,7 +51,9 @@ KIND_PATHS = {
     "signals": TOKEN_SIGNALS_PATH,
 }
 REJECTED = "rejected"  # the subfolder of batches the server refused (docs/security.md#refusals)
-SpoolBody = TrajectoryBatch | TokenSignalsBatch | StatusUpdate | LogChunk | CheckpointRecord
+SpoolBody = (
+    wire.TrajectoryBatch | wire.TokenSignalsBatch | wire.StatusUpdate | wire.LogChunk | wire.CheckpointRecord
+)
 Point = tuple[str, int, float, float]  # key, step, value, ts: a MetricPoint not yet spooled
 
 
@@ -163,10 +155,10 @@ class SpoolingReporter(Reporter):
     def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
         """ValidationError, at once, for a point the server would refuse (a key too long, a step < 0)."""
         now = time.time()
-        values = to_floats(metrics)
+        values = wire.to_floats(metrics)
         if not 0 <= step <= INT4_MAX or not values.keys() <= self._checked_keys:
             for key, value in values.items():
-                MetricPoint(key=key, step=step, value=value, ts=now)
+                wire.MetricPoint(key=key, step=step, value=value, ts=now)
             self._checked_keys.update(values)
         points = [(key, step, value, now) for key, value in values.items()]
         with self._lock:
@@ -183,39 +175,39 @@ class SpoolingReporter(Reporter):
     def log_trajectories(self, step: int, trajectories: Sequence[Trajectory]) -> None:
         self.log_wires(step, [w for w in (self._wire(t) for t in trajectories) if w is not None])
 
-    def log_wires(self, step: int, wire: Sequence[TrajectoryWire]) -> None:
+    def log_wires(self, step: int, wires: Sequence[wire.TrajectoryWire]) -> None:
         """Trajectories already in their wire shape (the SDK builds them so)."""
         size = self.max_trajectories_per_batch
         with self._lock:
             self._cut_all_locked()
-            for start in range(0, len(wire), size):
+            for start in range(0, len(wires), size):
                 self._spool_locked(
                     "trajectories",
-                    TrajectoryBatch(training_step=step, trajectories=list(wire[start : start + size])),
+                    wire.TrajectoryBatch(training_step=step, trajectories=list(wires[start : start + size])),
                 )
         self._spooled()
 
-    def log_token_signals(self, steps: Sequence[StepSignalsWire]) -> None:
+    def log_token_signals(self, steps: Sequence[wire.StepSignalsWire]) -> None:
         size = self.max_trajectories_per_batch
         with self._lock:
             self._cut_all_locked()
             for start in range(0, len(steps), size):
-                self._spool_locked("signals", TokenSignalsBatch(steps=list(steps[start : start + size])))
+                self._spool_locked("signals", wire.TokenSignalsBatch(steps=list(steps[start : start + size])))
         self._spooled()
 
-    def _wire(self, trajectory: Trajectory) -> TrajectoryWire | None:
+    def _wire(self, trajectory: Trajectory) -> wire.TrajectoryWire | None:
         try:
-            return TrajectoryWire.from_trajectory(trajectory, include_token_ids=self.include_token_ids)
+            return wire.TrajectoryWire.from_trajectory(trajectory, include_token_ids=self.include_token_ids)
         except ValidationError as error:
             # The server would refuse it too: one trajectory lost, logged, never the whole batch.
             self.rejected += 1
             logger.error("trajectory %s cannot be reported and is dropped: %s", trajectory.id, error)
             return None
 
-    def set_status(self, status: RunStatus, message: str = "", progress: float | None = None) -> None:
+    def set_status(self, status: wire.RunStatus, message: str = "", progress: float | None = None) -> None:
         with self._lock:
             self._cut_all_locked()  # a status follows the metrics logged before it
-            self._spool_locked("status", StatusUpdate(status=status, message=message, progress=progress))
+            self._spool_locked("status", wire.StatusUpdate(status=status, message=message, progress=progress))
         self._spooled()
 
     def heartbeat(self, step: int, total: int) -> None:
@@ -232,7 +224,7 @@ class SpoolingReporter(Reporter):
         if full:
             self._spooled()
 
-    def record_checkpoint(self, record: CheckpointRecord) -> None:
+    def record_checkpoint(self, record: wire.CheckpointRecord) -> None:
         with self._lock:
             self._cut_all_locked()
             self._spool_locked("checkpoints", record)
@@ -269,13 +261,13 @@ class SpoolingReporter(Reporter):
 
     def _cut_metrics_locked(self) -> None:
         if self._points:
-            batch_id = new_batch_id()
+            batch_id = wire.new_batch_id()
             self._write_locked("metrics", batch_id, metric_batch_json(batch_id, self._points, self._key_json))
             self._points = []
 
     def _cut_logs_locked(self) -> None:
         if self._log_parts:
-            self._spool_locked("logs", LogChunk(seq=self._log_seq, text="".join(self._log_parts)))
+            self._spool_locked("logs", wire.LogChunk(seq=self._log_seq, text="".join(self._log_parts)))
             self._log_seq += 1
             self._log_parts, self._log_chars = [], 0
 

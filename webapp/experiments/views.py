@@ -36,6 +36,7 @@ from webapp.experiments.models import (
     TeamRunLimit,
 )
 from webapp.experiments.tasks import cancel_run
+from webapp.form_errors import labelled_errors
 from webapp.htmx import HtmxHttpRequest, template_for
 from webapp.retention.checkpoint_policy import KeepPolicy
 from webapp.retention.models import ExperimentRetention
@@ -142,7 +143,7 @@ def new(request: HtmxHttpRequest, team_slug: str) -> HttpResponse:
         "fork": fork,
         "preview": preview,
         # The preview button swaps only its own section: it lists what stops a preview, or nothing shows.
-        "preview_refused": form.labelled_errors() if previewing and preview is None else [],
+        "preview_refused": labelled_errors(form) if previewing and preview is None else [],
         "launch_key": _form_key(request),
     }
     partials = {"advanced": "refill", "id_task": "task-defaults", f"id_{SFT_FIELD}": "task-defaults"}

@@ -22,6 +22,7 @@ from webapp.experiments.models import Run, RunStatus
 from webapp.experiments.sweeps import ordinal
 from webapp.experiments.views import stored_config
 from webapp.experiments.waiting_line import places_in_line
+from webapp.form_errors import labelled_errors
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps
 from webapp.ingestion.tasks import change_retention
 from webapp.results.resume import ResumeRefused, resume, resume_step
@@ -100,11 +101,7 @@ def run_retention(request: HttpRequest, team_slug: str, run_id: int) -> HttpResp
     run = get_run_for_user(request, team_slug, run_id, write=True)
     form = RetentionForm(request.POST)
     if not form.is_valid():
-        problems = "; ".join(
-            f"{form.fields[name].label}: {' '.join(str(e) for e in errors)}"
-            for name, errors in form.errors.items()
-        )
-        messages.error(request, f"Retention not changed: {problems}")
+        messages.error(request, "Retention not changed: " + "; ".join(labelled_errors(form)))
         return redirect("run", team_slug=team_slug, pk=run.pk)
     policy = form.retention_policy()
     change_retention(run, policy)

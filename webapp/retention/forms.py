@@ -5,7 +5,7 @@ from typing import Any
 from django import forms
 
 from webapp.retention.checkpoint_policy import KeepPolicy
-from webapp.retention.models import KeepMode, RetentionKind
+from webapp.retention.models import CheckpointKeepPolicy, KeepMode, RetentionKind
 from webapp.retention.policy import MAX_KEEP_SUCCESSES, Retention
 
 
@@ -61,9 +61,7 @@ class CheckpointPolicyForm(forms.Form):
         label="Keep the last k",
         help_text="The newest k checkpoints of each run.",
     )
-    keep_best_metric = forms.CharField(
-        max_length=200,
-        required=False,
+    keep_best_metric = CheckpointKeepPolicy._meta.get_field("keep_best_metric").formfield(
         label="Keep the best by metric",
         help_text="A metric each checkpoint carries, e.g. val/arithmetic/acc or reward/mean.",
     )

@@ -20,6 +20,7 @@ from webapp.accounts.access import get_membership, get_team_for_user
 from webapp.accounts.models import Role, Team
 from webapp.experiments.access import get_run_for_user
 from webapp.experiments.models import Run
+from webapp.form_errors import labelled_errors
 from webapp.ingestion.models import Trajectory
 from webapp.rollouts import labelling, promote, queues
 from webapp.rollouts.access import get_queue_for_user, get_trajectory_for_user
@@ -166,10 +167,7 @@ def queue_new(request: HttpRequest, team_slug: str, run_id: int) -> HttpResponse
     form = QueueForm(request.POST, members=team_members(run.team))
     back = reverse("rollouts", args=[team_slug, run.pk]) + "?" + request.GET.urlencode()
     if not form.is_valid():
-        messages.error(
-            request,
-            "No queue: " + "; ".join(f"{k}: {' '.join(str(e) for e in v)}" for k, v in form.errors.items()),
-        )
+        messages.error(request, "No queue: " + "; ".join(labelled_errors(form)))
         return redirect(back)
     data = form.cleaned_data
     criteria = queues.Criteria(

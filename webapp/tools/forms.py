@@ -43,6 +43,21 @@ class OutboundUrlMixin:
         return f"{refusal.message}."
 
 
+def secret_header_fields(model: type[TeamTool | TeamReward]) -> tuple[forms.Field, forms.CharField]:
+    """The header name (as ``model`` stores it) and value an HTTP tool or remote reward sends with every
+    call. A form sent back for another field's error keeps what was typed, in the same page that carried
+    it; once saved, the secret is never shown again."""
+    header = model._meta.get_field("secret_header").formfield(label="Secret header name")
+    assert header is not None  # a CharField always has its form field
+    value = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput(render_value=True),
+        label="Secret header value",
+        help_text="Sent with every call; stored encrypted and never shown again.",
+    )
+    return header, value
+
+
 def clean_team_name(
     name: str,
     *,
@@ -86,15 +101,7 @@ class ToolForm(OutboundUrlMixin, forms.Form):
     timeout_s = forms.FloatField(
         label="Timeout (seconds)", initial=10.0, min_value=0.1, max_value=MAX_TIMEOUT_S
     )
-    secret_header = forms.CharField(max_length=100, initial="X-Tool-Secret", label="Secret header name")
-    secret = forms.CharField(
-        required=False,
-        # A form sent back for another field's error keeps what was typed, in the same page
-        # that carried it; once the tool is saved the secret is never shown again.
-        widget=forms.PasswordInput(render_value=True),
-        label="Secret header value",
-        help_text="Sent with every call; stored encrypted and never shown again.",
-    )
+    secret_header, secret = secret_header_fields(TeamTool)
     entry_point = forms.CharField(
         max_length=200,
         required=False,
@@ -234,15 +241,11 @@ class RewardForm(OutboundUrlMixin, forms.Form):
         required=False,
         help_text="numeric: the largest difference still counted right.",
     )
-    pattern = forms.CharField(
-        max_length=500,
-        required=False,
+    pattern = TeamReward._meta.get_field("pattern").formfield(
         label="Extract (regex)",
         help_text="regex: the first group (or the whole match) of the last match is compared.",
     )
-    format_pattern = forms.CharField(
-        max_length=500,
-        required=False,
+    format_pattern = TeamReward._meta.get_field("format_pattern").formfield(
         label="Format bonus regex",
         help_text="A response matching it earns the bonus below on top of the rule's score.",
     )
@@ -261,13 +264,7 @@ class RewardForm(OutboundUrlMixin, forms.Form):
     retries = forms.IntegerField(
         initial=1, min_value=0, max_value=5, help_text="Tries again after a timeout or a 5xx."
     )
-    secret_header = forms.CharField(max_length=100, initial="X-Reward-Secret", label="Secret header name")
-    secret = forms.CharField(
-        required=False,
-        widget=forms.PasswordInput(render_value=False),
-        label="Secret header value",
-        help_text="Sent with every call; stored encrypted and never shown again.",
-    )
+    secret_header, secret = secret_header_fields(TeamReward)
 
     def __init__(self, *args: Any, team: Team, editing: TeamReward | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

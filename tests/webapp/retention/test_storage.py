@@ -83,6 +83,8 @@ def test_a_policy_is_applied_as_trajectories_arrive_and_what_it_drops_is_counted
         f"/t/acme/runs/{run.pk}/retention/", {"retention": "sample", "sample_fraction": "2"}
     )
     assert refused.status_code == 302 and RunStorage.objects.get(pk=run.pk).sample_fraction == 0.5
+    said = client.get(refused["Location"]).content.decode()
+    assert "Retention not changed: Sample fraction: Ensure this value is less than or equal to 1.0." in said
 
 
 def test_a_sample_is_drawn_by_the_uid_hash_so_a_replay_decides_the_same() -> None:
