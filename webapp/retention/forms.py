@@ -4,6 +4,7 @@ from typing import Any
 
 from django import forms
 
+from webapp.form_kit import model_form_field
 from webapp.retention.checkpoint_policy import KeepPolicy
 from webapp.retention.models import CheckpointKeepPolicy, KeepMode, RetentionKind
 from webapp.retention.policy import MAX_KEEP_SUCCESSES, Retention
@@ -55,23 +56,29 @@ class CheckpointPolicyForm(forms.Form):
     """An experiment's keep-policy for checkpoints (docs/checkpoints.md#keep-policies), in the
     experiment form: every rule left empty keeps what the trainer keeps (trainer.keep_checkpoints)."""
 
-    keep_last = forms.IntegerField(
+    keep_last = model_form_field(
+        CheckpointKeepPolicy,
+        "keep_last",
         min_value=1,
-        required=False,
         label="Keep the last k",
         help_text="The newest k checkpoints of each run.",
     )
-    keep_best_metric = CheckpointKeepPolicy._meta.get_field("keep_best_metric").formfield(
+    keep_best_metric = model_form_field(
+        CheckpointKeepPolicy,
+        "keep_best_metric",
         label="Keep the best by metric",
         help_text="A metric each checkpoint carries, e.g. val/arithmetic/acc or reward/mean.",
     )
-    keep_best_mode = forms.ChoiceField(
-        choices=KeepMode.choices, initial=KeepMode.MAX, required=False, label="Best is the"
+    keep_best_mode = model_form_field(
+        CheckpointKeepPolicy, "keep_best_mode", required=False, label="Best is the"
     )
-    keep_best_count = forms.IntegerField(min_value=1, initial=1, required=False, label="How many best")
-    keep_every = forms.IntegerField(
+    keep_best_count = model_form_field(
+        CheckpointKeepPolicy, "keep_best_count", min_value=1, required=False, label="How many best"
+    )
+    keep_every = model_form_field(
+        CheckpointKeepPolicy,
+        "keep_every",
         min_value=1,
-        required=False,
         label="Keep every n steps",
         help_text="Those whose step is a multiple of n.",
     )

@@ -20,7 +20,7 @@ from webapp.accounts.access import get_membership, get_team_for_user
 from webapp.accounts.models import Role, Team
 from webapp.experiments.access import get_run_for_user
 from webapp.experiments.models import Run
-from webapp.form_errors import labelled_errors
+from webapp.form_kit import labelled_errors
 from webapp.ingestion.models import Trajectory
 from webapp.rollouts import labelling, promote, queues
 from webapp.rollouts.access import get_queue_for_user, get_trajectory_for_user

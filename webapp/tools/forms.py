@@ -13,6 +13,7 @@ from django.db.models import QuerySet
 from trainer.tools import TOOLS, check_tool_definition, one_string_parameter
 from trainer.tools.base import ENTRY_POINT, argument_error
 from webapp.accounts.models import Team
+from webapp.form_kit import model_form_field
 from webapp.tools.models import (
     MAX_TIMEOUT_S,
     RULE_CHOICES,
@@ -47,8 +48,7 @@ def secret_header_fields(model: type[TeamTool | TeamReward]) -> tuple[forms.Fiel
     """The header name (as ``model`` stores it) and value an HTTP tool or remote reward sends with every
     call. A form sent back for another field's error keeps what was typed, in the same page that carried
     it; once saved, the secret is never shown again."""
-    header = model._meta.get_field("secret_header").formfield(label="Secret header name")
-    assert header is not None  # a CharField always has its form field
+    header = model_form_field(model, "secret_header", label="Secret header name")
     value = forms.CharField(
         required=False,
         widget=forms.PasswordInput(render_value=True),
@@ -241,11 +241,15 @@ class RewardForm(OutboundUrlMixin, forms.Form):
         required=False,
         help_text="numeric: the largest difference still counted right.",
     )
-    pattern = TeamReward._meta.get_field("pattern").formfield(
+    pattern = model_form_field(
+        TeamReward,
+        "pattern",
         label="Extract (regex)",
         help_text="regex: the first group (or the whole match) of the last match is compared.",
     )
-    format_pattern = TeamReward._meta.get_field("format_pattern").formfield(
+    format_pattern = model_form_field(
+        TeamReward,
+        "format_pattern",
         label="Format bonus regex",
         help_text="A response matching it earns the bonus below on top of the rule's score.",
     )

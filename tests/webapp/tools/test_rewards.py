@@ -51,8 +51,10 @@ def test_bad_rewards_are_refused_with_the_field_to_fix(client: Client, personas:
         ),
     ]
     for change, words in cases:
-        response = client.post("/t/acme/tools/rewards/new/", {**base, **change})
+        response = client.post("/t/acme/tools/rewards/new/", {**base, **change, "secret": "typed-7f3"})
         assert response.status_code == 400 and words in response.content.decode(), change
+        # Sent back for another field's error, the form keeps the secret typed in the same page.
+        assert 'name="secret" value="typed-7f3"' in response.content.decode(), change
     assert not TeamReward.objects.exists()
     client.force_login(personas["charlie"])
     assert client.get("/t/acme/tools/rewards/new/").status_code == 404
