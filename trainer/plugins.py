@@ -1,7 +1,7 @@
 """Recipe plugins: packages that add tools, envs, flows and rewards to the trainer's registries.
 
 A package declares a module in the ``agent_r1_studio.tasks`` entry-point group; importing that
-module registers its entries (``@TOOLS.register(...)``, ``REWARDS.add(...)``). This is how
+module registers its entries (``@register_tool``, ``REWARDS.add(...)``). This is how
 ``tasks_lib`` reaches the trainer without the trainer importing it.
 """
 

@@ -7,10 +7,10 @@ from typing import Any
 from tasks_lib.alfworld import prompts
 from tasks_lib.alfworld.engine import AlfredGame
 from tasks_lib.game_env import GameTool
-from trainer.tools import TOOLS, ToolResult, one_string_parameter
+from trainer.tools import ToolResult, one_string_parameter, register_tool
 
 
-@TOOLS.register("env_step")
+@register_tool
 class EnvStepTool(GameTool[AlfredGame]):
     """Bound to one game by AlfworldEnv; the command must be one of the game's admissible commands."""
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-from trainer.tools import TOOLS, BaseTool, ToolResult, one_string_parameter
+from trainer.tools import BaseTool, ToolResult, one_string_parameter, register_tool
 
 MAX_EXPRESSION_CHARS = 256
 MAX_MAGNITUDE = 1e18
@@ -121,7 +121,7 @@ def format_number(value: Number) -> str:
     return "0" if text in ("-0", "") else text
 
 
-@TOOLS.register("calculator")
+@register_tool
 class CalculatorTool(BaseTool):
     """Evaluates one arithmetic expression.
 
@@ -150,7 +150,7 @@ class CalculatorTool(BaseTool):
 VERL_DATA_SOURCE = "openai/gsm8k"  # the data source of verl's GSM8K rows, which this tool scores as
 
 
-@TOOLS.register("calc_gsm8k_reward")
+@register_tool
 class Gsm8kRewardTool(BaseTool):
     """verl's GSM8K tool (``verl/tools/gsm8k_tool.py`` and its ``gsm8k_tool_config.yaml``): the model
     submits its answer and reads back its score (docs/datasets.md#calc_gsm8k_reward).

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks_lib.bm25 import Bm25Index
-from trainer.tools import TOOLS, BaseTool, ToolResult, one_string_parameter
+from trainer.tools import BaseTool, ToolResult, one_string_parameter, register_tool
 
 DEFAULT_TOP_K = 3
 PASSAGES_FILE = "passages.jsonl"
@@ -89,7 +89,7 @@ def format_results(query: str, hits: Sequence[tuple[Passage, float]]) -> str:
     return "\n".join(f"Doc {i} (Title: {title}) {text}" for i, ((title, text), _) in enumerate(hits, start=1))
 
 
-@TOOLS.register("search")
+@register_tool
 class SearchTool(BaseTool):
     name = "search"
     description = "Search the passage collection and return the most relevant passages."

@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from tasks_lib.lookup.service import service_url
-from trainer.tools import TOOLS, BaseTool, ToolError, ToolResult, one_string_parameter
+from trainer.tools import BaseTool, ToolError, ToolResult, one_string_parameter, register_tool
 
 TIMEOUT_S = 10.0
 
@@ -29,7 +29,7 @@ def fetch(table: int, key: str) -> str:
         raise MissingKey(json.load(error).get("error", f"HTTP {error.code}")) from None
 
 
-@TOOLS.register("lookup")
+@register_tool
 class LookupTool(BaseTool):
     """Looks a key up in the task's table. A row's ``tools_kwargs.lookup.table`` names the table's seed."""
 

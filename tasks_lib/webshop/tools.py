@@ -7,7 +7,7 @@ from typing import Any, Protocol
 from tasks_lib.game_env import GameTool
 from tasks_lib.webshop import prompts
 from tasks_lib.webshop.simulator import ShopStep
-from trainer.tools import TOOLS, ToolResult, one_string_parameter
+from trainer.tools import ToolResult, one_string_parameter, register_tool
 
 
 class Shop(Protocol):
@@ -18,7 +18,7 @@ class Shop(Protocol):
     def available_actions(self) -> list[str]: ...
 
 
-@TOOLS.register("web_action")
+@register_tool
 class WebActionTool(GameTool[Shop]):
     """Bound to one shop session (the episode's game) by WebShopEnv."""
 

@@ -34,9 +34,9 @@ def plugin_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
 
 
 RECIPE = """
-from trainer.tools import TOOLS, BaseTool, ToolResult
+from trainer.tools import BaseTool, ToolResult, register_tool
 
-@TOOLS.register("recipe_tool")
+@register_tool
 class RecipeTool(BaseTool):
     name = "recipe_tool"
 

@@ -10,6 +10,7 @@ from trainer.tools.base import (
     ToolResult,
     check_tool_definition,
     one_string_parameter,
+    register_tool,
     run_tool_call,
 )
 from trainer.tools.formats import FORMATS, HermesFormat, ToolCallFormat
@@ -29,5 +30,6 @@ __all__ = [
     "check_tool_definition",
     "one_string_parameter",
     "register_http_tool",
+    "register_tool",
     "run_tool_call",
 ]

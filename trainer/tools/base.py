@@ -16,7 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonschema
 
@@ -69,7 +69,7 @@ def check_tool_definition(name: str, parameters: Mapping[str, Any]) -> None:
 class BaseTool(ABC):
     """A tool: subclass, set ``name``/``description``/``parameters`` and implement ``execute``.
 
-    Register the class with ``@TOOLS.register("name")`` under the same name as its ``name``.
+    Register the class with ``@register_tool``: TOOLS then knows it by its ``name``.
     ``execute`` receives the validated arguments and, as keyword arguments, the per-row
     ``tools_kwargs`` entry for this tool (so implementations should accept ``**ctx``).
     """
@@ -119,6 +119,14 @@ def argument_error(validator: jsonschema.Draft202012Validator, args: Any) -> str
 
 
 TOOLS: Registry[type[BaseTool]] = Registry("tool")
+ToolClass = TypeVar("ToolClass", bound=type[BaseTool])
+
+
+def register_tool(tool: ToolClass) -> ToolClass:
+    """Class decorator: add a tool class to TOOLS under its own ``name``, the name the model calls."""
+    TOOLS.add(tool.name, tool)
+    return tool
+
 
 ENTRY_POINT = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 

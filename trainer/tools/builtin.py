@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.tools.base import TOOLS, BaseTool, ToolResult, one_string_parameter
+from trainer.tools.base import BaseTool, ToolResult, one_string_parameter, register_tool
 
 
-@TOOLS.register("echo")
+@register_tool
 class EchoTool(BaseTool):
     """Returns its text unchanged: the smallest real tool, for smoke runs and tests."""
 
