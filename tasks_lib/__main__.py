@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from tasks_lib.registry import PrepareOptions, load_recipes
+from tasks_lib.registry import PrepareOptions, load_recipes, option_refusals
 from tasks_lib.validate import validate
 from trainer.registry import RegistryError
 
@@ -46,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
         "--size", type=int, help="generated tasks (arithmetic, webshop, lookup): how many items"
     )
     prepare.add_argument(
-        "--level", help="arithmetic: 'small' sums (default) or 'multiply' (3-4-digit products)"
+        "--level", help="a level of the recipe's generator ('list' shows each recipe's levels)"
     )
     check = commands.add_parser("validate", help="check a parquet file against the data contract")
     check.add_argument("file", type=Path)
@@ -62,6 +62,10 @@ def _list() -> int:
         print(
             f"  env: {recipe.env_type}  tools: {', '.join(recipe.tools) or '-'}  max_steps: {recipe.max_steps}"
         )
+        if recipe.levels:
+            print("  levels: " + ", ".join(f"{level} ({made})" for level, made in recipe.levels.items()))
+        if recipe.packaged:
+            print("  --from-package: reads the items an installed package ships")
     return 0
 
 
@@ -74,13 +78,13 @@ def _report(path: Path, max_problems: int = 100) -> int:
 
 def _prepare(args: argparse.Namespace) -> int:
     recipe = load_recipes().get(args.task)
-    if args.from_package and recipe.name != "gsm8k":
-        raise SystemExit("--from-package applies to gsm8k only")
     # Each PrepareOptions field has a flag of the same name; extra has none (--level fills it).
     options = PrepareOptions(
         **{f.name: getattr(args, f.name) for f in fields(PrepareOptions) if f.name != "extra"},
         extra={"level": args.level} if args.level else {},
     )
+    for option, why in option_refusals(recipe, options).items():
+        raise SystemExit(f"--{option.replace('_', '-')}: {why}")
     source = recipe.fixtures if args.fixtures else args.input
     written = recipe.prepare(source, args.output, options)
     status = 0

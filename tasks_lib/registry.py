@@ -70,6 +70,10 @@ class Recipe:
     input_help: str = ""  # what --input points at (the public raw format)
     needs_input: bool = True  # False when the recipe generates its data or has --from-package
     generates: bool = False  # True when, given a size and no input, it makes that many items (seeded)
+    # The levels its generator makes (PrepareOptions.extra["level"]): name -> what it makes; the first is
+    # the default. Empty: it has no levels.
+    levels: Mapping[str, str] = field(default_factory=dict)
+    packaged: bool = False  # True when it can read items an installed package ships (--from-package)
     run_overrides: Mapping[str, Any] = field(default_factory=dict)  # further RunConfig settings that suit it
     # The calls that solve a row with the recipe's tools, for generated demonstrations
     # (docs/demonstrations.md#rules); None: the recipe has no such rule.
@@ -88,6 +92,28 @@ class Recipe:
 
 
 TASKS: Registry[Recipe] = Registry("task recipe")
+
+
+def option_refusals(recipe: Recipe, options: PrepareOptions) -> dict[str, str]:
+    """The options ``recipe`` cannot honour, {option: why}: the dataset form, the REST API and the CLI
+    refuse alike, each naming the recipes that do offer the option."""
+    refusals = {}
+    if options.from_package and not recipe.packaged:
+        refusals["from_package"] = (
+            f"Only the {_those(lambda other: other.packaged)} recipe has packaged items."
+        )
+    level = options.extra.get("level")
+    if level and not recipe.levels:
+        refusals["level"] = f"Only the {_those(lambda other: bool(other.levels))} recipe has levels."
+    elif level and level not in recipe.levels:
+        refusals["level"] = (
+            f"The {recipe.name} recipe has no level {level!r}; its levels: {', '.join(recipe.levels)}."
+        )
+    return refusals
+
+
+def _those(offers: Callable[[Recipe], bool]) -> str:
+    return " or ".join(name for name in TASKS.names() if offers(TASKS.get(name))) or "no"
 
 
 def register(recipe: Recipe) -> Recipe:

@@ -26,5 +26,6 @@ RECIPE = register_task(
     input_help="optional JSON Lines of {question, answer}; without --input the problems are generated",
     needs_input=False,
     generates=True,
+    levels=data.LEVELS,
     demonstrate=data.demonstrate,
 )

@@ -28,7 +28,7 @@ ENV_KWARGS = {"env_type": "tool", "tools": ["calculator"]}
 DEFAULT_SIZE = 400
 # "small": the first-run demo's sums. "multiply": one 3-4-digit number times a 3-digit one, which a
 # 135M model gets wrong unaided and the calculator gets right (docs/recipes.md#arithmetic-levels).
-LEVELS = ("small", "multiply")
+LEVELS = {"small": "small sums", "multiply": "3-4-digit multiplication"}
 
 
 @dataclass(frozen=True)

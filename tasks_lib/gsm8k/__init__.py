@@ -17,4 +17,5 @@ RECIPE = register_task(
     max_steps=5,
     input_help="GSM8K train.jsonl/test.jsonl (or the Hugging Face parquet files), a file or a folder",
     needs_input=False,
+    packaged=True,
 )

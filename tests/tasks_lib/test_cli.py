@@ -21,6 +21,7 @@ def test_list_names_every_task_with_its_input_format(capsys: pytest.CaptureFixtu
     for name in ("arithmetic", "gsm8k", "hotpotqa", "alfworld", "webshop"):
         assert f"\n{name}\n" in f"\n{out}"
     assert "json_2.1.1" in out and "env: webshop  tools: web_action  max_steps: 15" in out
+    assert "levels: small (small sums), multiply (3-4-digit multiplication)" in out
 
 
 def test_prepare_writes_splits_and_validates_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -39,9 +40,14 @@ def test_prepare_from_fixtures_with_a_limit(tmp_path: Path, capsys: pytest.Captu
     assert pq.ParquetFile(tmp_path / "train.parquet").metadata.num_rows == 5
 
 
-def test_from_package_applies_to_gsm8k_only(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="gsm8k only"):
+def test_a_recipe_refuses_the_options_it_does_not_declare(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="--from-package: Only the gsm8k recipe has packaged items"):
         main(["prepare", "webshop", "--from-package", "--output", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--level: Only the arithmetic recipe has levels"):
+        main(["prepare", "lookup", "--level", "multiply", "--output", str(tmp_path)])
+    with pytest.raises(SystemExit, match="no level 'huge'; its levels: small, multiply"):
+        main(["prepare", "arithmetic", "--level", "huge", "--output", str(tmp_path)])
+    assert not any(tmp_path.iterdir())
 
 
 def test_an_unknown_task_lists_the_choices(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

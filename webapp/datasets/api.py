@@ -4,7 +4,7 @@ delete. The trainer's download of its run's dataset is webapp.experiments.traine
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Q
@@ -111,8 +111,10 @@ class RecipePrepare(StrictSchema):
     val_size: int | None = Field(None, ge=1, le=100_000)
     seed: int = Field(0, ge=0, le=INT4_MAX)
     from_package: bool = False
-    level: Literal["", "small", "multiply"] = Field(
-        "", description="arithmetic: small sums (default) or multiply (3-4-digit products)"
+    level: str = Field(
+        "",
+        max_length=50,
+        description="A level of the recipe's generator (arithmetic: small or multiply); empty: its default.",
     )
 
 

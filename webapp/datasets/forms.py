@@ -5,6 +5,7 @@ from typing import Any
 
 from django import forms
 
+from tasks_lib.registry import PrepareOptions, load_recipes, option_refusals
 from webapp.accounts.models import Team
 from webapp.datasets.files import UPLOAD_FIELD, StreamedUpload
 from webapp.datasets.models import Dataset, RecipeImport
@@ -56,6 +57,16 @@ class UploadForm(forms.Form):
         )
 
 
+def level_choices() -> list[tuple[str, str]]:
+    """Every level a recipe's generator makes, named with its recipe (tasks_lib's Recipe.levels)."""
+    recipes = load_recipes()
+    return [
+        (level, f"{name}: {made}")
+        for name in recipes.names()
+        for level, made in recipes.get(name).levels.items()
+    ]
+
+
 class RecipeForm(forms.Form):
     task = forms.ChoiceField(
         label="Recipe", help_text="The built-in recipe whose prepare step writes the dataset."
@@ -78,9 +89,9 @@ class RecipeForm(forms.Form):
     seed = forms.IntegerField(initial=0, required=False, help_text="The same seed makes the same split.")
     level = forms.ChoiceField(
         required=False,
-        choices=[("", "small sums"), ("multiply", "3-4-digit multiplication")],
-        label="Arithmetic: level",
-        help_text="multiply: products a small model gets wrong without its calculator (arithmetic only).",
+        label="Level",
+        help_text="What a generator with levels makes (arithmetic's multiply: products a small model gets "
+        "wrong without its calculator).",
     )
     from_package = forms.BooleanField(
         required=False,
@@ -96,9 +107,10 @@ class RecipeForm(forms.Form):
 
     def __init__(self, *args: Any, tasks: list[tuple[str, str]], is_staff: bool, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        task_field = self.fields["task"]
-        if isinstance(task_field, forms.ChoiceField):
+        task_field, level_field = self.fields["task"], self.fields["level"]
+        if isinstance(task_field, forms.ChoiceField) and isinstance(level_field, forms.ChoiceField):
             task_field.choices = tasks
+            level_field.choices = [("", "the recipe's default"), *level_choices()]
         self.is_staff = is_staff
 
     def clean(self) -> dict[str, Any]:
@@ -106,11 +118,16 @@ class RecipeForm(forms.Form):
         size, val_size = cleaned.get("size"), cleaned.get("val_size")
         if size and val_size and val_size >= size:
             self.add_error("val_size", "Keep at least one row for training: make it smaller than the size.")
-        if cleaned.get("from_package") and cleaned.get("task") != "gsm8k":
-            self.add_error("from_package", "Only the gsm8k recipe has packaged items.")
-        if cleaned.get("level") and cleaned.get("task") != "arithmetic":
-            self.add_error("level", "Only the arithmetic recipe has levels.")
+        recipes = load_recipes()
+        if cleaned.get("task") in recipes:
+            asked = PrepareOptions(from_package=bool(cleaned.get("from_package")), extra=self._extra())
+            for option, why in option_refusals(recipes.get(cleaned["task"]), asked).items():
+                self.add_error(option, why)
         return cleaned
+
+    def _extra(self) -> dict[str, Any]:
+        level = self.cleaned_data.get("level")
+        return {"level": level} if level else {}
 
     def options(self) -> dict[str, Any]:
         """The PrepareOptions fields these choices give (stored with the import)."""
@@ -124,8 +141,8 @@ class RecipeForm(forms.Form):
             options["size"] = size
         if size and val_size:
             options["val_fraction"] = val_size / size
-        if data.get("level"):
-            options["extra"] = {"level": data["level"]}
+        if self._extra():
+            options["extra"] = self._extra()
         return options
 
     def clean_input_path(self) -> str:

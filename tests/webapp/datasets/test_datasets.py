@@ -270,6 +270,10 @@ def test_the_api_prepares_arithmetic_at_its_multiply_level(personas: dict[str, A
         refused.status_code in (400, 422)
         and "Only the arithmetic recipe has levels" in refused.content.decode()
     )
+    unknown = Client().post("/api/t/acme/datasets/from-recipe", {**body, "level": "huge"},
+                            content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")  # fmt: skip
+    assert unknown.status_code == 400 and unknown.json()["field"] == "level"
+    assert "huge is not one of the available choices" in unknown.json()["error"]
 
 
 @pytest.mark.django_db(transaction=True)
