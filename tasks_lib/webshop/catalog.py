@@ -96,89 +96,11 @@ class Goal:
         )
 
 
-# Departments of the synthetic catalog: product types, attributes, and options whose values never
-# collide within a department (a click names a value, so two options must not share one).
-_DEPARTMENTS: dict[str, dict[str, Any]] = {
-    "clothing": {
-        "types": ["t-shirt", "hoodie", "jeans", "running shoes", "rain jacket", "wool socks"],
-        "attributes": [
-            "machine washable",
-            "quick drying",
-            "organic cotton",
-            "slim fit",
-            "water resistant",
-            "breathable",
-        ],
-        "options": {
-            "color": ["black", "navy", "red", "olive", "grey", "white"],
-            "size": ["small", "medium", "large", "x-large"],
-        },
-    },
-    "beauty": {
-        "types": ["shampoo", "face cream", "lip balm", "sunscreen", "hair oil"],
-        "attributes": [
-            "paraben free",
-            "cruelty free",
-            "fragrance free",
-            "vegan",
-            "travel size",
-            "natural ingredients",
-        ],
-        "options": {
-            "scent": ["lavender", "citrus", "unscented", "coconut", "mint"],
-            "volume": ["2 fl oz", "8 fl oz", "16 fl oz"],
-        },
-    },
-    "grocery": {
-        "types": ["green tea", "coffee beans", "granola", "dark chocolate", "olive oil"],
-        "attributes": ["gluten free", "organic", "non gmo", "sugar free", "kosher", "high protein"],
-        "options": {
-            "flavor": ["original", "honey", "vanilla", "sea salt", "berry"],
-            "pack": ["pack of 1", "pack of 3", "pack of 6"],
-        },
-    },
-    "home": {
-        "types": ["desk lamp", "throw pillow", "storage bin", "wall clock", "bath towel"],
-        "attributes": [
-            "easy to clean",
-            "energy efficient",
-            "easy assembly",
-            "space saving",
-            "non slip",
-            "durable",
-        ],
-        "options": {
-            "finish": ["walnut", "matte black", "brushed steel", "ivory", "sage green"],
-            "dimensions": ["compact", "standard", "oversized"],
-        },
-    },
-    "electronics": {
-        "types": ["usb cable", "phone case", "bluetooth speaker", "wireless mouse", "power bank"],
-        "attributes": [
-            "fast charging",
-            "wireless",
-            "waterproof",
-            "noise cancelling",
-            "lightweight",
-            "high speed",
-        ],
-        "options": {
-            "colour": ["charcoal", "silver", "sky blue", "coral"],
-            "model": ["standard edition", "pro edition", "mini edition"],
-        },
-    },
-}
-_BRANDS = [
-    "Norvale",
-    "Kestrel",
-    "Brightfold",
-    "Lumen Park",
-    "Oakhaven",
-    "Tidewell",
-    "Ferncrest",
-    "Quillon",
-    "Marrowby",
-]
+# The synthetic catalog's departments (product types, attributes, and options whose values never collide
+# within a department: a click names a value, so two options must not share one) and its invented brands.
+_CATALOG_DATA = json.loads((Path(__file__).parent / "departments.json").read_text(encoding="utf-8"))
+_DEPARTMENTS: dict[str, dict[str, Any]] = _CATALOG_DATA["departments"]
+_BRANDS: list[str] = _CATALOG_DATA["brands"]
 
 
 def _product(rng: random.Random, number: int) -> Product:
