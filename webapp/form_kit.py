@@ -20,9 +20,10 @@ def model_form_field(model: type[models.Model], name: str, **options: Any) -> fo
 
 
 def labelled_errors(form: forms.BaseForm) -> list[str]:
-    """Every error of the bound ``form``, each after its field's label (a form-wide error alone)."""
+    """Every error of the bound ``form``, each after its field's label (as the page shows it; a form-wide
+    error alone)."""
     return [
-        f"{form.fields[name].label or name}: {message}" if name in form.fields else str(message)
+        f"{form[name].label}: {message}" if name in form.fields else str(message)
         for name, messages in form.errors.items()
         for message in messages
     ]
