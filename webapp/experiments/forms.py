@@ -268,6 +268,11 @@ class ExperimentForm(RetentionForm, CheckpointPolicyForm):
         return [self[name] for name in self.KEEP_POLICY_FIELDS]
 
     @property
+    def keep_policy_refused(self) -> bool:
+        """Whether a keep-policy field has an error: its folded section opens to show it."""
+        return any(field.errors for field in self.keep_policy_fields)
+
+    @property
     def checkpoint_plan(self) -> CheckpointPlan:
         """The checkpoints the form's values make: the line under Advanced says their size."""
         keep = self["trainer.keep_checkpoints"].value()

@@ -19,6 +19,9 @@ def test_the_forms_keep_policy_is_stored_and_a_metric_never_reported_is_refused_
     refused = client.post(url, form_data(arithmetic, keep_best_metric="sft/loss"))
     assert refused.status_code == 200
     assert "is an SFT run's" in " ".join(refused.context["form"].errors["keep_best_metric"])
+    zero = client.post(url, form_data(arithmetic, keep_last="0"))
+    assert zero.context["form"].errors["keep_last"] == ["Ensure this value is greater than or equal to 1."]
+    assert '<details id="keep-policy" open>' in zero.content.decode()  # the folded section shows the error
     saved = client.post(
         url, form_data(arithmetic, keep_last="2", keep_best_metric="reward/mean", keep_every="10")
     )
