@@ -76,7 +76,38 @@ class ToolStatus(models.TextChoices):
     FAILED = "failed"
 
 
-class TeamTool(CreatedRecord):
+class ToolUnavailable(ValueError):
+    """A tool or reward a run names cannot be used: the message names it and says why."""
+
+
+class SecretHolder(models.Model):
+    """A tool or reward that sends a secret header with every call. The secret is stored encrypted
+    (webapp.tools.crypto), set only through the registration form and decrypted for a run."""
+
+    # Fernet token (crypto.encrypt); the plain secret is never stored.
+    secret_encrypted = models.TextField(blank=True)
+
+    class Meta:
+        abstract = True
+
+    def keep_secret(self, secret: str) -> None:
+        """Store ``secret`` encrypted; a blank one keeps the stored secret (forms never show it again)."""
+        if secret:
+            self.secret_encrypted = crypto.encrypt(secret)
+
+    def plain_secret(self) -> str | None:
+        """The stored secret, decrypted; None without one. crypto.SecretUnreadable under another key."""
+        return crypto.decrypt(self.secret_encrypted) if self.secret_encrypted else None
+
+    def secret_for_run(self, named: str) -> str | None:
+        """The plain secret for a run; ToolUnavailable, naming the tool or reward, when unreadable."""
+        try:
+            return self.plain_secret()
+        except crypto.SecretUnreadable as exc:
+            raise ToolUnavailable(f"{named}: {exc}") from None
+
+
+class TeamTool(SecretHolder, CreatedRecord):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="tools")
     name = models.CharField(max_length=64, help_text="The function name the model calls.")
     description = models.TextField(blank=True)
@@ -86,8 +117,6 @@ class TeamTool(CreatedRecord):
     method = models.CharField(max_length=4, choices=[("POST", "POST"), ("GET", "GET")], default="POST")
     timeout_s = models.FloatField(default=10.0)
     secret_header = models.CharField(max_length=100, default="X-Tool-Secret")
-    # Fernet token (crypto.encrypt); the plain secret is never stored.
-    secret_encrypted = models.TextField(blank=True)
     entry_point = models.CharField(max_length=200, blank=True, help_text="python kind: package.module:Class")
     status = models.CharField(max_length=10, choices=ToolStatus.choices, default=ToolStatus.READY)
     status_message = models.TextField(blank=True)
@@ -103,7 +132,7 @@ class TeamTool(CreatedRecord):
     def register(cls, team: Team, user: Any, *, secret: str = "", **fields: Any) -> TeamTool:
         """Create the tool; a python tool is checked for importability on a worker before use."""
         tool = cls(team=team, created_by=user, **fields)
-        tool.secret_encrypted = crypto.encrypt(secret) if secret else ""
+        tool.keep_secret(secret)
         tool.status = ToolStatus.PENDING if tool.kind == ToolKind.PYTHON else ToolStatus.READY
         tool.save()
         if tool.kind == ToolKind.PYTHON:
@@ -115,8 +144,7 @@ class TeamTool(CreatedRecord):
         A python tool's entry point is checked again before use."""
         for name, value in fields.items():
             setattr(self, name, value)
-        if secret:
-            self.secret_encrypted = crypto.encrypt(secret)
+        self.keep_secret(secret)
         self.status = ToolStatus.PENDING if self.kind == ToolKind.PYTHON else ToolStatus.READY
         self.status_message = ""
         self.save()
@@ -145,11 +173,7 @@ class TeamTool(CreatedRecord):
             )
         if (refusal := url_refusal(self.url)) is not None:
             raise ToolUnavailable(f"tool {self.name!r} is no longer allowed: {refusal}")
-        try:
-            secret = crypto.decrypt(self.secret_encrypted) if self.secret_encrypted else None
-        except crypto.SecretUnreadable as exc:
-            raise ToolUnavailable(f"tool {self.name!r}: {exc}") from None
-        return self._http_spec(secret)
+        return self._http_spec(self.secret_for_run(f"tool {self.name!r}"))
 
     def _http_spec(self, secret: str | None) -> TeamToolSpec:
         return TeamToolSpec(
@@ -170,9 +194,8 @@ class TeamTool(CreatedRecord):
             raise ValueError(f"tool {self.name!r} is a {self.kind} tool, not an HTTP one")
         policy = outbound_policy()
         check_url(self.url, policy)  # OutboundRefused (a PermissionError): the rules changed since
-        secret = crypto.decrypt(self.secret_encrypted) if self.secret_encrypted else None
         # As a run builds it (trainer.team), so the try-it page calls the endpoint as a run would.
-        return http_tool_spec(self._http_spec(secret), policy)
+        return http_tool_spec(self._http_spec(self.plain_secret()), policy)
 
     def build(self) -> BaseTool:
         """A ready-to-run tool instance, described by what the team registered."""
@@ -206,10 +229,6 @@ def tool_choices(team: Team) -> list[tuple[str, str]]:
     return choices + [(tool.name, f"{tool.name} ({tool.kind})") for tool in ready]
 
 
-class ToolUnavailable(ValueError):
-    """A tool or reward a run names cannot be used: the message names it and says why."""
-
-
 class RewardKind(models.TextChoices):
     RULE = "rule", "Rule (computed by the trainer)"
     REMOTE = "remote", "Remote HTTP endpoint"
@@ -224,7 +243,7 @@ RULE_CHOICES = [
 ]
 
 
-class TeamReward(CreatedRecord):
+class TeamReward(SecretHolder, CreatedRecord):
     """A team's reward function for a data_source, defined through a form (docs/rewards.md)."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="rewards")
@@ -243,7 +262,6 @@ class TeamReward(CreatedRecord):
     timeout_s = models.FloatField(default=10.0)
     retries = models.PositiveSmallIntegerField(default=1)
     secret_header = models.CharField(max_length=100, default="X-Reward-Secret")
-    secret_encrypted = models.TextField(blank=True)  # crypto.encrypt; the plain secret is never stored
 
     class Meta:
         ordering = ["name"]
@@ -255,7 +273,7 @@ class TeamReward(CreatedRecord):
     @classmethod
     def register(cls, team: Team, user: Any, *, secret: str = "", **fields: Any) -> TeamReward:
         reward = cls(team=team, created_by=user, **fields)
-        reward.secret_encrypted = crypto.encrypt(secret) if secret else ""
+        reward.keep_secret(secret)
         reward.save()
         return reward
 
@@ -263,8 +281,7 @@ class TeamReward(CreatedRecord):
         """Save new definition fields (a form's registration); a blank secret keeps the stored one."""
         for name, value in fields.items():
             setattr(self, name, value)
-        if secret:
-            self.secret_encrypted = crypto.encrypt(secret)
+        self.keep_secret(secret)
         self.save()
 
     @property
@@ -283,10 +300,7 @@ class TeamReward(CreatedRecord):
     def run_spec(self) -> TeamRewardSpec:
         if self.kind == RewardKind.REMOTE and (refusal := url_refusal(self.url)) is not None:
             raise ToolUnavailable(f"reward {self.name!r} is no longer allowed: {refusal}")
-        try:
-            secret = crypto.decrypt(self.secret_encrypted) if self.secret_encrypted else None
-        except crypto.SecretUnreadable as exc:
-            raise ToolUnavailable(f"reward {self.name!r}: {exc}") from None
+        secret = self.secret_for_run(f"reward {self.name!r}")
         # The row's fields bear the wire's names; only the secret is stored otherwise (encrypted).
         stored = {name: getattr(self, name) for name in TeamRewardSpec.model_fields if name != "secret"}
         return TeamRewardSpec(**stored, secret=secret)
