@@ -6,7 +6,11 @@ product code compares an executor's name."""
 from __future__ import annotations
 
 import ast
+import os
 import re
+import signal
+import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,3 +213,34 @@ def test_no_product_code_compares_an_executors_name() -> None:
             if in_templates.search(line):
                 found.append(f"{path.relative_to(ROOT)}:{number}")
     assert found == [], "ask the run's executor what it declares (executor_of, names_where), not its name"
+
+
+def test_a_local_run_lives_while_any_process_of_its_group_does(
+    personas: Any, settings: Any, tmp_path: Path
+) -> None:
+    """The group's leader answers at once; a member that outlives it is still found (docs/scaling.md#the-reaper)."""
+    settings.VAR_DIR = str(tmp_path)
+    local = EXECUTORS.get("local")
+    (run,) = queued_runs(personas["acme"], "local", 1)
+    leader = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    run.executor_ref = f"pgid:{leader.pid}"
+    assert local.poll(run).alive
+    leader.kill()
+    leader.wait()
+    assert not local.poll(run).alive
+    # The launch shell gone, its trainer still running in the group: the run is alive until it ends.
+    shell = subprocess.Popen(
+        ["sh", "-c", "sleep 60 & echo $!"], start_new_session=True, stdout=subprocess.PIPE, text=True
+    )
+    orphan = int(shell.communicate()[0])
+    run.executor_ref = f"pgid:{shell.pid}"
+    try:
+        assert local.poll(run).alive
+    finally:
+        os.kill(orphan, signal.SIGKILL)
+    for _ in range(50):  # init reaps it
+        if not local.poll(run).alive:
+            break
+        time.sleep(0.1)
+    state = local.poll(run)
+    assert not state.alive and "disappeared" in state.message

@@ -33,15 +33,21 @@ def run_dir(run: Run) -> Path:
     return path
 
 
-def _group_members(pgid: int) -> list[psutil.Process]:
-    members = []
-    for proc in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                members.append(proc)
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return members
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs (a zombie does not count). The group's leader, the
+    launch shell whose pid is the group id, answers at once while it lives; a member outliving it (the
+    shell killed alone) is found by scanning the process table, which is what a reaper pass over many
+    runs cannot afford for each (docs/scaling.md#the-reaper)."""
+    return _runs_in_group(pgid, pgid) or any(
+        _runs_in_group(proc.pid, pgid) for proc in psutil.process_iter(["pid"])
+    )
+
+
+def _runs_in_group(pid: int, pgid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pgid and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (ProcessLookupError, psutil.Error):
+        return False
 
 
 class LocalExecutor:
@@ -94,7 +100,7 @@ class LocalExecutor:
         pgid = _pgid(run)
         if pgid is None:
             return ExecutorState(alive=False, started=False, message="no process was recorded for this run")
-        if _group_members(pgid):
+        if _group_alive(pgid):
             return ExecutorState(alive=True)
         exit_file = self.files_dir(run) / "exit_code"
         process = "evaluation process" if run.is_evaluation else "training process"
