@@ -27,6 +27,18 @@ def test_a_run_walks_the_happy_path(run: Run) -> None:
     assert run.status == RunStatus.SUCCEEDED and run.finished_at is not None
 
 
+def test_the_step_counter_moves_forward_only(run: Run) -> None:
+    """Step 6's metrics arrive before the beat that ends it; the beat for step 5, resent meanwhile,
+    must not take the counter back (the runs table once showed 6, then 5, then 6)."""
+    run.enqueue()
+    run.mark_starting("pgid:123")
+    run.claim("host:1", "host-1")
+    assert run.heartbeat(step=5, total_steps=6)
+    run.note_progress(6)
+    assert run.heartbeat(step=5, total_steps=6)
+    assert Run.objects.get(pk=run.pk).step == 6 and run.step == 6
+
+
 def test_enqueue_twice_enqueues_once(run: Run) -> None:
     assert run.enqueue()
     assert not Run.objects.get(pk=run.pk).enqueue()

@@ -241,7 +241,9 @@ class RunLifecycle(models.Model):
         updated = self._row().filter(status__in=CLAIMED)
         if step is not None:
             updated.filter(step__lt=step).update(progress_at=now)
-            changes["step"] = step
+            # Forward only: the step's metrics arrive (note_progress) before the trainer's beat that
+            # ends it, and a beat resent meanwhile still carries the step before.
+            changes["step"] = Greatest("step", Value(step))
         changed = updated.update(**changes)
         self._revive_if_progressing()
         self.refresh_from_db()
