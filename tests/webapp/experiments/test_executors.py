@@ -230,9 +230,14 @@ def test_a_local_run_lives_while_any_process_of_its_group_does(
     assert not local.poll(run).alive
     # The launch shell gone, its trainer still running in the group: the run is alive until it ends.
     shell = subprocess.Popen(
-        ["sh", "-c", "sleep 60 & echo $!"], start_new_session=True, stdout=subprocess.PIPE, text=True
-    )
-    orphan = int(shell.communicate()[0])
+        ["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # the orphan's output goes elsewhere, so the shell's pipe closes when the shell ends
+    assert shell.stdout is not None
+    orphan = int(shell.stdout.readline())
+    shell.wait()
     run.executor_ref = f"pgid:{shell.pid}"
     try:
         assert local.poll(run).alive
