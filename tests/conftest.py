@@ -7,6 +7,8 @@ alice owns team Acme, bob is a member of Acme, charlie is an outsider with a tea
 from __future__ import annotations
 
 import importlib.util
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,24 @@ import pytest
 
 PASSWORD = "correct horse battery staple"
 SMOL_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The most the suite holds on disk at once: a SmolLM2 run's checkpoints and optimiser state, one test's
+# tmp_path (pyproject.toml removes it when the test passes), and the test Postgres cluster under var/.
+DISK_THE_SUITE_NEEDS_GB = 4
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The free space where the suite writes. A full disk fails hundreds of tests with errors far from
+    their cause (a CI run on a shared disk did), so the header names it first."""
+    lines = []
+    for folder in dict.fromkeys([Path(tempfile.gettempdir()), config.rootpath]):
+        free_gb = shutil.disk_usage(folder).free / 2**30
+        warning = (
+            f" -- LOW: the suite needs about {DISK_THE_SUITE_NEEDS_GB} GB"
+            if free_gb < DISK_THE_SUITE_NEEDS_GB
+            else ""
+        )
+        lines.append(f"disk: {free_gb:.1f} GB free for {folder}{warning}")
+    return lines
 
 
 def _scope(item: pytest.Item) -> str:
