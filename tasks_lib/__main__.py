@@ -83,8 +83,11 @@ def _prepare(args: argparse.Namespace) -> int:
         **{f.name: getattr(args, f.name) for f in fields(PrepareOptions) if f.name != "extra"},
         extra={"level": args.level} if args.level else {},
     )
-    for option, why in option_refusals(recipe, options).items():
-        raise SystemExit(f"--{option.replace('_', '-')}: {why}")
+    refusals = option_refusals(recipe, options)
+    if refusals:
+        raise SystemExit(
+            "\n".join(f"--{option.replace('_', '-')}: {why}" for option, why in refusals.items())
+        )
     source = recipe.fixtures if args.fixtures else args.input
     written = recipe.prepare(source, args.output, options)
     status = 0

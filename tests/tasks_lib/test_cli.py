@@ -47,6 +47,12 @@ def test_a_recipe_refuses_the_options_it_does_not_declare(tmp_path: Path) -> Non
         main(["prepare", "lookup", "--level", "multiply", "--output", str(tmp_path)])
     with pytest.raises(SystemExit, match="no level 'huge'; its levels: small, multiply"):
         main(["prepare", "arithmetic", "--level", "huge", "--output", str(tmp_path)])
+    with pytest.raises(SystemExit) as both:  # every refusal at once, not only the first
+        main(["prepare", "lookup", "--from-package", "--level", "small", "--output", str(tmp_path)])
+    assert str(both.value).splitlines() == [
+        "--from-package: Only the gsm8k recipe has packaged items.",
+        "--level: Only the arithmetic recipe has levels.",
+    ]
     assert not any(tmp_path.iterdir())
 
 
